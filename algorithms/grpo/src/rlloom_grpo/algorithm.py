@@ -1,0 +1,53 @@
+"""The ``GRPO`` algorithm object: what it needs, its loss and its advantages."""
+
+from __future__ import annotations
+
+import torch
+
+from rlloom.batch import Batch
+from rlloom.controller.step import StepContext
+from rlloom_grpo.advantages import group_relative_advantages
+from rlloom_grpo.config import GRPOConfig
+from rlloom_grpo.loss import make_policy_loss_fn
+
+
+class GRPO:
+    """Group relative policy optimization (Dr.GRPO with ``norm_adv_by_std=False``). No critic;
+    a reference model only for the KL loss."""
+
+    needs_critic = False
+
+    def __init__(self, cfg: GRPOConfig) -> None:
+        self.cfg = cfg
+        self.loss_fn = make_policy_loss_fn(cfg)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.use_kl_loss
+
+    def compute_advantages(self, batch: Batch) -> torch.Tensor:
+        """``advantages`` [N, R] float32 from ``scores`` [N], groups of equal ``uid`` and
+        ``response_mask`` (see :func:`rlloom_grpo.advantages.group_relative_advantages`)."""
+        batch.require("scores", "uid", "response_mask")
+        return group_relative_advantages(
+            batch["scores"],
+            batch["uid"],
+            batch["response_mask"],
+            norm_by_std=self.cfg.norm_adv_by_std,
+            eps=self.cfg.epsilon,
+        )
+
+    def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
+        """One GRPO step: n responses per prompt → rewards → behaviour (and reference) log-probs →
+        group-relative advantages → clipped policy update(s) → weight sync."""
+        batch = ctx.generate(prompts, n=self.cfg.n)
+        batch = ctx.score(batch)
+        batch = ctx.old_log_probs(batch)
+        if self.needs_reference:
+            batch = ctx.ref_log_probs(batch)
+        with ctx.timed("adv"):
+            batch["advantages"] = self.compute_advantages(batch)
+        mini_batch_prompts = self.cfg.ppo_mini_batch_size or len(prompts)
+        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=mini_batch_prompts * self.cfg.n, epochs=self.cfg.ppo_epochs)
+        ctx.sync_weights()
+        return ctx.metrics

@@ -1,0 +1,66 @@
+"""``algorithm=grpo`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from rlloom.losses import AGG_MODES, KL_ESTIMATORS
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO / Dr.GRPO settings. Units: *prompts* or *responses* (= prompts × ``n``) as stated.
+
+    - ``n``: responses sampled per prompt (the group size).
+    - ``norm_adv_by_std``: divide advantages by the group std (GRPO); False gives Dr.GRPO.
+    - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio.
+    - ``clip_ratio_c``: dual-clip bound c (> 1) for negative advantages; None disables it.
+    - ``loss_agg_mode``: one of :data:`rlloom.losses.AGG_MODES` (Dr.GRPO pairs with
+      ``seq-mean-token-sum-norm``); used for the policy, entropy and KL terms alike.
+    - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the loss,
+      with estimator ``kl_loss_type`` (see :data:`rlloom.losses.KL_ESTIMATORS`); needs a
+      reference model.
+    - ``entropy_coeff``: subtract coef·agg(entropy) (0 disables the bonus).
+    - ``ppo_epochs``: passes over each step's batch.
+    - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
+      step's batch is one mini-batch (one optimizer step per epoch).
+    - ``epsilon``: added to the group std before dividing.
+    """
+
+    n: int = 8
+    norm_adv_by_std: bool = True
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: Optional[float] = None
+    loss_agg_mode: str = "token-mean"
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "k3"
+    entropy_coeff: float = 0.0
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 0
+    epsilon: float = 1e-6
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.n < 1:
+            problems.append(f"n must be >= 1, got {self.n}")
+        if self.clip_ratio_low < 0:
+            problems.append(f"clip_ratio_low must be >= 0, got {self.clip_ratio_low}")
+        if self.clip_ratio_high < 0:
+            problems.append(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
+            problems.append(f"clip_ratio_c must be > 1 (or null to disable dual clip), got {self.clip_ratio_c}")
+        if self.loss_agg_mode not in AGG_MODES:
+            problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
+        if self.kl_loss_type not in KL_ESTIMATORS:
+            problems.append(f"kl_loss_type must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_loss_type!r}")
+        if self.kl_loss_coef < 0:
+            problems.append(f"kl_loss_coef must be >= 0, got {self.kl_loss_coef}")
+        if self.ppo_epochs < 1:
+            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if self.ppo_mini_batch_size < 0:
+            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
+        if not self.epsilon > 0:
+            problems.append(f"epsilon must be > 0, got {self.epsilon}")
+        if problems:
+            raise ValueError("invalid algorithm=grpo config: " + "; ".join(problems))

@@ -1,0 +1,79 @@
+"""GRPO's policy loss: PPO clip + optional entropy bonus + optional KL-to-reference term."""
+
+from __future__ import annotations
+
+import torch
+
+from rlloom.batch import Batch
+from rlloom.losses import aggregate, kl_estimate, masked_mean, ppo_clip_loss
+from rlloom.protocols import LossFn
+from rlloom.types import MiniBatchStats
+from rlloom_grpo.config import GRPOConfig
+
+
+def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
+    """A :data:`rlloom.protocols.LossFn` for ``cfg``.
+
+    With ``agg`` = :func:`rlloom.losses.aggregate` in mode ``cfg.loss_agg_mode`` over the
+    ``response_mask``, normalised by the mini-batch ``stats``:
+
+        loss = agg(L_clip) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
+
+    where L_clip is :func:`rlloom.losses.ppo_clip_loss` of ``outputs["log_probs"]`` against the
+    micro-batch's ``old_log_probs`` and ``advantages``, and KL (only when ``use_kl_loss``) is
+    :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
+    needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0.
+
+    Metrics are this micro-batch's own values: ``pg_loss`` (agg of L_clip by its own counts),
+    ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
+    outputs hold it and ``kl_loss`` when used (own-count aggregates).
+    """
+    mode = cfg.loss_agg_mode
+    needed = ["old_log_probs", "advantages", "response_mask"]
+    if cfg.use_kl_loss:
+        needed.append("ref_log_probs")
+
+    def loss_fn(
+        micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        micro_batch.require(*needed)
+        if "log_probs" not in outputs:
+            raise KeyError(f"loss_fn needs outputs['log_probs']; got outputs {sorted(outputs)}")
+        log_probs = outputs["log_probs"]
+        entropy = outputs.get("entropy")
+        if entropy is None and cfg.entropy_coeff != 0:
+            raise KeyError(
+                f"entropy_coeff={cfg.entropy_coeff} needs outputs['entropy'] (compute entropy in the "
+                f"train engine); got outputs {sorted(outputs)}"
+            )
+        mask = micro_batch["response_mask"]
+        terms = ppo_clip_loss(
+            log_probs,
+            micro_batch["old_log_probs"],
+            micro_batch["advantages"],
+            mask,
+            clip_low=cfg.clip_ratio_low,
+            clip_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c,
+        )
+        loss = aggregate(terms.loss, mask, mode, stats)
+        with torch.no_grad():
+            metrics = {
+                "pg_loss": aggregate(terms.loss, mask, mode).item(),
+                "pg_clipfrac": masked_mean(terms.clipped, mask).item(),
+                "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask).item(),
+                "ppo_kl": masked_mean(terms.ppo_kl, mask).item(),
+            }
+        if entropy is not None:
+            if cfg.entropy_coeff != 0:
+                loss = loss - cfg.entropy_coeff * aggregate(entropy, mask, mode, stats)
+            with torch.no_grad():
+                metrics["entropy"] = aggregate(entropy, mask, mode).item()
+        if cfg.use_kl_loss:
+            kl = kl_estimate(log_probs, micro_batch["ref_log_probs"], cfg.kl_loss_type)
+            loss = loss + cfg.kl_loss_coef * aggregate(kl, mask, mode, stats)
+            with torch.no_grad():
+                metrics["kl_loss"] = aggregate(kl, mask, mode).item()
+        return loss, metrics
+
+    return loss_fn

@@ -1,0 +1,176 @@
+"""GRPO's loss_fn against a numpy computation of its value and gradient."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlloom.batch import Batch
+from rlloom.losses import AGG_MODES
+from rlloom.tokens import token_log_probs
+from rlloom.types import MiniBatchStats
+from rlloom_grpo import GRPOConfig, make_policy_loss_fn
+
+torch.set_num_threads(1)
+
+# A [3, 4] micro-batch: row 1 has one token, row 2 three. Log-ratios hit every PPO branch.
+MASK = np.array([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]])
+OLD = np.array([[-1.0, -2.0, -0.5, -1.2], [-0.3, 0.0, 0.0, 0.0], [-2.2, -1.1, -0.9, 0.0]])
+LOG_RATIO = np.array([[0.1, 0.5, -0.6, 1.4], [-0.05, 0.0, 0.0, 0.0], [1.3, -0.4, 0.15, 0.0]])
+NEW = OLD + LOG_RATIO
+REF = OLD + np.array([[0.2, -0.3, 0.1, 0.5], [0.0, 0.0, 0.0, 0.0], [-0.25, 0.4, 0.05, 0.0]])
+ADV = np.array([1.0, -0.5, -1.5])[:, None] * MASK
+ENTROPY = np.array([[1.2, 0.8, 0.5, 0.3], [2.0, 0.0, 0.0, 0.0], [0.9, 1.1, 0.7, 0.0]])
+
+
+def numpy_token_terms(clip_low=0.2, clip_high=0.2, c=None):
+    """Per-token PPO loss, d loss / d log π, clipped and dual-clipped indicators."""
+    ratio = np.exp(LOG_RATIO)
+    unclipped = -ADV * ratio
+    clipped_term = -ADV * np.clip(ratio, 1 - clip_low, 1 + clip_high)
+    loss = np.maximum(unclipped, clipped_term)
+    clipped = clipped_term > unclipped
+    dual = np.zeros_like(clipped)
+    if c is not None:
+        dual = (ADV < 0) & (-ADV * c < loss)
+        loss = np.where(dual, -ADV * c, loss)
+    grad = np.where(clipped | dual, 0.0, -ADV * ratio)  # d(−A·e^{log π − log π_old}) / d log π
+    return loss * MASK, grad * MASK, clipped * MASK, dual * MASK
+
+
+def numpy_aggregate_weights(mode, mask=MASK):
+    """w with agg(L) = Σ w·L over the whole batch (from the ALGORITHMS.md table)."""
+    rows, width = mask.shape
+    if mode == "token-mean":
+        return mask / mask.sum()
+    if mode == "seq-mean-token-sum":
+        return mask / rows
+    if mode == "seq-mean-token-mean":
+        counts = mask.sum(axis=1, keepdims=True)
+        nonempty = (counts > 0).sum()
+        return np.where(counts > 0, mask / np.maximum(counts, 1), 0.0) / nonempty
+    return mask / (rows * width)
+
+
+def make_batch(mask=MASK):
+    return Batch(
+        {
+            "old_log_probs": torch.tensor(OLD, dtype=torch.float64),
+            "ref_log_probs": torch.tensor(REF, dtype=torch.float64),
+            "advantages": torch.tensor(ADV, dtype=torch.float64),
+            "response_mask": torch.tensor(mask),
+        }
+    )
+
+
+def global_stats(mask=MASK):
+    return MiniBatchStats(
+        num_tokens=int(mask.sum()),
+        num_seqs=mask.shape[0],
+        num_nonempty_seqs=int((mask.sum(axis=1) > 0).sum()),
+        max_response_len=mask.shape[1],
+    )
+
+
+def run_loss(cfg, batch, rows=slice(None), stats=None):
+    log_probs = torch.tensor(NEW[rows], dtype=torch.float64, requires_grad=True)
+    entropy = torch.tensor(ENTROPY[rows], dtype=torch.float64, requires_grad=True)
+    loss, metrics = make_policy_loss_fn(cfg)(batch, {"log_probs": log_probs, "entropy": entropy},
+                                             stats or global_stats())
+    loss.backward()
+    entropy_grad = np.zeros(entropy.shape) if entropy.grad is None else entropy.grad.numpy()
+    return loss, metrics, log_probs.grad.numpy(), entropy_grad
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_loss_value_and_gradient_match_numpy_with_kl_and_entropy(mode):
+    cfg = GRPOConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
+                     kl_loss_type="k3", entropy_coeff=0.01)
+    pg, pg_grad, clipped, dual = numpy_token_terms(c=3.0)
+    assert clipped.sum() >= 2 and dual.sum() >= 1  # the example exercises both clips
+    d = NEW - REF
+    kl = (np.exp(-d) + d - 1) * MASK
+    kl_grad = (1 - np.exp(-d)) * MASK
+    w = numpy_aggregate_weights(mode)
+    expected = (w * pg).sum() - 0.01 * (w * ENTROPY).sum() + 0.1 * (w * kl).sum()
+
+    loss, metrics, grad, entropy_grad = run_loss(cfg, make_batch())
+    assert loss.item() == pytest.approx(expected, rel=1e-10)
+    np.testing.assert_allclose(grad, w * (pg_grad + 0.1 * kl_grad), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(entropy_grad, -0.01 * w, rtol=1e-10, atol=1e-14)
+    assert metrics["pg_loss"] == pytest.approx((w * pg).sum())
+    assert metrics["kl_loss"] == pytest.approx((w * kl).sum())
+    assert metrics["entropy"] == pytest.approx((w * ENTROPY).sum())
+    assert metrics["pg_clipfrac"] == pytest.approx(clipped.sum() / MASK.sum())
+    assert metrics["pg_clipfrac_lower"] == pytest.approx(dual.sum() / MASK.sum())
+    assert metrics["ppo_kl"] == pytest.approx((-LOG_RATIO * MASK).sum() / MASK.sum())
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_default_config_loss_and_gradient_signs():
+    # Defaults: no dual clip, no KL, no entropy bonus, token-mean.
+    pg, pg_grad, _, _ = numpy_token_terms()
+    loss, metrics, grad, entropy_grad = run_loss(GRPOConfig(), make_batch())
+    assert loss.item() == pytest.approx(pg.sum() / MASK.sum(), rel=1e-10)
+    np.testing.assert_allclose(grad, pg_grad / MASK.sum(), rtol=1e-10, atol=1e-14)
+    assert not entropy_grad.any() and "kl_loss" not in metrics
+    # Gradient descent raises log π where A > 0 and lowers it where A < 0 (unless clipped).
+    unclipped = pg_grad != 0
+    assert (grad[unclipped & (ADV > 0)] < 0).all() and (grad[unclipped & (ADV < 0)] > 0).all()
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_micro_batches_sum_to_whole_batch(mode):
+    cfg = GRPOConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
+                     entropy_coeff=0.01)
+    batch = make_batch()
+    whole, _, whole_grad, _ = run_loss(cfg, batch)
+    total, grads = 0.0, []
+    for rows in (slice(0, 1), slice(1, 3)):
+        loss, _, grad, _ = run_loss(cfg, batch.slice(rows.start, rows.stop), rows)
+        total += loss.item()
+        grads.append(grad)
+    assert total == pytest.approx(whole.item(), rel=1e-12)
+    np.testing.assert_allclose(np.concatenate(grads), whole_grad, rtol=1e-12, atol=1e-15)
+
+
+def test_metrics_are_the_micro_batch_own_values():
+    _, metrics, _, _ = run_loss(GRPOConfig(), make_batch().slice(1, 2), slice(1, 2))
+    # Row 1 alone: one token, ratio e^−0.05 ∈ [0.8, 1.2], A = −0.5 → L = 0.5·e^−0.05.
+    assert metrics["pg_loss"] == pytest.approx(0.5 * np.exp(-0.05))
+    assert metrics["ppo_kl"] == pytest.approx(0.05)
+    assert metrics["entropy"] == pytest.approx(2.0)
+
+
+def test_missing_inputs_are_named():
+    with pytest.raises(ValueError, match="ref_log_probs"):
+        run_loss(GRPOConfig(use_kl_loss=True), make_batch().exclude("ref_log_probs"))
+    loss_fn = make_policy_loss_fn(GRPOConfig(entropy_coeff=0.01))
+    with pytest.raises(KeyError, match="entropy"):
+        loss_fn(make_batch(), {"log_probs": torch.tensor(NEW)}, global_stats())
+    with pytest.raises(KeyError, match="log_probs"):
+        loss_fn(make_batch(), {}, global_stats())
+
+
+def test_training_a_tiny_policy_follows_the_advantages():
+    """A real (tiny) policy: per-position logits over 5 tokens. Two responses to one prompt with
+    A = +1 and −1; a few Adam steps on the GRPO loss raise the first's log-prob and lower the second's."""
+    torch.manual_seed(0)
+    logits = torch.nn.Parameter(torch.randn(1, 3, 5) * 0.1)
+    responses = torch.tensor([[1, 2, 3], [4, 0, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+    def log_probs():
+        return token_log_probs(logits.expand(2, -1, -1), responses) * mask
+
+    old = log_probs().detach()
+    batch = Batch({"old_log_probs": old, "advantages": torch.tensor([[1.0], [-1.0]]) * mask, "response_mask": mask})
+    loss_fn = make_policy_loss_fn(GRPOConfig())
+    optimizer = torch.optim.Adam([logits], lr=0.02)
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss, _ = loss_fn(batch, {"log_probs": log_probs()}, global_stats(mask.numpy()))
+        loss.backward()
+        optimizer.step()
+    new = log_probs().detach()
+    assert (new[0] - old[0]).sum() > 0.05  # the positive-advantage response became likelier
+    assert (new[1, :1] - old[1, :1]).sum() < -0.05  # the first token of the negative one, unshared, less likely

@@ -1,0 +1,51 @@
+"""GRPOConfig validation, Hydra structured-config round trip and registration through the entry point."""
+
+import importlib.metadata
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlloom.plugins.registry import Registry
+from rlloom_grpo import GRPO, GRPOConfig
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("n", 0, "n must be >= 1"),
+        ("clip_ratio_low", -0.1, "clip_ratio_low must be >= 0"),
+        ("clip_ratio_high", -0.1, "clip_ratio_high must be >= 0"),
+        ("clip_ratio_c", 1.0, "clip_ratio_c must be > 1"),
+        ("loss_agg_mode", "mean", "loss_agg_mode must be one of .*seq-mean-token-sum-norm"),
+        ("kl_loss_type", "k4", "kl_loss_type must be one of .*low_var_kl"),
+        ("kl_loss_coef", -1.0, "kl_loss_coef must be >= 0"),
+        ("ppo_epochs", 0, "ppo_epochs must be >= 1"),
+        ("ppo_mini_batch_size", -1, "ppo_mini_batch_size must be >= 0"),
+        ("epsilon", 0.0, "epsilon must be > 0"),
+    ],
+)
+def test_invalid_values_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**{field: value})
+
+
+def test_hydra_structured_config_round_trip():
+    node = OmegaConf.structured(GRPOConfig)
+    node.merge_with_dotlist(["n=4", "clip_ratio_c=3.0", "loss_agg_mode=seq-mean-token-sum-norm"])
+    cfg = OmegaConf.to_object(node)
+    assert cfg == GRPOConfig(n=4, clip_ratio_c=3.0, loss_agg_mode="seq-mean-token-sum-norm")
+    node.loss_agg_mode = "bogus"
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        OmegaConf.to_object(node)
+
+
+def test_entry_point_registers_grpo():
+    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "grpo"]
+    registry = Registry(entry_points[:1])
+    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    component = registry.get("algorithm", "grpo")
+    assert component.config is GRPOConfig and component.distribution == "rlloom-grpo"
+    algorithm = registry.build("algorithm", "grpo", GRPOConfig(use_kl_loss=True))
+    assert isinstance(algorithm, GRPO)
+    assert algorithm.needs_reference is True and algorithm.needs_critic is False
+    assert GRPO(GRPOConfig()).needs_reference is False

@@ -1,0 +1,68 @@
+"""``FSDPConfig``: the typed config of ``train_engine=fsdp`` (a Hydra structured config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LR_SCHEDULES = ("constant", "cosine")
+
+
+@dataclass
+class FSDPConfig:
+    """Optimiser, LR schedule, micro-batching and sharding of the FSDP2 train engine.
+
+    Optimiser (role ``actor`` only): AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps``.
+    ``grad_clip``: max global L2 norm of the gradients; 0 disables clipping (the norm is still
+    reported). LR schedule: see :func:`rlloom_fsdp.schedule.lr_factor` (``warmup_steps`` of linear
+    warm-up, then ``constant`` or ``cosine`` decay to ``min_lr_ratio * lr`` over the run's
+    ``EngineSpec.total_train_steps``).
+
+    ``micro_batch_size``: rows per forward/backward in ``train_step``; ``log_prob_micro_batch_size``:
+    rows per forward in ``compute_log_probs`` (``None``: same as ``micro_batch_size``).
+    ``gradient_checkpointing``: recompute decoder-layer activations in backward (less memory, about
+    one more forward of compute). ``reshard_after_forward``: free the gathered parameters of each
+    decoder layer after its forward (FSDP2's ZeRO-3 behaviour; ``False`` keeps them until backward,
+    like ZeRO-2). ``train_entropy``: also hand ``outputs["entropy"]`` (with grad) to the loss
+    function in ``train_step``; it keeps one more [b, R, V] tensor for backward, so turn it off for
+    large vocabularies when the loss does not use entropy.
+    """
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    micro_batch_size: int = 4
+    log_prob_micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    reshard_after_forward: bool = True
+    train_entropy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(
+                f"FSDPConfig.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}"
+            )
+        if self.lr < 0:
+            raise ValueError(f"FSDPConfig.lr must be >= 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"FSDPConfig.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"FSDPConfig.betas must be two values in [0, 1), got {list(self.betas)}")
+        if self.eps <= 0:
+            raise ValueError(f"FSDPConfig.eps must be > 0, got {self.eps}")
+        if self.grad_clip < 0:
+            raise ValueError(f"FSDPConfig.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"FSDPConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"FSDPConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.micro_batch_size < 1:
+            raise ValueError(f"FSDPConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.log_prob_micro_batch_size is not None and self.log_prob_micro_batch_size < 1:
+            raise ValueError(
+                f"FSDPConfig.log_prob_micro_batch_size must be >= 1 or None, got {self.log_prob_micro_batch_size}"
+            )

@@ -1,0 +1,332 @@
+"""``FSDPTrainEngine``: a causal LM sharded with FSDP2 over the process group, as actor or reference.
+
+Data parallelism: with world size N every rank holds one shard of the parameters and gets its own
+part of the batch. ``compute_log_probs``, ``train_step``, ``named_weights``, ``save`` and ``load``
+are collectives: every rank must call them together. Ranks may hold different numbers of rows:
+a rank with fewer micro-batches runs extra forward (and backward) passes on one of its rows whose
+result is discarded (zero loss), so that the ranks' FSDP collectives stay in step.
+
+Model assumptions: a Hugging Face causal LM (``AutoModelForCausalLM``) whose forward accepts
+``position_ids`` and ``logits_to_keep`` and whose decoder-layer class is listed in
+``_no_split_modules`` (see :func:`rlloom_fsdp.model.decoder_layers`), as transformers' own models do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+from rlloom import Batch, EngineSpec, MiniBatchStats
+from rlloom.protocols import LossFn
+from rlloom.tokens import concat_prompt_response, response_logits, token_entropy, token_log_probs
+from rlloom_fsdp import process_group
+from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.model import full_named_tensors, load_model, shard_model
+from rlloom_fsdp.schedule import lr_factor
+
+ROLES = ("actor", "ref")
+ENGINE_STATE_FILE = "engine_state.json"
+_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
+
+
+class FSDPTrainEngine:
+    """A :class:`~rlloom.protocols.TrainEngine` on ``torch.distributed.fsdp.fully_shard``.
+
+    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:mod:`rlloom_fsdp.schedule`) over
+    ``spec.total_train_steps`` optimizer steps. ``spec.role == "ref"``: a frozen copy (no optimizer;
+    ``train_step`` raises). Runs in float32 on CPU.
+    """
+
+    def __init__(self, cfg: FSDPConfig, spec: EngineSpec) -> None:
+        if spec.role not in ROLES:
+            raise ValueError(
+                f"EngineSpec.role {spec.role!r} is not supported by the fsdp train engine; choose one of "
+                f"{list(ROLES)} (a critic needs a value head, which rlloom-fsdp does not provide yet)"
+            )
+        self.cfg = cfg
+        self.spec = spec
+        self.trainable = spec.role == "actor"
+        if self.trainable:
+            # Fail now, not at the first train_step, if the schedule cannot be computed.
+            self._lr(1)
+        mesh = process_group.acquire()
+        self._holds_group = True
+        try:
+            self.model = load_model(
+                spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
+            )
+            shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward)
+        except BaseException:
+            self.close()
+            raise
+        self.optimizer = (
+            torch.optim.AdamW(
+                self.model.parameters(),
+                lr=self._lr(1),
+                betas=(cfg.betas[0], cfg.betas[1]),
+                eps=cfg.eps,
+                weight_decay=cfg.weight_decay,
+            )
+            if self.trainable
+            else None
+        )
+        self.step = 0  # optimizer steps taken (skipped non-finite updates included)
+
+    # ------------------------------------------------------------------------------ helpers
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    def _lr(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (1-based)."""
+        factor = lr_factor(
+            step,
+            schedule=self.cfg.lr_schedule,
+            warmup_steps=self.cfg.warmup_steps,
+            total_steps=self.spec.total_train_steps,
+            min_lr_ratio=self.cfg.min_lr_ratio,
+        )
+        return self.cfg.lr * factor
+
+    @staticmethod
+    def _all_reduce(values: list[float], op: dist.ReduceOp) -> list[float]:
+        """``values`` reduced with ``op`` over all ranks (a collective)."""
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, op=op)
+        return tensor.tolist()
+
+    @staticmethod
+    def _temperature(batch: Batch) -> float:
+        temperature = float(batch.meta.get("temperature", 1.0))
+        if not temperature > 0:
+            raise ValueError(f"batch.meta['temperature'] must be > 0, got {temperature}")
+        return temperature
+
+    @staticmethod
+    def _check_inputs(batch: Batch, method: str) -> None:
+        batch.require(*_INPUT_FIELDS)
+        if len(batch) == 0:
+            raise ValueError(f"{method}: the batch is empty; every rank needs at least one row")
+
+    def _micro_batches(self, batch: Batch, size: int) -> tuple[list[Batch], int]:
+        """``batch`` split into micro-batches of ``size`` rows, and how many padding passes this
+        rank must add to match the rank with the most micro-batches."""
+        micros = batch.split(size)
+        (most,) = self._all_reduce([len(micros)], dist.ReduceOp.MAX)
+        return micros, int(most) - len(micros)
+
+    def _forward(
+        self, micro: Batch, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding.
+
+        Only the R + 1 last positions go through the LM head (``logits_to_keep``); the first R of
+        them predict the response tokens, so they are the response slice for a prompt of length 1.
+        """
+        input_ids, attention_mask, position_ids = concat_prompt_response(micro)
+        responses = micro["responses"]
+        response_length = responses.shape[1]
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=response_length + 1,
+        )
+        logits = response_logits(output.logits, 1, response_length) / temperature
+        padding = micro["response_mask"] == 0
+        log_probs = token_log_probs(logits, responses).masked_fill(padding, 0.0)
+        entropies = token_entropy(logits).masked_fill(padding, 0.0) if entropy else None
+        return log_probs, entropies
+
+    def _mini_batch_stats(self, batch: Batch) -> MiniBatchStats:
+        """Global counts: sums over ranks, and the longest padded response length of any rank."""
+        mask = batch["response_mask"]
+        num_tokens, num_seqs, nonempty = self._all_reduce(
+            [float(mask.sum()), float(len(batch)), float((mask.sum(dim=1) > 0).sum())], dist.ReduceOp.SUM
+        )
+        (max_len,) = self._all_reduce([float(mask.shape[1])], dist.ReduceOp.MAX)
+        return MiniBatchStats(int(num_tokens), int(num_seqs), int(nonempty), int(max_len))
+
+    def _require_trainable(self, method: str) -> None:
+        if not self.trainable:
+            raise RuntimeError(
+                f"{method}: this fsdp engine has role {self.spec.role!r}, a frozen reference model without "
+                "an optimizer; only role 'actor' trains"
+            )
+
+    # ------------------------------------------------------------------------------ protocol
+    def compute_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
+        """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) of the response tokens, no grad.
+
+        Policy softmax(logits / T), T = ``batch.meta["temperature"]`` (default 1). Both are 0 where
+        ``response_mask`` is 0. Returns a batch with only these fields (and ``batch.meta``); join it
+        to the input with ``Batch.union``. The model runs in eval mode (no dropout).
+        """
+        self._check_inputs(batch, "compute_log_probs")
+        temperature = self._temperature(batch)
+        size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+        micros, padding_passes = self._micro_batches(batch, size)
+        self.model.eval()
+        log_probs, entropies = [], []
+        with torch.no_grad():
+            for micro in micros:
+                micro_log_probs, micro_entropy = self._forward(micro, temperature, entropy)
+                log_probs.append(micro_log_probs)
+                entropies.append(micro_entropy)
+            for _ in range(padding_passes):
+                self._forward(batch.slice(0, 1), temperature, False)
+        fields = {"log_probs": torch.cat(log_probs)}
+        if entropy:
+            fields["entropy"] = torch.cat(entropies)
+        return Batch(fields, meta=batch.meta, batch_size=len(batch))
+
+    def compute_values(self, batch: Batch) -> Batch:
+        """Not available: this engine has no value head."""
+        raise NotImplementedError(
+            "FSDPTrainEngine.compute_values: the fsdp engine serves causal LMs without a value head "
+            "(roles 'actor' and 'ref'); critics are not supported yet"
+        )
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
+
+        For each micro-batch of ``cfg.micro_batch_size`` rows: forward in train mode (dropout as set
+        in the model's config; RL checkpoints normally have none, so the policy matches
+        :meth:`compute_log_probs`); ``outputs = {"log_probs": [b, R]}`` (+ ``"entropy"`` when
+        ``cfg.train_entropy``), both with grad and temperature-scaled like :meth:`compute_log_probs`;
+        ``loss, metrics = loss_fn(micro, outputs, stats)`` with ``stats`` counted over all ranks;
+        backward of ``loss * world_size``. The loss
+        is the micro-batch's share of the mini-batch loss, so the mini-batch gradient is the *sum*
+        over micro-batches and ranks; FSDP averages gradients over ranks, which the factor
+        ``world_size`` undoes.
+
+        Then: global gradient L2 norm; clip to ``cfg.grad_clip`` (when > 0); AdamW step at the LR of
+        this step; zero grads. If the norm is not finite the update is skipped (weights and
+        optimizer state unchanged) but the step still counts for the LR schedule.
+
+        Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
+        must report the same metric names), ``grad_norm`` (before clipping), ``lr`` (the LR this
+        step used) and ``skipped_update`` (1.0 when the update was skipped, else 0.0).
+        """
+        self._require_trainable("train_step")
+        self._check_inputs(batch, "train_step")
+        temperature = self._temperature(batch)
+        stats = self._mini_batch_stats(batch)
+        micros, padding_passes = self._micro_batches(batch, self.cfg.micro_batch_size)
+        self.model.train()
+        metric_sums: dict[str, float] = {}
+        for micro in micros:
+            log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+            outputs = {"log_probs": log_probs}
+            if entropies is not None:
+                outputs["entropy"] = entropies
+            loss, metrics = loss_fn(micro, outputs, stats)
+            (loss * self.world_size).backward()
+            for name, value in metrics.items():
+                metric_sums[name] = metric_sums.get(name, 0.0) + float(value)
+        for _ in range(padding_passes):
+            log_probs, _ = self._forward(batch.slice(0, 1), temperature, False)
+            (log_probs.sum() * 0.0).backward()
+
+        names = sorted(metric_sums)
+        averaged = self._all_reduce([metric_sums[name] / len(micros) for name in names], dist.ReduceOp.SUM)
+        result = {name: value / self.world_size for name, value in zip(names, averaged)}
+
+        lr = self._lr(self.step + 1)
+        grad_norm = self._clip_gradients()
+        skipped = not math.isfinite(grad_norm)
+        if not skipped:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        return result
+
+    def _clip_gradients(self) -> float:
+        """Global L2 norm of all gradients (over every shard); clip them to ``cfg.grad_clip``."""
+        parameters = [p for p in self.model.parameters() if p.grad is not None]
+        norm = get_total_norm([p.grad for p in parameters], norm_type=2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        if self.cfg.grad_clip > 0 and torch.isfinite(norm):
+            clip_grads_with_norm_(parameters, self.cfg.grad_clip, norm)
+        return float(norm)
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full weights on CPU under the Hugging Face ``state_dict`` names, one tensor at a time.
+
+        With tied embeddings ``lm_head.weight`` is not yielded (it is ``model.embed_tokens.weight``),
+        matching ``save_pretrained``. All ranks must consume the iterator together; every rank gets
+        every full tensor.
+        """
+        yield from full_named_tensors(self.model)
+
+    def save(self, path: str) -> None:
+        """Write a ``torch.distributed.checkpoint`` of the model (and optimizer) shards to ``path``,
+        plus ``engine_state.json`` with the step counter (which fixes the LR schedule position).
+        ``path`` must be a directory every rank can write to (shared storage at world size > 1)."""
+        os.makedirs(path, exist_ok=True)
+        dcp.save(self._checkpoint_state(), checkpoint_id=path)
+        if dist.get_rank() == 0:
+            with open(os.path.join(path, ENGINE_STATE_FILE), "w") as handle:
+                json.dump({"step": self.step, "role": self.spec.role}, handle)
+        dist.barrier()
+
+    def load(self, path: str) -> None:
+        """Restore what :meth:`save` wrote; the next ``train_step`` is then identical to the one
+        that followed the save. A reference engine may load an actor checkpoint (weights only)."""
+        state_file = os.path.join(path, ENGINE_STATE_FILE)
+        if not os.path.isfile(state_file):
+            raise FileNotFoundError(f"{path!r} is not an fsdp engine checkpoint: {ENGINE_STATE_FILE} is missing")
+        with open(state_file) as handle:
+            engine_state = json.load(handle)
+        if self.trainable and engine_state["role"] != "actor":
+            raise ValueError(
+                f"{path!r} was saved by an engine with role {engine_state['role']!r} and holds no optimizer "
+                "state; an actor can only resume from an actor checkpoint"
+            )
+        state = self._checkpoint_state()
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(
+            self.model,
+            self.optimizer or [],
+            model_state_dict=state["model"],
+            optim_state_dict=state.get("optimizer", {}),
+        )
+        self.step = int(engine_state["step"])
+
+    def _checkpoint_state(self) -> dict:
+        """Sharded state dicts of the model and (actor) optimizer, keyed as in the checkpoint."""
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer or [])
+        state = {"model": model_state}
+        if self.optimizer is not None:
+            state["optimizer"] = optimizer_state
+        return state
+
+    def offload(self) -> None:
+        """No-op: the engine keeps parameters and optimizer state on CPU already."""
+
+    def onload(self) -> None:
+        """No-op: see :meth:`offload`."""
+
+    def close(self) -> None:
+        """Drop the model and optimizer and release the process group (destroyed if this package
+        created it and no other engine uses it). Calling it again does nothing."""
+        if not self._holds_group:
+            return
+        self.model = None
+        self.optimizer = None
+        self._holds_group = False
+        process_group.release()

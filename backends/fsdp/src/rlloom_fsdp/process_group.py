@@ -1,0 +1,49 @@
+"""The process group FSDP engines shard over, shared by every engine in the process.
+
+:func:`acquire` uses the default ``torch.distributed`` process group when one exists (world size
+N, set up by a launcher such as Ray); otherwise it creates a single-rank gloo group in-process
+(rendezvous through a ``FileStore`` in a fresh temporary directory, so no port is needed). Every
+engine calls :func:`acquire` once and :func:`release` once; the group is destroyed when the last
+user releases it, and only if it was created here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+_users = 0
+_created_store_dir: str | None = None  # set while a group created by this module is alive
+
+
+def acquire() -> DeviceMesh:
+    """Count one more user of the default process group (creating it if needed); its 1-D CPU mesh."""
+    global _users, _created_store_dir
+    if not dist.is_initialized():
+        store_dir = tempfile.mkdtemp(prefix="rlloom-fsdp-pg-")
+        store = dist.FileStore(f"{store_dir}/store", 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        _created_store_dir = store_dir
+    _users += 1
+    return DeviceMesh.from_group(dist.group.WORLD, "cpu")
+
+
+def release() -> None:
+    """Count one user less; destroy the group if this module created it and nobody uses it."""
+    global _users, _created_store_dir
+    if _users < 1:
+        raise RuntimeError("process_group.release() called more often than acquire()")
+    _users -= 1
+    if _users == 0 and _created_store_dir is not None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        shutil.rmtree(_created_store_dir, ignore_errors=True)
+        _created_store_dir = None
+
+
+def users() -> int:
+    """How many engines currently hold the group."""
+    return _users

@@ -1,0 +1,87 @@
+"""Time ``HFRolloutEngine.generate`` on a random ~5M-parameter Qwen2 (CPU, float32).
+
+Workload: B prompts of 40-64 tokens (left-padded), n completions each, ``max_new_tokens`` new
+tokens with no early stop (the stop id is outside the sampled range). For comparison it also times
+``model.generate`` on the same rows (prompts repeated n times, ``output_logits=True``).
+
+    python backends/hf/bench/bench_hf_rollout.py --prompts 4 --n 8 --max-new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+from rlloom import Batch, EngineSpec, SamplingParams
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from rlloom_hf import HFRolloutConfig, HFRolloutEngine
+
+
+def build_model_dir(path: str, vocab: int) -> Qwen2ForCausalLM:
+    config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         eos_token_id=vocab - 1, pad_token_id=0)
+    model = Qwen2ForCausalLM(config)
+    # The stop token can never be sampled: every response runs to max_new_tokens.
+    with torch.no_grad():
+        model.lm_head.weight[vocab - 1] = 0.0  # tied: this also zeroes its embedding, harmless here
+    model.save_pretrained(path)
+    words = {f"t{i}": i for i in range(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="t1"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="t0", eos_token=f"t{vocab - 1}").save_pretrained(path)
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    with tempfile.TemporaryDirectory() as path:
+        model = build_model_dir(path, args.vocab)
+        print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
+        engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path=path, role="rollout"))
+        lengths = torch.randint(40, 65, (args.prompts,))
+        ids = torch.randint(1, args.vocab - 1, (args.prompts, int(lengths.max())))
+        mask = (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths[:, None]).long()
+        prompts = Batch({"prompts": ids * mask, "prompt_mask": mask})
+        sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
+
+        def time_it(fn) -> str:
+            """Median wall and CPU time over the repeats (CPU time is steadier on a shared machine)."""
+            fn()
+            wall, cpu = [], []
+            for _ in range(args.repeats):
+                start_wall, start_cpu = time.perf_counter(), time.process_time()
+                fn()
+                wall.append(time.perf_counter() - start_wall)
+                cpu.append(time.process_time() - start_cpu)
+            return f"{statistics.median(wall) * 1e3:.0f} ms wall, {statistics.median(cpu) * 1e3:.0f} ms CPU"
+
+        rows = args.prompts * args.n
+        engine_time = time_it(lambda: engine.generate(prompts, sampling))
+        print(f"HFRolloutEngine.generate: {rows} rows x {args.max_new_tokens} tokens: {engine_time}")
+
+        repeated = prompts.repeat(args.n)
+        reference = engine.model
+        hf_time = time_it(lambda: reference.generate(
+            input_ids=repeated["prompts"], attention_mask=repeated["prompt_mask"], do_sample=True,
+            temperature=1.0, top_k=0, max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+            output_logits=True, return_dict_in_generate=True, pad_token_id=0))
+        print(f"model.generate (reference):        {rows} rows x {args.max_new_tokens} tokens: {hf_time}")
+
+
+if __name__ == "__main__":
+    main()

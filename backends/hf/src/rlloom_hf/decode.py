@@ -1,0 +1,99 @@
+"""The batched KV-cache sampling loop over one chunk of response rows.
+
+One call prefills each distinct prompt once, copies its KV cache to the rows that answer it, then
+decodes every row one token per model call until each row has produced a stop token or
+``max_new_tokens`` tokens. Position ids follow ``cumsum(attention_mask) - 1`` (as in
+:func:`rlloom.tokens.concat_prompt_response`), so the first real prompt token is at position 0
+whatever the left padding, and the log-probs match a teacher-forced forward over
+prompt + response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from rlloom import SamplingParams
+from transformers import DynamicCache, PreTrainedModel
+
+from rlloom_hf.sampling import next_tokens
+
+
+@dataclass(frozen=True)
+class DecodedChunk:
+    """Responses of one chunk of N rows, T = the longest response in the chunk.
+
+    ``tokens`` [N, T] int64 right-padded with the pad id, ``mask`` [N, T] int64 (1 on generated
+    tokens, the stop token included), ``log_probs`` [N, T] float32 (0 where ``mask`` is 0).
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    log_probs: torch.Tensor
+
+
+@torch.no_grad()
+def decode_chunk(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    copies: torch.Tensor,
+    sampling: SamplingParams,
+    stop_ids: torch.Tensor,
+    pad_id: int,
+    generator: torch.Generator,
+) -> DecodedChunk:
+    """Sample responses for ``copies[i]`` rows of each distinct prompt ``i``.
+
+    ``prompt_ids`` / ``prompt_mask``: [U, P] left-padded, every row with at least one real token.
+    ``copies``: [U] int64 >= 1; the output has ``copies.sum()`` rows, grouped by prompt in order.
+    ``stop_ids``: 1-D int64 ids that end a response (may be empty: then only ``max_new_tokens``
+    does). All tensors live on the model's device, as does ``generator``.
+    """
+    # Columns that are padding in every row carry no information: drop them.
+    first_real = int(prompt_mask.any(dim=0).nonzero()[0])
+    prompt_ids, prompt_mask = prompt_ids[:, first_real:], prompt_mask[:, first_real:]
+    positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+    cache = DynamicCache(config=model.config)
+    prefill = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    owner = torch.repeat_interleave(torch.arange(len(copies), device=copies.device), copies)
+    if len(owner) != len(copies):
+        cache.reorder_cache(owner)
+    logits = prefill.logits[owner, -1]
+
+    rows, prompt_len, max_new = len(owner), prompt_mask.shape[1], sampling.max_new_tokens
+    attention = torch.cat([prompt_mask[owner], prompt_mask.new_ones(rows, max_new)], dim=1)
+    next_position = prompt_mask.sum(dim=1)[owner].unsqueeze(1)
+    tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=logits.device)
+    mask = torch.zeros((rows, max_new), dtype=torch.long, device=logits.device)
+    log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=logits.device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=logits.device)
+
+    for step in range(max_new):
+        picked, picked_log_probs = next_tokens(logits, sampling, generator)
+        alive = ~finished
+        tokens[:, step] = torch.where(alive, picked, pad_id)
+        log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
+        mask[:, step] = alive.long()
+        finished |= torch.isin(picked, stop_ids)
+        if step + 1 == max_new or bool(finished.all()):
+            break
+        out = model(
+            input_ids=tokens[:, step : step + 1],
+            attention_mask=attention[:, : prompt_len + step + 1],
+            position_ids=next_position + step,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1]
+
+    length = step + 1
+    return DecodedChunk(tokens[:, :length], mask[:, :length], log_probs[:, :length])

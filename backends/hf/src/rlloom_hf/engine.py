@@ -1,0 +1,187 @@
+"""``HFRolloutEngine``: the :class:`rlloom.protocols.RolloutEngine` on Hugging Face transformers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from rlloom import Batch, EngineSpec, SamplingParams
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from rlloom_hf.config import HFRolloutConfig
+from rlloom_hf.decode import DecodedChunk, decode_chunk
+from rlloom_hf.sampling import policy_temperature
+
+
+def stop_token_ids(generation_config: GenerationConfig, tokenizer) -> list[int]:
+    """Ids that end a response: the model's ``generation_config.eos_token_id`` (an int or a list)
+    together with the tokenizer's ``eos_token_id``, sorted, without duplicates (maybe empty)."""
+    ids = generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted(set(ids))
+
+
+def pad_token_id(generation_config: GenerationConfig, tokenizer, stop_ids: list[int]) -> int:
+    """The id that right-pads responses: the tokenizer's pad token, else the generation config's,
+    else the first stop id."""
+    for candidate in (tokenizer.pad_token_id, generation_config.pad_token_id):
+        if candidate is not None:
+            return int(candidate)
+    if stop_ids:
+        return stop_ids[0]
+    raise ValueError("the model has no pad token: neither the tokenizer nor the generation config "
+                     "defines pad_token_id or eos_token_id")
+
+
+def check_left_padded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+    """Raise a ValueError unless ``prompts`` / ``prompt_mask`` are [B, P] with every mask row of the
+    form 0…0 1…1 holding at least one 1."""
+    if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(f"prompts {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} "
+                         "must both be [B, P]")
+    if prompt_ids.dtype != torch.long:
+        raise ValueError(f"prompts must be int64 token ids, got {prompt_ids.dtype}")
+    if len(prompt_mask) == 0:
+        return
+    bad_value = ~((prompt_mask == 0) | (prompt_mask == 1)).all(dim=1)
+    empty = prompt_mask[:, -1] != 1
+    not_left = (prompt_mask.diff(dim=1) < 0).any(dim=1)
+    for problem, rows in (("values other than 0/1", bad_value), ("no real token (or padding on the right)", empty),
+                          ("padding after a real token", not_left)):
+        if rows.any():
+            raise ValueError(f"prompt_mask must be left-padded; row(s) {rows.nonzero().flatten().tolist()} "
+                             f"have {problem}")
+
+
+def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack the chunks' rows on the CPU, right-padding each to the longest response R:
+    ``(responses [N, R] int64, response_mask [N, R] int64, rollout_log_probs [N, R] float32)``."""
+    if not chunks:
+        return (torch.zeros((0, 0), dtype=torch.long), torch.zeros((0, 0), dtype=torch.long),
+                torch.zeros((0, 0), dtype=torch.float32))
+    length = max(chunk.tokens.shape[1] for chunk in chunks)
+
+    def stack(parts: list[torch.Tensor], fill: float) -> torch.Tensor:
+        return torch.cat([F.pad(part.cpu(), (0, length - part.shape[1]), value=fill) for part in parts])
+
+    return (stack([c.tokens for c in chunks], pad_id), stack([c.mask for c in chunks], 0),
+            stack([c.log_probs for c in chunks], 0.0))
+
+
+class HFRolloutEngine:
+    """Samples responses with a transformers causal LM; see :meth:`generate` for the contract.
+
+    Loads the model and tokenizer from ``spec.model_path``. ``tokenizer`` is public (the controller
+    decodes responses with it). Random draws come from a generator seeded with ``spec.seed``
+    unless a call gives ``sampling.seed``.
+    """
+
+    def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
+        self.config = cfg
+        self.device = torch.device(cfg.device)
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.model_path, dtype=cfg.torch_dtype, attn_implementation=cfg.attn_implementation
+        )
+        self.model = model.to(self.device).eval()
+        self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
+        self.pad_id = pad_token_id(self.model.generation_config, self.tokenizer, self.stop_ids)
+        self._generator = torch.Generator(device=self.device).manual_seed(spec.seed)
+        self._asleep = False
+
+    # ------------------------------------------------------------------------------ generation
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
+
+        Output rows ``i*n … i*n+n-1`` answer prompt ``i`` and carry its fields (``Batch.repeat``).
+        Rows are decoded ``cfg.max_batch_rows`` at a time; each chunk prefills each of its distinct
+        prompts once. With ``sampling.seed`` set, the same engine weights and input give the same
+        output.
+        """
+        model = self._ready("generate")
+        prompts.require("prompts", "prompt_mask")
+        prompt_ids, prompt_mask = prompts["prompts"], prompts["prompt_mask"]
+        check_left_padded(prompt_ids, prompt_mask)
+        generator = self._generator
+        if sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        stop_ids = torch.tensor(self.stop_ids, dtype=torch.long, device=self.device)
+
+        total = len(prompts) * sampling.n
+        chunks: list[DecodedChunk] = []
+        for start in range(0, total, self.config.max_batch_rows):
+            owners = torch.arange(start, min(start + self.config.max_batch_rows, total)) // sampling.n
+            unique, copies = torch.unique_consecutive(owners, return_counts=True)
+            chunks.append(decode_chunk(
+                model,
+                prompt_ids[unique].to(self.device),
+                prompt_mask[unique].to(self.device),
+                copies.to(self.device),
+                sampling,
+                stop_ids,
+                self.pad_id,
+                generator,
+            ))
+
+        out = prompts.repeat(sampling.n)
+        out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
+        out.meta["temperature"] = policy_temperature(sampling)
+        return out
+
+    # ------------------------------------------------------------------------------ weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy full tensors, named as in the model's ``state_dict`` (Hugging Face naming), into the
+        model in place (cast to the model's dtype and device).
+
+        Tied weights share one tensor, so updating either name (``lm_head.weight`` or
+        ``model.embed_tokens.weight`` when tied) updates both. An unknown name or a shape mismatch
+        raises a ValueError naming it; tensors before it in ``named_tensors`` are already copied
+        (the input is streamed, never held whole).
+        """
+        model = self._ready("update_weights", allow_asleep=True)
+        targets = model.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                target = targets.get(name)
+                if target is None:
+                    raise ValueError(f"update_weights: the model has no weight named {name!r} "
+                                     f"(it has e.g. {list(targets)[:3]})")
+                if tensor.shape != target.shape:
+                    raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                                     f"the model's is {tuple(target.shape)}")
+                target.copy_(tensor)
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def sleep(self) -> None:
+        """Enter the asleep state until :meth:`wake_up`; ``generate`` refuses to run meanwhile.
+
+        The KV cache lives only inside a ``generate`` call, so between calls the only memory held is
+        the weights. On an accelerator they are moved to host memory (and the CUDA cache emptied);
+        on the CPU nothing is freed, since the weights must stay somewhere and there is no other
+        state.
+        """
+        model = self._ready("sleep", allow_asleep=True)
+        if self.device.type != "cpu":
+            model.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        self._asleep = True
+
+    def wake_up(self) -> None:
+        """Leave the asleep state, moving the weights back to the configured device."""
+        self._ready("wake_up", allow_asleep=True).to(self.device)
+        self._asleep = False
+
+    def close(self) -> None:
+        """Drop the model (the tokenizer stays usable for decoding). Later calls raise."""
+        self.model = None
+
+    def _ready(self, action: str, allow_asleep: bool = False):
+        if self.model is None:
+            raise RuntimeError(f"HFRolloutEngine.{action}: the engine is closed")
+        if self._asleep and not allow_asleep:
+            raise RuntimeError(f"HFRolloutEngine.{action}: the engine is asleep; call wake_up() first")
+        return self.model

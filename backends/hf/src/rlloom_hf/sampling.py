@@ -1,0 +1,77 @@
+"""Choosing the next token from a row of logits, and its log-prob under the sampling policy.
+
+The policy is ``softmax(logits / T)`` with T = ``sampling.temperature`` (T = 1 when greedy). The
+token is drawn from that policy after top-k, then top-p filtering (top-p on the distribution the
+top-k filter left, renormalised), or is the argmax when greedy. The reported log-prob is always
+``log_softmax(logits / T)[token]`` of the **unfiltered** policy, the quantity train engines
+recompute.
+"""
+
+from __future__ import annotations
+
+import torch
+from rlloom import SamplingParams
+
+
+def policy_temperature(sampling: SamplingParams) -> float:
+    """T of the policy ``softmax(logits / T)``: the sampling temperature, or 1 when greedy."""
+    return 1.0 if sampling.greedy else float(sampling.temperature)
+
+
+def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set to ``-inf`` the logits [N, V] outside the top-k set, then outside the top-p nucleus.
+
+    Top-k keeps every token whose logit is at least the k-th largest (ties at the boundary are
+    all kept); ``top_k == -1`` or ``top_k >= V`` keeps all. The nucleus is the smallest set of
+    most likely tokens whose probability reaches ``top_p``: a token is kept when the total
+    probability of the tokens ranked above it is below ``top_p`` (so the most likely is always
+    kept); ``top_p == 1`` keeps all.
+    """
+    vocab = scaled.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_above = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = mass_above >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of ``probs`` [N, V] (non-negative, rows need not sum exactly to 1), index
+    ``i`` drawn with probability ``probs[:, i] / probs.sum(-1)``; returns [N] int64.
+
+    Inverse CDF: the first ``i`` whose cumulative sum exceeds ``u * total`` with ``u ~ U[0, 1)``.
+    It draws one random number per row (``torch.multinomial`` costs ~20x more on CPU for a 50k
+    vocabulary). A zero-probability index is never returned: its cumulative sum equals its
+    predecessor's, and a ``u * total`` rounded up to ``total`` is mapped to the last index with
+    positive probability.
+    """
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:].contiguous()
+    target = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
+    picked = torch.searchsorted(cdf, target, right=True)
+    last_positive = torch.searchsorted(cdf, total, right=False)
+    return torch.minimum(picked, last_positive).squeeze(-1)
+
+
+def next_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row of ``logits`` [N, V]; return ``(tokens [N] int64, log_probs [N] float32)``.
+
+    ``log_probs`` is ``log_softmax(logits / T)`` at the picked token (see module doc). Random draws
+    come from ``generator`` only, so a seeded generator makes the choice reproducible.
+    """
+    scaled = logits.float() / policy_temperature(sampling)
+    log_probs = torch.log_softmax(scaled, dim=-1)
+    if sampling.greedy:
+        tokens = torch.argmax(scaled, dim=-1)
+    else:
+        filtered = filter_top_k_top_p(scaled, sampling.top_k, sampling.top_p)
+        tokens = sample_categorical(torch.softmax(filtered, dim=-1), generator)
+    return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,390 @@
+"""Tests of the ``hf`` rollout engine on tiny random Qwen2 models saved to a temporary folder.
+
+References are computed here independently of the engine: a separately loaded copy of the model
+with eager attention, run without KV cache and without padding on each prompt + response.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom.plugins.registry import Registry
+from rlloom.protocols import RolloutEngine
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from rlloom_hf import HFRolloutConfig, HFRolloutEngine
+from rlloom_hf.sampling import filter_top_k_top_p, sample_categorical
+
+SPECIALS = ["<pad>", "<eos>", "<end>", "<unk>"]
+PAD, EOS, END = 0, 1, 2  # <eos> is the tokenizer's eos; the generation config stops on <eos> and <end>
+VOCAB = SPECIALS + list("0123456789+-=? abcd")
+
+torch.set_num_threads(1)
+
+
+def _save_model(path: Path, seed: int, tie: bool) -> None:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(VOCAB), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.15,
+        tie_word_embeddings=tie, eos_token_id=[EOS, END], pad_token_id=PAD,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    ).save_pretrained(path)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory) -> dict[str, str]:
+    """Three tiny models: ``main`` and ``other`` (untied, different weights), ``tied``."""
+    root = tmp_path_factory.mktemp("hf_rollout_models")
+    dirs = {}
+    for name, seed, tie in (("main", 0, False), ("other", 1, False), ("tied", 2, True)):
+        dirs[name] = str(root / name)
+        _save_model(root / name, seed, tie)
+    return dirs
+
+
+def make_engine(path: str, seed: int = 0, **cfg) -> HFRolloutEngine:
+    return HFRolloutEngine(HFRolloutConfig(**cfg), EngineSpec(model_path=path, role="rollout", seed=seed))
+
+
+@pytest.fixture(scope="session")
+def reference(model_dirs):
+    """An independent copy of the ``main`` model (eager attention) for teacher-forced references."""
+    return AutoModelForCausalLM.from_pretrained(model_dirs["main"], dtype=torch.float32,
+                                                attn_implementation="eager").eval()
+
+
+def left_padded(rows: list[list[int]], **extra) -> Batch:
+    """A prompt batch from token lists of different lengths, left-padded with PAD."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return Batch({"prompts": ids, "prompt_mask": mask}, extra.pop("objects", None), batch_size=len(rows), **extra)
+
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15], [16, 17, 18, 19, 20]]
+
+
+def real_prompt(out: Batch, row: int) -> list[int]:
+    return out["prompts"][row][out["prompt_mask"][row].bool()].tolist()
+
+
+def real_response(out: Batch, row: int) -> list[int]:
+    return out["responses"][row][out["response_mask"][row].bool()].tolist()
+
+
+@torch.no_grad()
+def teacher_forced(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) of each response token, from one unpadded forward over prompt + response."""
+    ids = torch.tensor([prompt + response])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) + len(response) - 1]
+    log_probs = torch.log_softmax(logits.double() / temperature, dim=-1)
+    return log_probs[torch.arange(len(response)), torch.tensor(response)]
+
+
+@torch.no_grad()
+def next_token_probs(model, prefix: list[int], temperature: float) -> torch.Tensor:
+    return torch.softmax(model(input_ids=torch.tensor([prefix])).logits[0, -1].double() / temperature, dim=-1)
+
+
+# ---------------------------------------------------------------------------------- plugin
+def test_registered_as_rollout_engine_hf(model_dirs):
+    component = Registry().get("rollout_engine", "hf")
+    assert component.config is HFRolloutConfig
+    assert component.distribution == "rlloom-hf"
+    engine = component.factory(HFRolloutConfig(), EngineSpec(model_path=model_dirs["main"], role="rollout"))
+    assert isinstance(engine, RolloutEngine)
+    assert engine.tokenizer.decode([VOCAB.index(c) for c in "12+3=?"]) == "12+3=?"
+    assert engine.stop_ids == [EOS, END]
+    assert engine.pad_id == PAD
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="dtype"):
+        HFRolloutConfig(dtype="float64")
+    with pytest.raises(ValueError, match="max_batch_rows"):
+        HFRolloutConfig(max_batch_rows=0)
+
+
+# ---------------------------------------------------------------------------------- layout
+def test_output_layout_and_padding(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    prompts = left_padded(PROMPTS, meta={"step": 3})
+    out = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=0))
+    rows = len(PROMPTS) * 2
+    R = out["responses"].shape[1]
+    assert 1 <= R <= 12
+    assert out["responses"].dtype == torch.long and out["response_mask"].dtype == torch.long
+    assert out["rollout_log_probs"].dtype == torch.float32
+    for name in ("responses", "response_mask", "rollout_log_probs"):
+        assert out[name].shape == (rows, R)
+    assert out["prompts"].shape == (rows, prompts["prompts"].shape[1])
+    mask = out["response_mask"]
+    lengths = mask.sum(1)
+    # right padding: 1…1 0…0 in every row, and R is the longest response
+    assert torch.equal(mask, (torch.arange(R) < lengths[:, None]).long())
+    assert int(lengths.max()) == R
+    assert torch.all(out["responses"][mask == 0] == PAD)
+    assert torch.all(out["rollout_log_probs"][mask == 0] == 0)
+    assert torch.all(out["rollout_log_probs"][mask == 1] < 0)
+    # a response ends at its first stop token, or runs to max_new_tokens
+    for row in range(rows):
+        response = real_response(out, row)
+        stops = [i for i, t in enumerate(response) if t in (EOS, END)]
+        assert stops == [] and len(response) == 12 or stops == [len(response) - 1]
+    assert out.meta == {"step": 3, "temperature": 1.0}
+
+
+def test_rejects_prompts_not_left_padded(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    ids = torch.tensor([[5, 6, 0], [7, 8, 9]])
+    with pytest.raises(ValueError, match=r"row\(s\) \[0\]"):
+        engine.generate(Batch({"prompts": ids, "prompt_mask": (ids != 0).long()}), SamplingParams())
+    with pytest.raises(ValueError, match="prompt_mask"):
+        engine.generate(Batch({"prompts": ids}), SamplingParams())
+
+
+# ---------------------------------------------------------------------------------- log-probs
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_probs_match_teacher_forced_forward(model_dirs, reference, temperature):
+    # 4 prompts x n=3 in chunks of 5 rows: chunks split prompt groups, each group shares a prefill
+    engine = make_engine(model_dirs["main"], max_batch_rows=5)
+    sampling = SamplingParams(n=3, temperature=temperature, max_new_tokens=10, seed=1)
+    out = engine.generate(left_padded(PROMPTS), sampling)
+    assert out.meta["temperature"] == temperature
+    worst = 0.0
+    for row in range(len(out)):
+        assert real_prompt(out, row) == PROMPTS[row // 3]
+        response = real_response(out, row)
+        expected = teacher_forced(reference, PROMPTS[row // 3], response, temperature)
+        got = out["rollout_log_probs"][row, : len(response)].double()
+        worst = max(worst, float((got - expected).abs().max()))
+    assert worst < 1e-3
+
+
+def test_left_padding_gives_the_same_results_as_each_prompt_alone(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=10)
+    together = engine.generate(left_padded(PROMPTS), sampling)
+    for i, prompt in enumerate(PROMPTS):
+        alone = engine.generate(left_padded([prompt]), sampling)
+        assert real_response(together, i) == real_response(alone, 0)
+        length = len(real_response(alone, 0))
+        torch.testing.assert_close(together["rollout_log_probs"][i, :length], alone["rollout_log_probs"][0, :length],
+                                   atol=1e-4, rtol=0)
+
+
+def test_greedy_is_the_argmax_continuation(model_dirs, reference):
+    engine = make_engine(model_dirs["main"])
+    out = engine.generate(left_padded(PROMPTS), SamplingParams(temperature=0.0, max_new_tokens=8))
+    assert out.meta["temperature"] == 1.0
+    for i, prompt in enumerate(PROMPTS):
+        sequence, expected_log_probs = list(prompt), []
+        while len(sequence) - len(prompt) < 8:
+            probs = next_token_probs(reference, sequence, 1.0)
+            token = int(probs.argmax())
+            sequence.append(token)
+            expected_log_probs.append(math.log(float(probs[token])))
+            if token in (EOS, END):
+                break
+        expected = sequence[len(prompt):]
+        assert real_response(out, i) == expected
+        torch.testing.assert_close(out["rollout_log_probs"][i, : len(expected)].double(),
+                                   torch.tensor(expected_log_probs, dtype=torch.float64), atol=1e-4, rtol=0)
+
+
+def test_chunk_size_does_not_change_results(model_dirs):
+    sampling = SamplingParams(n=2, temperature=0.0, max_new_tokens=8)
+    whole = make_engine(model_dirs["main"]).generate(left_padded(PROMPTS), sampling)
+    one_by_one = make_engine(model_dirs["main"], max_batch_rows=1).generate(left_padded(PROMPTS), sampling)
+    assert torch.equal(whole["response_mask"], one_by_one["response_mask"])
+    assert torch.equal(whole["responses"], one_by_one["responses"])
+    torch.testing.assert_close(whole["rollout_log_probs"], one_by_one["rollout_log_probs"], atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------------------------- stopping
+def test_sampled_responses_stop_at_either_stop_token(model_dirs):
+    # All-zero lm_head: every next token is uniform over the vocabulary, log-prob -log V exactly,
+    # and each step stops with probability 2/V, so rows end at many different lengths.
+    engine = make_engine(model_dirs["main"])
+    engine.update_weights([("lm_head.weight", torch.zeros(len(VOCAB), 64))])
+    out = engine.generate(left_padded(PROMPTS), SamplingParams(n=6, temperature=0.7, max_new_tokens=20, seed=3))
+    lengths = out["response_mask"].sum(1)
+    last_tokens = {real_response(out, row)[-1] for row in range(len(out))}
+    assert {EOS, END} <= last_tokens  # both stop ids were hit (precondition of the checks below)
+    assert int(lengths.min()) < int(lengths.max())
+    for row in range(len(out)):
+        response = real_response(out, row)
+        n = len(response)
+        assert all(t not in (EOS, END) for t in response[:-1])
+        assert response[-1] in (EOS, END) or n == 20
+        assert out["response_mask"][row, :n].eq(1).all() and out["response_mask"][row, n:].eq(0).all()
+        assert out["responses"][row, n:].eq(PAD).all()
+    masked = out["rollout_log_probs"][out["response_mask"] == 1]
+    torch.testing.assert_close(masked, torch.full_like(masked, -math.log(len(VOCAB))), atol=1e-5, rtol=0)
+    assert out["rollout_log_probs"][out["response_mask"] == 0].eq(0).all()
+
+
+@pytest.mark.parametrize("stop_id", [EOS, END])
+def test_greedy_stops_right_after_a_forced_stop_token(model_dirs, stop_id):
+    # Hidden dimension 0 is made ~1000 for every token, so after the final RMSNorm it is positive
+    # and dominates; an lm_head reading only that dimension, only for ``stop_id``, makes it the argmax.
+    engine = make_engine(model_dirs["main"])
+    embed = engine.model.get_input_embeddings().weight.detach().clone()
+    embed[:, 0] = 1000.0
+    head = torch.zeros(len(VOCAB), 64)
+    head[stop_id, 0] = 1.0
+    engine.update_weights([("model.embed_tokens.weight", embed), ("lm_head.weight", head)])
+    out = engine.generate(left_padded(PROMPTS), SamplingParams(n=2, temperature=0.0, max_new_tokens=8))
+    assert torch.equal(out["responses"], torch.full((8, 1), stop_id))
+    assert torch.equal(out["response_mask"], torch.ones((8, 1), dtype=torch.long))
+
+
+# ---------------------------------------------------------------------------------- sampling
+def test_seed_makes_generation_reproducible(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    prompts = left_padded(PROMPTS)
+    first = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=12, seed=7))
+    again = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=12, seed=7))
+    other = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=12, seed=8))
+    for name in ("responses", "response_mask", "rollout_log_probs"):
+        assert torch.equal(first[name], again[name])
+    assert not torch.equal(first["responses"], other["responses"])
+    # without a call seed, draws come from the engine's generator seeded with spec.seed
+    unseeded = SamplingParams(n=4, max_new_tokens=12)
+    a, b = make_engine(model_dirs["main"], seed=5), make_engine(model_dirs["main"], seed=5)
+    a_first, b_first = a.generate(prompts, unseeded), b.generate(prompts, unseeded)
+    assert torch.equal(a_first["responses"], b_first["responses"])
+    assert not torch.equal(a.generate(prompts, unseeded)["responses"], a_first["responses"])
+
+
+def test_n_responses_are_interleaved_with_their_prompt_fields(model_dirs):
+    engine = make_engine(model_dirs["main"], max_batch_rows=4)
+    uids = ["p0", "p1", "p2", "p3"]
+    prompts = left_padded(PROMPTS, objects={"uid": uids})
+    prompts["index"] = torch.arange(4) * 10
+    out = engine.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=2))
+    assert len(out) == 12
+    for row in range(12):
+        i = row // 3
+        assert out["uid"][row] == uids[i]
+        assert int(out["index"][row]) == 10 * i
+        assert torch.equal(out["prompts"][row], prompts["prompts"][i])
+        assert torch.equal(out["prompt_mask"][row], prompts["prompt_mask"][i])
+    groups = [{tuple(real_response(out, 3 * i + j)) for j in range(3)} for i in range(4)]
+    assert all(len(group) > 1 for group in groups)  # the n samples of a prompt are drawn independently
+
+
+@pytest.mark.parametrize("top_k, top_p", [(3, 1.0), (-1, 0.6), (4, 0.8)])
+def test_top_k_top_p_restrict_samples_but_not_reported_log_probs(model_dirs, reference, top_k, top_p):
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=4, temperature=1.3, top_k=top_k, top_p=top_p, max_new_tokens=10, seed=4)
+    out = engine.generate(left_padded(PROMPTS), sampling)
+    for row in range(len(out)):
+        prompt, response = PROMPTS[row // 4], real_response(out, row)
+        for step, token in enumerate(response):
+            probs = next_token_probs(reference, prompt + response[:step], 1.3)
+            higher = probs > probs[token] * (1 + 1e-6)
+            if top_k != -1:
+                assert int(higher.sum()) < top_k
+            if top_p < 1.0:
+                # renormalised over the top-k set when top-k applies
+                kept = probs.clone()
+                if top_k != -1:
+                    kept[probs < torch.topk(probs, top_k).values[-1]] = 0
+                kept /= kept.sum()
+                assert float(kept[higher].sum()) < top_p + 1e-6
+        expected = teacher_forced(reference, prompt, response, 1.3)
+        assert float((out["rollout_log_probs"][row, : len(response)].double() - expected).abs().max()) < 1e-3
+
+
+def test_filter_top_k_top_p_by_hand():
+    logits = torch.log(torch.tensor([[0.1, 0.4, 0.2, 0.3]]))
+    inf = float("-inf")
+    assert torch.equal(torch.isinf(filter_top_k_top_p(logits, 2, 1.0)), torch.tensor([[True, False, True, False]]))
+    # nucleus 0.5: 0.4 alone is below 0.5, 0.4 + 0.3 reaches it -> keep {1, 3}
+    assert torch.equal(torch.isinf(filter_top_k_top_p(logits, -1, 0.5)), torch.tensor([[True, False, True, False]]))
+    # nucleus 0.35 is reached by the first token alone
+    assert torch.equal(torch.isinf(filter_top_k_top_p(logits, -1, 0.35)), torch.tensor([[True, False, True, True]]))
+    # top-k 3 leaves {0.4, 0.3, 0.2}/0.9; nucleus 0.75 needs 0.4/0.9 + 0.3/0.9 = 0.78 -> keep {1, 3}
+    out = filter_top_k_top_p(logits, 3, 0.75)
+    assert torch.equal(out == inf, torch.tensor([[True, False, True, False]]))
+    assert torch.equal(filter_top_k_top_p(logits, -1, 1.0), logits)
+
+
+def test_sample_categorical_follows_the_distribution():
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0]).repeat(40000, 1)
+    probs[::2] *= 3.0  # rows need not be normalised
+    draws = sample_categorical(probs, torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=6).double() / len(draws)
+    assert counts[[0, 2, 5]].eq(0).all()
+    # binomial standard error at 40000 draws is <= 0.0025; allow 4 of them
+    torch.testing.assert_close(counts, torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0], dtype=torch.float64),
+                               atol=0.01, rtol=0)
+
+
+# ---------------------------------------------------------------------------------- weights
+def test_update_weights_loads_another_models_weights(model_dirs):
+    engine, other = make_engine(model_dirs["main"]), make_engine(model_dirs["other"])
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=8)
+    prompts = left_padded(PROMPTS)
+    before, target = engine.generate(prompts, sampling), other.generate(prompts, sampling)
+    assert not torch.equal(before["rollout_log_probs"], target["rollout_log_probs"])
+    engine.update_weights((name, tensor.clone()) for name, tensor in other.model.state_dict().items())
+    after = engine.generate(prompts, sampling)
+    assert torch.equal(after["responses"], target["responses"])
+    torch.testing.assert_close(after["rollout_log_probs"], target["rollout_log_probs"], atol=1e-6, rtol=0)
+
+
+def test_update_weights_keeps_tied_embeddings_tied(model_dirs):
+    engine = make_engine(model_dirs["tied"])
+    new = torch.randn(len(VOCAB), 64)
+    engine.update_weights([("lm_head.weight", new)])
+    assert torch.equal(engine.model.get_input_embeddings().weight, new)
+    newer = torch.randn(len(VOCAB), 64)
+    engine.update_weights([("model.embed_tokens.weight", newer)])
+    assert torch.equal(engine.model.get_output_embeddings().weight, newer)
+    # the logits use the shared matrix: last hidden state @ newer.T
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        hidden = engine.model.model(input_ids=ids).last_hidden_state
+        torch.testing.assert_close(engine.model(input_ids=ids).logits, hidden @ newer.T)
+
+
+def test_update_weights_rejects_unknown_names_and_wrong_shapes(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    with pytest.raises(ValueError, match="model.layers.9.mlp.up_proj.weight"):
+        engine.update_weights([("model.layers.9.mlp.up_proj.weight", torch.zeros(128, 64))])
+    with pytest.raises(ValueError, match=r"'model.norm.weight' has shape \(65,\)"):
+        engine.update_weights([("model.norm.weight", torch.zeros(65))])
+    assert engine.model.model.norm.weight.ne(0).all()  # the rejected tensor was not copied
+
+
+# ---------------------------------------------------------------------------------- lifecycle
+def test_sleep_wake_up_and_close(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    prompts, sampling = left_padded(PROMPTS), SamplingParams(temperature=0.0, max_new_tokens=4)
+    before = engine.generate(prompts, sampling)
+    engine.sleep()
+    with pytest.raises(RuntimeError, match="asleep"):
+        engine.generate(prompts, sampling)
+    engine.wake_up()
+    assert torch.equal(engine.generate(prompts, sampling)["responses"], before["responses"])
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.generate(prompts, sampling)
+    assert engine.tokenizer.decode([VOCAB.index(c) for c in "ab"]) == "ab"

@@ -1,0 +1,226 @@
+"""Compose and validate a run config from command-line overrides, before anything heavy starts.
+
+Steps: expand ``preset=<name>`` into its overrides (the user's own overrides win), check every group
+choice against the installed plugins, compose with Hydra from the schemas plugins registered, turn
+each section into its dataclass (running the plugin's own ``__post_init__`` checks), then check
+cross-section consistency. Every user error becomes a :class:`ConfigError` whose message is one
+paragraph naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from hydra import compose, initialize
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from rlloom.config.schema import DEFAULT_CHOICES, RunConfig
+from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
+
+
+class ConfigError(ValueError):
+    """A user error in the run config. ``str(error)`` is the one-paragraph message to print."""
+
+
+@dataclass
+class ResolvedConfig:
+    """A validated run config.
+
+    - ``cfg``: the composed config (read-only ``DictConfig``), what gets saved with the run.
+    - ``choices``: group → selected option name (``{"algorithm": "grpo", ...}``).
+    - ``sections``: group → the option's dataclass instance (what factories receive).
+    """
+
+    cfg: DictConfig
+    choices: dict[str, str]
+    sections: dict[str, Any]
+
+    def to_yaml(self) -> str:
+        return OmegaConf.to_yaml(self.cfg)
+
+
+def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
+    """group → {option name → schema} for every config group the installed plugins provide."""
+    options: dict[str, dict[str, Any]] = {group: {} for group in DEFAULT_CHOICES}
+    for group, kind in GROUP_KIND.items():
+        for name, component in registry.components[kind].items():
+            options.setdefault(group, {})[name] = component.config
+    for option in registry.configs:
+        options.setdefault(option.group, {})[option.name] = option.node
+    return options
+
+
+def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
+    """Replace ``preset=<name>`` by the preset's overrides; a later override of the same key wins."""
+    expanded: list[str] = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if key == "preset" and sep:
+            preset = registry.presets.get(value)
+            if preset is None:
+                raise ConfigError(
+                    f"preset={value}: no such preset. Installed presets: {', '.join(sorted(registry.presets)) or 'none'}."
+                )
+            expanded.extend(preset.overrides)
+        else:
+            expanded.append(override)
+    parsed = _parse(expanded)
+    last_index = {item.key_or_group: i for i, item in enumerate(parsed)}
+    return [override for i, (override, item) in enumerate(zip(expanded, parsed)) if last_index[item.key_or_group] == i]
+
+
+def _parse(overrides: list[str]) -> list[Any]:
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        first_line = str(error).strip().splitlines()[0]
+        raise ConfigError(f"could not parse the overrides {overrides}: {first_line}") from None
+
+
+def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]) -> None:
+    """Every ``group=option`` override must name an installed option."""
+    for item in _parse(overrides):
+        group = item.key_or_group
+        if group in options and not item.is_delete():
+            value = item.value()
+            if not isinstance(value, str) or value not in options[group]:
+                kind = GROUP_KIND.get(group)
+                installed = sorted(options[group])
+                if kind is not None:
+                    raise ConfigError(unknown_name_message(kind, str(value), installed))
+                raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}.")
+
+
+def _store(options: dict[str, dict[str, Any]]) -> None:
+    store = ConfigStore.instance()
+    store.store(name="rlloom_run", node=RunConfig)
+    for group, names in options.items():
+        for name, node in names.items():
+            store.store(group=group, name=name, node=node if node is not None else {})
+
+
+def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> str:
+    full_key = getattr(error, "full_key", None) or ""
+    group = full_key.split(".")[0]
+    schema = options.get(group, {}).get(choices.get(group, ""))
+    if isinstance(error, ConfigKeyError) or "not in" in str(error):
+        if dataclasses.is_dataclass(schema):
+            valid = ", ".join(f.name for f in dataclasses.fields(schema))
+            return (f"{full_key}: no such key in {group}={choices[group]}. Valid keys of {group}: {valid}.")
+        valid = ", ".join(f.name for f in dataclasses.fields(RunConfig) if f.name != "defaults")
+        return f"{full_key}: no such key. Top-level sections are: {valid}."
+    if isinstance(error, ValidationError):
+        expected = ""
+        if dataclasses.is_dataclass(schema):
+            field = {f.name: f for f in dataclasses.fields(schema)}.get(full_key.split(".")[-1])
+            if field is not None:
+                expected = f" (expected {getattr(field.type, '__name__', field.type)})"
+        return f"{full_key}: invalid value{expected}: {str(error).splitlines()[0]}"
+    return f"{full_key or 'config'}: {str(error).splitlines()[0]}"
+
+
+def compose_config(overrides: list[str], registry: Registry | None = None) -> ResolvedConfig:
+    """Compose and validate the run config for ``overrides``; raise :class:`ConfigError` on user errors."""
+    registry = registry or get_registry()
+    options = group_options(registry)
+    overrides = expand_presets(list(overrides), registry)
+    check_group_choices(overrides, options)
+    choices = dict(DEFAULT_CHOICES)
+    for item in _parse(overrides):
+        if item.key_or_group in options and isinstance(item.value(), str):
+            choices[item.key_or_group] = item.value()
+    for group, choice in choices.items():
+        if choice not in options.get(group, {}):
+            kind = GROUP_KIND.get(group)
+            message = unknown_name_message(kind, choice, sorted(options.get(group, {}))) if kind else (
+                f"{group}={choice}: no such option.")
+            raise ConfigError(f"the default {message}")
+    _store(options)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize(version_base=None, config_path=None):
+            cfg = compose(config_name="rlloom_run", overrides=overrides)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_explain(error, options, choices)) from None
+    except HydraException as error:
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, OmegaConfBaseException):
+            raise ConfigError(_explain(cause, options, choices)) from None
+        raise ConfigError(str(error).strip().replace("\n", " ")) from None
+    finally:
+        GlobalHydra.instance().clear()
+    if "defaults" in cfg:
+        with _writable(cfg):
+            del cfg["defaults"]
+    _reject_added_keys(cfg, options, choices)
+    sections = {}
+    for group in list(choices):
+        try:
+            sections[group] = OmegaConf.to_object(cfg[group]) if choices[group] else None
+        except (ValueError, TypeError, OmegaConfBaseException) as error:
+            raise ConfigError(f"{group}={choices[group]}: {error}") from None
+    sections["sampling"] = OmegaConf.to_object(cfg.sampling)
+    resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)
+    check_consistency(resolved)
+    OmegaConf.set_readonly(cfg, True)
+    return resolved
+
+
+def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> None:
+    """``+group.key=value`` must not smuggle a key the group's schema does not have."""
+    for group, choice in choices.items():
+        schema = options[group][choice]
+        if dataclasses.is_dataclass(schema):
+            valid = [f.name for f in dataclasses.fields(schema)]
+            extra = sorted(set(cfg[group].keys()) - set(valid))
+            if extra:
+                raise ConfigError(
+                    f"{group}.{extra[0]}: no such key in {group}={choice}. Valid keys of {group}: {', '.join(valid)}."
+                )
+
+
+class _writable:
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+
+    def __enter__(self) -> None:
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc: object) -> None:
+        OmegaConf.set_struct(self.cfg, True)
+
+
+def check_consistency(resolved: ResolvedConfig) -> None:
+    """Checks that span sections (batch sizes, sampling)."""
+    trainer = resolved.sections["trainer"]
+    algorithm = resolved.sections["algorithm"]
+    sampling = resolved.sections["sampling"]
+    positive = {
+        "trainer.total_steps": trainer.total_steps,
+        "trainer.train_batch_size": trainer.train_batch_size,
+        "trainer.val_n": trainer.val_n,
+        "sampling.max_new_tokens": sampling.max_new_tokens,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key}={value}: must be >= 1.")
+    mini = getattr(algorithm, "ppo_mini_batch_size", 0)
+    if mini and trainer.train_batch_size % mini:
+        raise ConfigError(
+            f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size="
+            f"{trainer.train_batch_size} (both count prompts): each step is split into equal mini-batches."
+        )
+    if getattr(algorithm, "n", 1) < 1:
+        raise ConfigError(f"algorithm.n={algorithm.n}: must be >= 1.")
+    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
+        raise ConfigError(
+            f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "
+            f"top_p={sampling.top_p}."
+        )

@@ -1,0 +1,74 @@
+"""Config schemas owned by the core: the run's root, sampling and trainer settings.
+
+Every other section of the run config is a config group whose options come from plugins: the
+option's schema is the dataclass the plugin registered with its component.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+# The config groups of a run and the option each selects by default.
+DEFAULT_CHOICES: dict[str, str] = {
+    "algorithm": "grpo",
+    "rollout": "hf",
+    "train_engine": "fsdp",
+    "resharder": "in_process",
+    "reward": "arithmetic",
+    "data": "arithmetic",
+    "model": "smollm2-135m",
+    "launcher": "local",
+    "trainer": "default",
+}
+
+
+@dataclass
+class SamplingConfig:
+    """Rollout sampling shared by every rollout engine (the number of samples per prompt is the
+    algorithm's ``n``)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 16
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses."""
+
+    total_steps: int = 10
+    train_batch_size: int = 4  # prompts per step; responses per step = train_batch_size * algorithm.n
+    seed: int = 0
+    max_prompt_length: int = 256  # prompts with more tokens are dropped (counted in data/prompts_dropped)
+    val_before_train: bool = True
+    test_freq: int = 5  # validate every k steps (0: only before and after training)
+    val_n: int = 4  # sampled responses per validation prompt (mean@k, pass@k)
+    val_temperature: float = 1.0
+    val_greedy: bool = True  # also report greedy accuracy
+    val_max_prompts: int = 0  # 0: every validation prompt
+    run_dir: Optional[str] = None  # default: runs/<timestamp>
+    trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    save_final_model: bool = True  # write the final policy as a Hugging Face folder in run_dir/final_model
+
+
+@dataclass
+class RunConfig:
+    """The root of a run's config."""
+
+    defaults: list[Any] = field(
+        default_factory=lambda: [{group: choice} for group, choice in DEFAULT_CHOICES.items()] + ["_self_"]
+    )
+    algorithm: Any = MISSING
+    rollout: Any = MISSING
+    train_engine: Any = MISSING
+    resharder: Any = MISSING
+    reward: Any = MISSING
+    data: Any = MISSING
+    model: Any = MISSING
+    launcher: Any = MISSING
+    trainer: Any = MISSING
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)

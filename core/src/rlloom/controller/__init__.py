@@ -1,0 +1,1 @@
+"""The single controller: launchers place worker roles; the step context drives them."""

@@ -1,0 +1,46 @@
+"""Weight sync between engines living in the same process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from rlloom.protocols import RolloutEngine, TrainEngine
+from rlloom.types import SyncStats
+
+
+@dataclass
+class InProcessResharderConfig:
+    """No knobs: tensors stream from the train engine straight into the rollout engine."""
+
+
+class _Counter:
+    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self._tensors = tensors
+        self.num_tensors = 0
+        self.num_bytes = 0
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self._tensors:
+            self.num_tensors += 1
+            self.num_bytes += tensor.numel() * tensor.element_size()
+            yield name, tensor
+
+
+class InProcessResharder:
+    """Colocated sync: ``rollout.update_weights(train.named_weights())``, no copy to disk.
+
+    Full tensors stream one at a time, so peak extra memory is one tensor, not a second model.
+    """
+
+    def __init__(self, cfg: InProcessResharderConfig) -> None:
+        self.cfg = cfg
+
+    def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+        start = time.perf_counter()
+        counter = _Counter(train.named_weights())
+        rollout.update_weights(counter)
+        return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start)

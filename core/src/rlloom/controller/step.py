@@ -1,0 +1,149 @@
+"""``StepContext``: the controller API an algorithm's ``step`` is written against.
+
+An algorithm's step is a short program: generate → score → log-probs → advantages → update → sync.
+Each call here is one of those stages; it runs the stage on the role's worker group, records the
+stage's wall time as ``timing_s/<stage>`` and its standard metrics (verl names) in ``ctx.metrics``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlloom.batch import Batch
+from rlloom.losses import masked_mean
+from rlloom.protocols import LossFn, Resharder, RewardFn, RolloutEngine, TrainEngine
+from rlloom.types import SamplingParams
+
+
+@dataclass
+class Roles:
+    """The worker groups (or in-process engines) of a run. ``ref``/``critic`` are None when unused."""
+
+    rollout: RolloutEngine
+    actor: TrainEngine
+    reward_fn: RewardFn
+    resharder: Resharder
+    ref: TrainEngine | None = None
+    critic: TrainEngine | None = None
+
+
+@dataclass
+class StepContext:
+    """Everything one training step may call. ``metrics`` collects what the stages report."""
+
+    roles: Roles
+    tokenizer: Any
+    sampling: SamplingParams
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the block's wall time to ``timing_s/<stage>``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"timing_s/{stage}"
+            self.metrics[key] = self.metrics.get(key, 0.0) + time.perf_counter() - start
+
+    # -------------------------------------------------------------------------- stages
+    def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
+        """``n`` responses per prompt row (interleaved), decoded into ``response_text``."""
+        params = dataclasses.replace(sampling or self.sampling, n=n)
+        with self.timed(stage):
+            batch = self.roles.rollout.generate(prompts, params)
+        batch.meta["max_new_tokens"] = params.max_new_tokens
+        self.metrics["perf/total_tokens"] = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+        batch["response_text"] = self.tokenizer.batch_decode(
+            [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])],
+            skip_special_tokens=True,
+        )
+        return batch
+
+    def score(self, batch: Batch) -> Batch:
+        """Run the reward function: adds ``scores`` [B] and ``token_level_scores`` [B, R].
+
+        Without token-level rewards from the reward function, each score sits on the response's last
+        token (an empty response has no token and contributes nothing to the loss).
+        """
+        with self.timed("reward"):
+            result = self.roles.reward_fn(batch)
+        scores = result.scores.float()
+        mask = batch["response_mask"]
+        if result.token_level is not None:
+            token_level = result.token_level.float()
+        else:
+            token_level = torch.zeros(mask.shape, dtype=torch.float32)
+            lengths = mask.sum(dim=1)
+            rows = torch.nonzero(lengths > 0).squeeze(1)
+            token_level[rows, lengths[rows] - 1] = scores[rows]
+        batch["scores"] = scores
+        batch["token_level_scores"] = token_level
+        self.metrics.update({
+            "critic/score/mean": float(scores.mean()),
+            "critic/score/max": float(scores.max()),
+            "critic/score/min": float(scores.min()),
+            "reward/errors": float(result.num_errors),
+            "reward/timeouts": float(result.num_timeouts),
+        })
+        for name, values in result.components.items():
+            self.metrics[f"reward/{name}/mean"] = float(values.float().mean())
+        lengths = mask.sum(dim=1).float()
+        self.metrics.update({
+            "response_length/mean": float(lengths.mean()),
+            "response_length/max": float(lengths.max()),
+            "response_length/min": float(lengths.min()),
+            "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
+        })
+        return batch
+
+    def old_log_probs(self, batch: Batch) -> Batch:
+        """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap.
+
+        ``training/rollout_probs_diff_mean|max`` = mean|max over response tokens of
+        |exp(rollout_log_probs) − exp(old_log_probs)| (probability, not log-prob, difference).
+        """
+        with self.timed("old_log_prob"):
+            out = self.roles.actor.compute_log_probs(batch, entropy=True)
+        batch["old_log_probs"] = out["log_probs"]
+        mask = batch["response_mask"].float()
+        self.metrics["actor/entropy"] = float(masked_mean(out["entropy"], mask))
+        if "rollout_log_probs" in batch:
+            gap = (batch["rollout_log_probs"].exp() - out["log_probs"].exp()).abs()
+            self.metrics["training/rollout_probs_diff_mean"] = float(masked_mean(gap, mask))
+            self.metrics["training/rollout_probs_diff_max"] = float((gap * mask).max()) if mask.any() else 0.0
+        return batch
+
+    def ref_log_probs(self, batch: Batch) -> Batch:
+        """Reference-policy log-probs (``ref_log_probs``)."""
+        if self.roles.ref is None:
+            raise RuntimeError("this run has no reference model: the algorithm did not ask for one")
+        with self.timed("ref"):
+            batch["ref_log_probs"] = self.roles.ref.compute_log_probs(batch)["log_probs"]
+        return batch
+
+    def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
+        """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
+        step each; metrics are averaged over the steps and reported as ``actor/<name>``."""
+        collected: dict[str, list[float]] = {}
+        with self.timed("update_actor"):
+            for _ in range(epochs):
+                for mini_batch in batch.split(mini_batch_rows):
+                    for name, value in self.roles.actor.train_step(mini_batch, loss_fn).items():
+                        collected.setdefault(name, []).append(float(value))
+        for name, values in collected.items():
+            self.metrics[f"actor/{name}"] = sum(values) / len(values)
+
+    def sync_weights(self) -> None:
+        """Push the actor's weights into the rollout engine."""
+        with self.timed("update_weights"):
+            stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+        self.metrics["perf/weight_sync_bytes"] = float(stats.num_bytes)

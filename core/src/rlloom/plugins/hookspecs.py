@@ -1,0 +1,95 @@
+"""The hooks a plugin implements. This module is the public plugin API.
+
+A plugin is a module (or object) with functions decorated ``@rlloom.hookimpl`` named after the hooks
+below, exposed as an entry point in group ``rlloom``::
+
+    [project.entry-points.rlloom]
+    my_plugin = "my_package.plugin"
+
+Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)``:
+
+- ``name``: what users type in config (``algorithm=<name>``),
+- ``factory``: a callable building the component (signatures below),
+- ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
+  option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
+
+Factory signatures (``cfg`` is an instance of the registered config dataclass):
+
+==================  =================  ==========================================================
+hook                config group       factory
+==================  =================  ==========================================================
+train engines       ``train_engine``   ``factory(cfg, spec: EngineSpec) -> TrainEngine``
+rollout engines     ``rollout``        ``factory(cfg, spec: EngineSpec) -> RolloutEngine``
+resharders          ``resharder``      ``factory(cfg) -> Resharder``
+reward fns          ``reward``         ``factory(cfg) -> RewardFn``
+algorithms          ``algorithm``      ``factory(cfg) -> Algorithm``
+trackers            (``trainer.trackers`` list)  ``factory(run_dir: str, config: dict) -> Tracker``
+launchers           ``launcher``       ``factory(cfg) -> Launcher``
+datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
+models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
+==================  =================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlloom")
+hookimpl = pluggy.HookimplMarker("rlloom")
+
+
+@hookspec
+def register_train_engines(register):
+    """Register :class:`~rlloom.protocols.TrainEngine` factories."""
+
+
+@hookspec
+def register_rollout_engines(register):
+    """Register :class:`~rlloom.protocols.RolloutEngine` factories."""
+
+
+@hookspec
+def register_resharders(register):
+    """Register :class:`~rlloom.protocols.Resharder` factories."""
+
+
+@hookspec
+def register_reward_fns(register):
+    """Register :class:`~rlloom.protocols.RewardFn` factories."""
+
+
+@hookspec
+def register_algorithms(register):
+    """Register :class:`~rlloom.protocols.Algorithm` factories."""
+
+
+@hookspec
+def register_trackers(register):
+    """Register :class:`~rlloom.protocols.Tracker` factories (``register(name, factory)``)."""
+
+
+@hookspec
+def register_launchers(register):
+    """Register launchers: how worker groups are placed (in-process, Ray, …)."""
+
+
+@hookspec
+def register_datasets(register):
+    """Register prompt datasets (``data=<name>``); see :class:`rlloom.data.PromptDataset`."""
+
+
+@hookspec
+def register_models(register):
+    """Register model sources (``model=<name>``): factories returning a local HF folder path."""
+
+
+@hookspec
+def register_configs(register):
+    """Register extra config group options: ``register(group, name, node)`` where ``node`` is a
+    dataclass type or instance (e.g. a ``trainer`` option)."""
+
+
+@hookspec
+def register_presets(register):
+    """Register presets: ``register(name, overrides, description)``; ``preset=<name>`` on the command
+    line prepends ``overrides`` (a list of Hydra override strings) to the user's own, which win."""

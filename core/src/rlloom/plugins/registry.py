@@ -1,0 +1,264 @@
+"""One plugin manager for the process: loads entry points, records what each plugin registered.
+
+Plugins are modules exposed in entry-point group ``rlloom`` (the core's own defaults included, as
+entry point ``core``). Each is loaded and asked to register on its own, so a plugin that fails to
+import or raises while registering is recorded as failed and the others still load.
+
+``RLLOOM_PLUGINS`` (comma-separated entry-point names) restricts which entry points load; the core's
+built-ins always load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from rlloom.plugins import hookspecs
+
+KINDS: dict[str, tuple[str, str | None]] = {
+    # kind: (hook name, config group whose options it provides)
+    "train_engine": ("register_train_engines", "train_engine"),
+    "rollout_engine": ("register_rollout_engines", "rollout"),
+    "resharder": ("register_resharders", "resharder"),
+    "reward_fn": ("register_reward_fns", "reward"),
+    "algorithm": ("register_algorithms", "algorithm"),
+    "tracker": ("register_trackers", None),
+    "launcher": ("register_launchers", "launcher"),
+    "dataset": ("register_datasets", "data"),
+    "model": ("register_models", "model"),
+}
+GROUP_KIND = {group: kind for kind, (_, group) in KINDS.items() if group}
+
+# Our own plugins that live in separate distributions: what to pip install for a name.
+KNOWN_PACKAGES: dict[tuple[str, str], str] = {
+    ("train_engine", "fsdp"): "rlloom-fsdp",
+    ("train_engine", "megatron"): "rlloom-megatron",
+    ("rollout_engine", "hf"): "rlloom-hf",
+    ("rollout_engine", "vllm"): "rlloom-vllm",
+    ("rollout_engine", "sglang"): "rlloom-sglang",
+    ("algorithm", "grpo"): "rlloom-grpo",
+    ("algorithm", "ppo"): "rlloom-ppo",
+    ("algorithm", "dapo"): "rlloom-dapo",
+    ("launcher", "ray"): "rlloom-ray",
+    ("reward_fn", "arithmetic"): "rlloom-tasks",
+    ("reward_fn", "format"): "rlloom-tasks",
+    ("reward_fn", "reasoning_gym"): "rlloom-tasks",
+    ("reward_fn", "digit_fraction"): "rlloom-tasks",
+    ("dataset", "arithmetic"): "rlloom-tasks",
+    ("dataset", "reasoning_gym"): "rlloom-tasks",
+    ("dataset", "digits"): "rlloom-tasks",
+    ("model", "tiny"): "rlloom-models",
+    ("model", "smollm2-135m"): "rlloom-models",
+    ("model", "hf"): "rlloom-models",
+}
+
+
+class UnknownPluginError(LookupError):
+    """A name was asked for that no installed plugin registered."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered name: what kind it is, how to build it, and who provided it."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    config: Any
+    distribution: str
+    version: str
+
+
+@dataclass
+class PluginStatus:
+    """How loading one entry point went."""
+
+    entry_point: str
+    distribution: str
+    version: str
+    status: str  # "loaded" or "failed"
+    error: str = ""
+    traceback: str = ""
+    components: list[Component] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    group: str
+    name: str
+    node: Any
+    distribution: str
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    overrides: tuple[str, ...]
+    description: str
+    distribution: str
+
+
+class Registry:
+    """Everything the installed plugins registered, by kind and name."""
+
+    def __init__(self, entry_points: list[importlib.metadata.EntryPoint] | None = None) -> None:
+        self.manager = pluggy.PluginManager("rlloom")
+        self.manager.add_hookspecs(hookspecs)
+        self.components: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
+        self.configs: list[ConfigOption] = []
+        self.presets: dict[str, Preset] = {}
+        self.statuses: list[PluginStatus] = []
+        # (kind, name) -> the plugin that registered it; kinds here also cover config groups and presets.
+        self._providers: dict[tuple[str, str], str] = {}
+        if entry_points is None:
+            entry_points = _selected_entry_points()
+        for entry_point in entry_points:
+            self._load(entry_point)
+
+    # ------------------------------------------------------------------------------ loading
+    def _load(self, entry_point: importlib.metadata.EntryPoint) -> None:
+        dist = entry_point.dist
+        status = PluginStatus(
+            entry_point=entry_point.name,
+            distribution=dist.name if dist else "?",
+            version=dist.version if dist else "?",
+            status="loaded",
+        )
+        self.statuses.append(status)
+        module = None
+        try:
+            module = entry_point.load()
+            self.manager.register(module, name=f"{status.distribution}:{entry_point.name}")
+            self.manager.check_pending()  # a misspelt hook name would otherwise register nothing, silently
+            self.register_plugin(module, status)
+        except Exception as error:  # noqa: BLE001 - isolate every plugin failure
+            status.status = "failed"
+            status.error = f"{type(error).__name__}: {error}"
+            status.traceback = traceback.format_exc()
+            if module is not None and self.manager.is_registered(module):
+                self.manager.unregister(module)
+
+    def register_plugin(self, plugin: Any, status: PluginStatus) -> None:
+        """Call ``plugin``'s hook implementations, attributing what they register to ``status``.
+
+        Registration is all-or-nothing per plugin: if one of its hooks raises, or it registers a
+        name another plugin already registered (see :meth:`_claim`), nothing it registered is kept
+        and the error propagates to the caller.
+        """
+        staged_components: list[Component] = []
+        staged_configs: list[ConfigOption] = []
+        staged_presets: list[Preset] = []
+        for kind, (hook_name, _) in KINDS.items():
+            def register(name: str, factory: Callable[..., Any], config: Any = None, *, _kind=kind) -> None:
+                staged_components.append(
+                    Component(_kind, name, factory, config, status.distribution, status.version)
+                )
+            self._call(plugin, hook_name, register)
+
+        def register_config(group: str, name: str, node: Any) -> None:
+            staged_configs.append(ConfigOption(group, name, node, status.distribution))
+
+        def register_preset(name: str, overrides: list[str], description: str = "") -> None:
+            staged_presets.append(Preset(name, tuple(overrides), description, status.distribution))
+
+        self._call(plugin, "register_configs", register_config)
+        self._call(plugin, "register_presets", register_preset)
+        self._claim(
+            [(component.kind, component.name) for component in staged_components]
+            + [(f"config group {option.group}", option.name) for option in staged_configs]
+            + [("preset", preset.name) for preset in staged_presets],
+            status,
+        )
+        for component in staged_components:
+            self.components[component.kind][component.name] = component
+        status.components.extend(staged_components)
+        self.configs.extend(staged_configs)
+        self.presets.update({preset.name: preset for preset in staged_presets})
+
+    def _claim(self, keys: list[tuple[str, str]], status: PluginStatus) -> None:
+        """Record ``status``'s plugin as the provider of every ``(kind, name)`` in ``keys``.
+
+        A name may be provided once per kind: if an earlier plugin (or this one, twice) provides
+        it, raise a ``ValueError`` naming both providers and record nothing. Providers are told
+        apart by distribution *and* entry point, so hand-built entry points (distribution "?")
+        are checked too.
+        """
+        provider = f"{status.distribution} (entry point {status.entry_point!r})"
+        claimed: dict[tuple[str, str], str] = {}
+        for key in keys:
+            owner = claimed.get(key) or self._providers.get(key)
+            if owner is not None:
+                kind, name = key
+                raise ValueError(f"{kind} {name!r} is registered more than once: by {owner} and by {provider}")
+            claimed[key] = provider
+        self._providers.update(claimed)
+
+    def _call(self, plugin: Any, hook_name: str, register: Callable[..., Any]) -> None:
+        for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
+            if impl.plugin is plugin:
+                impl.function(register)
+
+    # ------------------------------------------------------------------------------ lookup
+    def choices(self, kind: str) -> list[str]:
+        return sorted(self.components[kind])
+
+    def get(self, kind: str, name: str) -> Component:
+        """The component ``name`` of ``kind``, or an :class:`UnknownPluginError` saying what to do."""
+        if kind not in KINDS:
+            raise UnknownPluginError(f"unknown plugin kind {kind!r}; kinds are {sorted(KINDS)}")
+        try:
+            return self.components[kind][name]
+        except KeyError:
+            raise UnknownPluginError(unknown_name_message(kind, name, self.choices(kind))) from None
+
+    def build(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.get(kind, name).factory(*args, **kwargs)
+
+    def failed(self) -> list[PluginStatus]:
+        return [status for status in self.statuses if status.status == "failed"]
+
+
+def unknown_name_message(kind: str, name: str, installed: list[str]) -> str:
+    """One paragraph: what was asked, what is installed, and which package provides the name."""
+    group = KINDS[kind][1]
+    label = f"{group}={name}" if group else f"{kind} {name!r}"
+    message = f"{label}: no installed plugin provides {kind} {name!r}. Installed choices: {', '.join(installed) or 'none'}."
+    package = KNOWN_PACKAGES.get((kind, name))
+    if package:
+        message += f" It is provided by the package {package}: pip install {package}"
+    return message
+
+
+def _selected_entry_points() -> list[importlib.metadata.EntryPoint]:
+    found = list(importlib.metadata.entry_points(group="rlloom"))
+    # One entry per (distribution, name): editable installs can be seen twice on sys.path.
+    unique = {(ep.dist.name if ep.dist else "", ep.name): ep for ep in found}
+    entry_points = sorted(unique.values(), key=lambda ep: (ep.name != "core", ep.name))
+    allowed = os.environ.get("RLLOOM_PLUGINS")
+    if allowed is not None:
+        names = {name.strip() for name in allowed.split(",") if name.strip()} | {"core"}
+        entry_points = [ep for ep in entry_points if ep.name in names]
+    return entry_points
+
+
+_REGISTRY: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = Registry()
+    return _REGISTRY
+
+
+def reset_registry() -> None:
+    """Forget the loaded registry (tests; after installing a plugin at run time)."""
+    global _REGISTRY
+    _REGISTRY = None

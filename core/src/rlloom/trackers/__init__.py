@@ -1,0 +1,1 @@
+"""Built-in trackers: a live console view and a JSONL file."""

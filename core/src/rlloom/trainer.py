@@ -1,0 +1,203 @@
+"""The generic training loop: build the run from its validated config, then step, validate, log.
+
+The loop knows nothing about any RL method: each step hands a prompt batch to the algorithm's
+``step(ctx, prompts)`` (see :mod:`rlloom.controller.step`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from rlloom.batch import Batch
+from rlloom.config import ResolvedConfig, compose_config
+from rlloom.controller.step import Roles, StepContext
+from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
+from rlloom.export import save_hf_folder
+from rlloom.plugins.registry import Registry, get_registry
+from rlloom.types import EngineSpec, SamplingParams
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def default_run_dir() -> str:
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+
+
+def validation_metrics(batch: Batch, k: int, prefix: str = "val-core") -> dict[str, float]:
+    """Per data source: ``acc/mean@k`` (mean score of all samples) and ``acc/best@k`` (mean over
+    prompts of the best of the k scores, pass@k for 0/1 rewards). Rows are interleaved by prompt."""
+    scores = batch["scores"].float().view(-1, k)
+    sources = batch["data_source"][::k]
+    metrics: dict[str, float] = {}
+    for source in sorted(set(sources)):
+        rows = torch.tensor([s == source for s in sources])
+        metrics[f"{prefix}/{source}/acc/mean@{k}"] = float(scores[rows].mean())
+        if k > 1:
+            metrics[f"val-aux/{source}/acc/best@{k}"] = float(scores[rows].max(dim=1).values.mean())
+    return metrics
+
+
+class Trainer:
+    """One run: its roles, data, trackers and loop."""
+
+    def __init__(self, resolved: ResolvedConfig, registry: Registry | None = None) -> None:
+        self.resolved = resolved
+        self.registry = registry = registry or get_registry()
+        sections, choices = resolved.sections, resolved.choices
+        self.cfg = sections["trainer"]
+        seed_everything(self.cfg.seed)
+        self.run_dir = self.cfg.run_dir or default_run_dir()
+        os.makedirs(self.run_dir, exist_ok=True)
+        with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as f:
+            f.write(resolved.to_yaml())
+
+        self.algorithm = registry.build("algorithm", choices["algorithm"], sections["algorithm"])
+        self.launcher = registry.build("launcher", choices["launcher"], sections["launcher"])
+        self.model_path = registry.build("model", choices["model"], sections["model"])
+        dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
+
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.encoder = PromptEncoder(self.tokenizer, self.cfg.max_prompt_length)
+        train_records = self.encoder.filter(dataset.train)
+        self.val_records = self.encoder.filter(dataset.val)
+        self.prompts_dropped = len(dataset.train) + len(dataset.val) - len(train_records) - len(self.val_records)
+        if self.cfg.val_max_prompts:
+            self.val_records = self.val_records[: self.cfg.val_max_prompts]
+        self.data = PromptIterator(train_records, self.cfg.train_batch_size, self.cfg.seed)
+
+        sampling_cfg = sections["sampling"]
+        self.sampling = SamplingParams(
+            temperature=sampling_cfg.temperature, top_p=sampling_cfg.top_p, top_k=sampling_cfg.top_k,
+            max_new_tokens=sampling_cfg.max_new_tokens,
+        )
+        self.roles = self._start_roles()
+        self.trackers = self._start_trackers()
+        self.step = 0
+
+    def _start_roles(self) -> Roles:
+        sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
+        n = getattr(sections["algorithm"], "n", 1)
+        mini = getattr(sections["algorithm"], "ppo_mini_batch_size", 0) or self.cfg.train_batch_size
+        epochs = getattr(sections["algorithm"], "ppo_epochs", 1)
+        optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
+        self.mini_batch_rows = mini * n
+
+        def spec(role: str) -> EngineSpec:
+            return EngineSpec(self.model_path, role, self.cfg.seed, optimizer_steps)
+
+        def train_engine(role: str) -> Any:
+            return self.launcher.start_role(
+                role, lambda: registry.build("train_engine", choices["train_engine"], sections["train_engine"], spec(role))
+            )
+
+        actor = train_engine("actor")
+        ref = train_engine("ref") if self.algorithm.needs_reference else None
+        rollout = self.launcher.start_role(
+            "rollout", lambda: registry.build("rollout_engine", choices["rollout"], sections["rollout"], spec("rollout"))
+        )
+        return Roles(
+            rollout=rollout,
+            actor=actor,
+            ref=ref,
+            reward_fn=registry.build("reward_fn", choices["reward"], sections["reward"]),
+            resharder=registry.build("resharder", choices["resharder"], sections["resharder"]),
+        )
+
+    def _start_trackers(self) -> list[Any]:
+        config = OmegaConf.to_container(self.resolved.cfg, resolve=True)
+        return [self.registry.build("tracker", name, self.run_dir, config) for name in self.cfg.trackers]
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Send ``metrics`` to every tracker; a tracker that raises is dropped with a warning."""
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(metrics, step)
+            except Exception as error:  # noqa: BLE001 - a tracker must never kill the run
+                warnings.warn(f"tracker {type(tracker).__name__} failed and is disabled: {error}", stacklevel=2)
+                self.trackers.remove(tracker)
+
+    def context(self) -> StepContext:
+        return StepContext(self.roles, self.tokenizer, self.sampling, self.step)
+
+    # ------------------------------------------------------------------------------ loop
+    def encode(self, records: list[PromptRecord], tag: str) -> Batch:
+        prompts = self.encoder.encode(records)
+        prompts["uid"] = [f"{tag}-{i}" for i in range(len(records))]
+        return prompts
+
+    def validate(self) -> dict[str, float]:
+        """Sampled (``val_n`` per prompt, ``val_temperature``) and greedy accuracy on the val split."""
+        ctx = self.context()
+        prompts = self.encode(self.val_records, f"val{self.step}")
+        with ctx.timed("validation"):
+            sampling = dataclasses.replace(self.sampling, temperature=self.cfg.val_temperature)
+            sampled = ctx.score(ctx.generate(prompts, self.cfg.val_n, sampling, stage="validation_gen"))
+            metrics = validation_metrics(sampled, self.cfg.val_n)
+            if self.cfg.val_greedy:
+                greedy = ctx.score(ctx.generate(prompts, 1, dataclasses.replace(self.sampling, temperature=0.0),
+                                                stage="validation_gen"))
+                metrics.update({
+                    key.replace("mean@1", "greedy"): value
+                    for key, value in validation_metrics(greedy, 1).items()
+                })
+        metrics["timing_s/validation"] = ctx.metrics["timing_s/validation"]
+        return metrics
+
+    def fit(self) -> dict[str, float]:
+        """Run ``trainer.total_steps`` steps; returns the last step's metrics with the final validation."""
+        final: dict[str, float] = {}
+        if self.cfg.val_before_train:
+            self.log(self.validate(), self.step)
+        while self.step < self.cfg.total_steps:
+            self.step += 1
+            start = time.perf_counter()
+            ctx = self.context()
+            records = self.data.next_batch()
+            metrics = self.algorithm.step(ctx, self.encode(records, f"step{self.step}"))
+            metrics["timing_s/step"] = time.perf_counter() - start
+            metrics["training/epoch"] = float(self.data.epoch)
+            metrics["data/prompts_dropped"] = float(self.prompts_dropped)
+            tokens = float(ctx.metrics.get("perf/total_tokens", 0.0))
+            if tokens:
+                metrics["perf/throughput"] = tokens / metrics["timing_s/step"]
+            is_last = self.step == self.cfg.total_steps
+            if is_last or (self.cfg.test_freq and self.step % self.cfg.test_freq == 0):
+                metrics.update(self.validate())
+            self.log(metrics, self.step)
+            final = metrics
+        if self.cfg.save_final_model:
+            save_hf_folder(self.roles.actor.named_weights(), self.model_path, os.path.join(self.run_dir, "final_model"))
+        with open(os.path.join(self.run_dir, "final_metrics.json"), "w", encoding="utf-8") as f:
+            json.dump(final, f, indent=1, sort_keys=True)
+        return final
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+        self.launcher.shutdown()
+
+
+def run_training(overrides: list[str]) -> dict[str, float]:
+    """Compose and validate the config for ``overrides``, run it, return the final metrics."""
+    resolved = compose_config(overrides)
+    trainer = Trainer(resolved)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()

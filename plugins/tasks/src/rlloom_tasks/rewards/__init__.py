@@ -1,0 +1,1 @@
+"""Rule-based reward functions (``reward=<name>``): each scores a Batch's ``response_text``."""

@@ -1,0 +1,90 @@
+"""``reward=reasoning_gym``: score responses with reasoning-gym's own verifiers.
+
+Reads the object fields ``response_text`` and ``extra``: per row the dict that ``data=reasoning_gym``
+puts in ``PromptRecord.extra`` (``entry``: the reasoning-gym entry, ``task``: its task name,
+``task_config``: the task's generator options). The answer is extracted from the response as
+``answer_format`` says (default: the content of the last ``<answer>...</answer>``, which the
+dataset's instruction asks for), then scored by ``score_answer(answer, entry)`` of a dataset of
+that task and config (``answer`` is ``None`` when extraction finds nothing; reasoning-gym scores
+that low). The score is reasoning-gym's, in [0, 1]; ``error_score`` when a verifier raises or
+the row's ``extra`` is malformed.
+
+Components: ``correct`` (1.0 when the score is 1.0) and ``format`` (1.0 when an answer was
+extracted).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from rlloom import Batch, RewardResult
+
+from rlloom_tasks import extract
+from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+
+class AnswerFormat(Enum):
+    """Where the answer sits in a response."""
+
+    answer_tag = "answer_tag"  # last <answer>...</answer>
+    boxed = "boxed"  # last \boxed{...}
+    last_number = "last_number"  # last number in the text
+    gsm8k = "gsm8k"  # number after the last ####
+    whole = "whole"  # the whole response, stripped
+
+
+EXTRACTORS: dict[AnswerFormat, Callable[[str], str | None]] = {
+    AnswerFormat.answer_tag: extract.answer_tag,
+    AnswerFormat.boxed: extract.boxed_content,
+    AnswerFormat.last_number: extract.last_number,
+    AnswerFormat.gsm8k: extract.gsm8k_answer,
+    AnswerFormat.whole: str.strip,
+}
+
+ScoreAnswer = Callable[[str | None, dict[str, Any]], float]
+
+
+@dataclass
+class ReasoningGymRewardConfig:
+    """Options of ``reward=reasoning_gym`` (see the module doc)."""
+
+    answer_format: AnswerFormat = AnswerFormat.answer_tag
+    error_score: float = 0.0
+
+
+class ReasoningGymReward:
+    """See the module doc. Verifiers are built once per (task, task_config) and reused."""
+
+    def __init__(self, cfg: ReasoningGymRewardConfig) -> None:
+        self.cfg = cfg
+        self.extract = EXTRACTORS[AnswerFormat(cfg.answer_format)]
+        self._verifiers: dict[tuple[str, str], ScoreAnswer] = {}
+
+    def verifier(self, task: str, task_config: dict[str, Any]) -> ScoreAnswer:
+        """``score_answer`` of a reasoning-gym dataset of ``task`` built with ``task_config``."""
+        key = (task, json.dumps(task_config, sort_keys=True, default=repr))
+        if key not in self._verifiers:
+            import reasoning_gym  # slow to import: only when the first row is scored
+
+            dataset = reasoning_gym.create_dataset(task, **{**task_config, "size": 1, "seed": 0})
+            self._verifiers[key] = dataset.score_answer
+        return self._verifiers[key]
+
+    def verify(self, response: str, extra: dict[str, Any]) -> Verdict:
+        score_answer = self.verifier(extra["task"], extra["task_config"])
+        answer = self.extract(response)
+        score = float(score_answer(answer, extra["entry"]))
+        return Verdict(score, {"correct": float(score >= 1.0), "format": float(answer is not None)})
+
+    def __call__(self, batch: Batch) -> RewardResult:
+        batch.require("response_text", "extra")
+        return score_rows(
+            zip(batch["response_text"], batch["extra"], strict=True),
+            self.verify,
+            components=["correct", "format"],
+            error_score=self.cfg.error_score,
+        )

