@@ -174,3 +174,21 @@ def test_training_a_tiny_policy_follows_the_advantages():
     new = log_probs().detach()
     assert (new[0] - old[0]).sum() > 0.05  # the positive-advantage response became likelier
     assert (new[1, :1] - old[1, :1]).sum() < -0.05  # the first token of the negative one, unshared, less likely
+
+
+def test_on_policy_shortcut_without_old_log_probs():
+    """No ``old_log_probs``: ratio ≡ 1, so L = −A per token and dL/dlog π = −A (token-mean: / tokens)."""
+    loss, metrics, grad, _ = run_loss(GRPOConfig(), make_batch().exclude("old_log_probs"))
+    assert loss.item() == pytest.approx((-ADV * MASK).sum() / MASK.sum(), rel=1e-12)
+    np.testing.assert_allclose(grad, -ADV * MASK / MASK.sum(), rtol=1e-12, atol=1e-15)
+    assert metrics["pg_clipfrac"] == 0.0 and metrics["ppo_kl"] == 0.0
+
+
+def test_rollout_gap_metric():
+    """training/rollout_probs_diff_mean = Σ |e^rollout − e^new|·m / Σ m."""
+    rollout = NEW + np.array([[0.01, -0.02, 0.0, 0.03], [0.5, 9.0, 9.0, 9.0], [0.0, 0.0, -0.1, 9.0]])
+    batch = make_batch()
+    batch["rollout_log_probs"] = torch.tensor(rollout, dtype=torch.float64)
+    _, metrics, _, _ = run_loss(GRPOConfig(), batch)
+    expected = (np.abs(np.exp(rollout) - np.exp(NEW)) * MASK).sum() / MASK.sum()
+    assert metrics["training/rollout_probs_diff_mean"] == pytest.approx(expected, rel=1e-12)

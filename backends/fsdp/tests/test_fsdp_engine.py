@@ -65,7 +65,7 @@ def engines():
     built = []
 
     def make(model_path: str, role: str = "actor", total_train_steps: int = 10, **overrides) -> FSDPTrainEngine:
-        cfg = FSDPConfig(**{"lr": LR, "weight_decay": 0.1, "eps": EPS, "grad_clip": 0.0, **overrides})
+        cfg = FSDPConfig(**{"lr": LR, "weight_decay": 0.1, "eps": EPS, "grad_clip": 0.0, "micro_batch_size": 4, **overrides})
         engine = FSDPTrainEngine(cfg, EngineSpec(model_path, role, seed=0, total_train_steps=total_train_steps))
         built.append(engine)
         return engine

@@ -149,6 +149,15 @@ def test_output_layout_and_padding(model_dirs):
     assert out.meta == {"step": 3, "temperature": 1.0}
 
 
+def test_empty_batch_gives_empty_responses(model_dirs):
+    engine = make_engine(model_dirs["main"])
+    nothing = torch.zeros((0, 3), dtype=torch.long)
+    empty = Batch({"prompts": nothing, "prompt_mask": nothing})
+    out = engine.generate(empty, SamplingParams(n=2))
+    assert len(out) == 0
+    assert out["responses"].shape == (0, 0) and out["rollout_log_probs"].dtype == torch.float32
+
+
 def test_rejects_prompts_not_left_padded(model_dirs):
     engine = make_engine(model_dirs["main"])
     ids = torch.tensor([[5, 6, 0], [7, 8, 9]])

@@ -39,15 +39,21 @@ class GRPO:
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One GRPO step: n responses per prompt → rewards → behaviour (and reference) log-probs →
-        group-relative advantages → clipped policy update(s) → weight sync."""
-        batch = ctx.generate(prompts, n=self.cfg.n)
+        group-relative advantages → clipped policy update(s) → weight sync.
+
+        Behaviour log-probs need their own forward pass only when the step takes several optimizer
+        steps (or ``recompute_old_log_probs``); see :func:`rlloom_grpo.loss.make_policy_loss_fn`."""
+        cfg = self.cfg
+        mini_batch_prompts = cfg.ppo_mini_batch_size or len(prompts)
+        one_update = cfg.ppo_epochs == 1 and mini_batch_prompts >= len(prompts)
+        batch = ctx.generate(prompts, n=cfg.n)
         batch = ctx.score(batch)
-        batch = ctx.old_log_probs(batch)
+        if cfg.recompute_old_log_probs or not one_update:
+            batch = ctx.old_log_probs(batch)
         if self.needs_reference:
             batch = ctx.ref_log_probs(batch)
         with ctx.timed("adv"):
             batch["advantages"] = self.compute_advantages(batch)
-        mini_batch_prompts = self.cfg.ppo_mini_batch_size or len(prompts)
-        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=mini_batch_prompts * self.cfg.n, epochs=self.cfg.ppo_epochs)
+        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=mini_batch_prompts * cfg.n, epochs=cfg.ppo_epochs)
         ctx.sync_weights()
         return ctx.metrics

@@ -24,6 +24,10 @@ class GRPOConfig:
     - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
       step's batch is one mini-batch (one optimizer step per epoch).
     - ``epsilon``: added to the group std before dividing.
+    - ``recompute_old_log_probs``: compute behaviour log-probs with a separate forward pass even
+      when the step takes a single optimizer step (then they equal the training forward's own
+      log-probs, so by default that pass is skipped). With several optimizer steps per step
+      (``ppo_epochs`` > 1 or mini-batches) they are always computed.
     """
 
     n: int = 8
@@ -39,6 +43,7 @@ class GRPOConfig:
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0
     epsilon: float = 1e-6
+    recompute_old_log_probs: bool = False
 
     def __post_init__(self) -> None:
         problems = []

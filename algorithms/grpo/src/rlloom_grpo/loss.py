@@ -20,16 +20,21 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
         loss = agg(L_clip) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
 
     where L_clip is :func:`rlloom.losses.ppo_clip_loss` of ``outputs["log_probs"]`` against the
-    micro-batch's ``old_log_probs`` and ``advantages``, and KL (only when ``use_kl_loss``) is
+    micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
+    ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
+    current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the
+    separate forward pass that would compute the same numbers — and KL (only when ``use_kl_loss``) is
     :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
     needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0.
 
     Metrics are this micro-batch's own values: ``pg_loss`` (agg of L_clip by its own counts),
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
-    outputs hold it and ``kl_loss`` when used (own-count aggregates).
+    outputs hold it and ``kl_loss`` when used (own-count aggregates), and, when the micro-batch has
+    ``rollout_log_probs``, ``training/rollout_probs_diff_mean``: the token mean of
+    |exp(rollout_log_probs) − exp(log_probs)|, the rollout engine vs trainer gap.
     """
     mode = cfg.loss_agg_mode
-    needed = ["old_log_probs", "advantages", "response_mask"]
+    needed = ["advantages", "response_mask"]
     if cfg.use_kl_loss:
         needed.append("ref_log_probs")
 
@@ -47,9 +52,10 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
                 f"train engine); got outputs {sorted(outputs)}"
             )
         mask = micro_batch["response_mask"]
+        old_log_probs = micro_batch.get("old_log_probs")
         terms = ppo_clip_loss(
             log_probs,
-            micro_batch["old_log_probs"],
+            log_probs.detach() if old_log_probs is None else old_log_probs,
             micro_batch["advantages"],
             mask,
             clip_low=cfg.clip_ratio_low,
@@ -64,6 +70,9 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
                 "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask).item(),
                 "ppo_kl": masked_mean(terms.ppo_kl, mask).item(),
             }
+            if "rollout_log_probs" in micro_batch:
+                gap = (micro_batch["rollout_log_probs"].exp() - log_probs.exp()).abs()
+                metrics["training/rollout_probs_diff_mean"] = masked_mean(gap, mask).item()
         if entropy is not None:
             if cfg.entropy_coeff != 0:
                 loss = loss - cfg.entropy_coeff * aggregate(entropy, mask, mode, stats)

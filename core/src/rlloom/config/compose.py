@@ -21,7 +21,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from rlloom.config.schema import DEFAULT_CHOICES, RunConfig
+from rlloom.config.schema import DEFAULT_CHOICES, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
 
 
@@ -58,8 +58,10 @@ def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
 
 
 def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
-    """Replace ``preset=<name>`` by the preset's overrides; a later override of the same key wins."""
-    expanded: list[str] = []
+    """Replace ``preset=<name>`` by the preset's overrides, placed before the user's own overrides;
+    for a key set twice the later setting wins, so the user's overrides always beat a preset's."""
+    from_presets: list[str] = []
+    own: list[str] = []
     for override in overrides:
         key, sep, value = override.partition("=")
         if key == "preset" and sep:
@@ -68,9 +70,10 @@ def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
                 raise ConfigError(
                     f"preset={value}: no such preset. Installed presets: {', '.join(sorted(registry.presets)) or 'none'}."
                 )
-            expanded.extend(preset.overrides)
+            from_presets.extend(preset.overrides)
         else:
-            expanded.append(override)
+            own.append(override)
+    expanded = from_presets + own
     parsed = _parse(expanded)
     last_index = {item.key_or_group: i for i, item in enumerate(parsed)}
     return [override for i, (override, item) in enumerate(zip(expanded, parsed)) if last_index[item.key_or_group] == i]
@@ -85,9 +88,11 @@ def _parse(overrides: list[str]) -> list[Any]:
 
 
 def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]) -> None:
-    """Every ``group=option`` override must name an installed option."""
+    """Every ``group=option`` override must name an installed option; sections cannot be removed."""
     for item in _parse(overrides):
         group = item.key_or_group
+        if item.is_delete() and "." not in group:
+            raise ConfigError(f"~{group}: the section {group} cannot be removed; select another option instead.")
         if group in options and not item.is_delete():
             value = item.value()
             if not isinstance(value, str) or value not in options[group]:
@@ -109,11 +114,12 @@ def _store(options: dict[str, dict[str, Any]]) -> None:
 def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> str:
     full_key = getattr(error, "full_key", None) or ""
     group = full_key.split(".")[0]
-    schema = options.get(group, {}).get(choices.get(group, ""))
+    schema = SamplingConfig if group == "sampling" else options.get(group, {}).get(choices.get(group, ""))
     if isinstance(error, ConfigKeyError) or "not in" in str(error):
         if dataclasses.is_dataclass(schema):
             valid = ", ".join(f.name for f in dataclasses.fields(schema))
-            return (f"{full_key}: no such key in {group}={choices[group]}. Valid keys of {group}: {valid}.")
+            where = f"{group}={choices[group]}" if group in choices else group
+            return f"{full_key}: no such key in {where}. Valid keys of {group}: {valid}."
         valid = ", ".join(f.name for f in dataclasses.fields(RunConfig) if f.name != "defaults")
         return f"{full_key}: no such key. Top-level sections are: {valid}."
     if isinstance(error, ValidationError):
@@ -168,21 +174,29 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
             raise ConfigError(f"{group}={choices[group]}: {error}") from None
     sections["sampling"] = OmegaConf.to_object(cfg.sampling)
     resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)
-    check_consistency(resolved)
+    check_consistency(resolved, registry)
     OmegaConf.set_readonly(cfg, True)
     return resolved
 
 
 def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> None:
-    """``+group.key=value`` must not smuggle a key the group's schema does not have."""
-    for group, choice in choices.items():
-        schema = options[group][choice]
+    """``+key=value`` must not smuggle a key that no schema declares."""
+    sections = [f.name for f in dataclasses.fields(RunConfig)]
+    extra = sorted(set(cfg.keys()) - set(sections))
+    if extra:
+        valid = ", ".join(name for name in sections if name != "defaults")
+        raise ConfigError(f"{extra[0]}: no such key. Top-level sections are: {valid}.")
+    schemas = {group: options[group][choice] for group, choice in choices.items()}
+    schemas["sampling"] = SamplingConfig
+    for group, schema in schemas.items():
+        choice = choices.get(group, "")
         if dataclasses.is_dataclass(schema):
             valid = [f.name for f in dataclasses.fields(schema)]
             extra = sorted(set(cfg[group].keys()) - set(valid))
             if extra:
+                where = f"{group}={choice}" if choice else group
                 raise ConfigError(
-                    f"{group}.{extra[0]}: no such key in {group}={choice}. Valid keys of {group}: {', '.join(valid)}."
+                    f"{group}.{extra[0]}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
                 )
 
 
@@ -197,8 +211,8 @@ class _writable:
         OmegaConf.set_struct(self.cfg, True)
 
 
-def check_consistency(resolved: ResolvedConfig) -> None:
-    """Checks that span sections (batch sizes, sampling)."""
+def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
+    """Checks that span sections (batch sizes, sampling, tracker names)."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     sampling = resolved.sections["sampling"]
@@ -212,6 +226,10 @@ def check_consistency(resolved: ResolvedConfig) -> None:
         if value < 1:
             raise ConfigError(f"{key}={value}: must be >= 1.")
     mini = getattr(algorithm, "ppo_mini_batch_size", 0)
+    if registry is not None:
+        for name in trainer.trackers:
+            if name not in registry.components["tracker"]:
+                raise ConfigError(unknown_name_message("tracker", name, registry.choices("tracker")))
     if mini and trainer.train_batch_size % mini:
         raise ConfigError(
             f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size="

@@ -132,7 +132,8 @@ class StepContext:
 
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
-        step each; metrics are averaged over the steps and reported as ``actor/<name>``."""
+        step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
+        already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is)."""
         collected: dict[str, list[float]] = {}
         with self.timed("update_actor"):
             for _ in range(epochs):
@@ -140,7 +141,7 @@ class StepContext:
                     for name, value in self.roles.actor.train_step(mini_batch, loss_fn).items():
                         collected.setdefault(name, []).append(float(value))
         for name, values in collected.items():
-            self.metrics[f"actor/{name}"] = sum(values) / len(values)
+            self.metrics[name if "/" in name else f"actor/{name}"] = sum(values) / len(values)
 
     def sync_weights(self) -> None:
         """Push the actor's weights into the rollout engine."""

@@ -20,13 +20,13 @@ class ConsoleTracker:
             )
             self.task = self.progress.add_task("", total=self.total)
             self.progress.start()
-        self.console.print(f"rlloom run dir: {run_dir}")
+        self.console.print(f"rlloom run dir: {run_dir}", markup=False, highlight=False)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         validation = {k: v for k, v in metrics.items() if k.startswith("val-")}
         if validation:
             text = "  ".join(f"{k}={v:.3f}" for k, v in sorted(validation.items()))
-            self.console.print(f"[validation @ step {step}] {text}")
+            self.console.print(f"[validation @ step {step}] {text}", markup=False, highlight=False)
         if "critic/score/mean" not in metrics:
             return
         summary = (
@@ -36,7 +36,7 @@ class ConsoleTracker:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, description=summary)
         else:
-            self.console.print(summary + (f" / {self.total}" if self.total else ""))
+            self.console.print(summary + (f" / {self.total}" if self.total else ""), markup=False, highlight=False)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -47,11 +47,14 @@ def convert(gguf: Path, folder: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     if not tokenizer.chat_template:
         raise ModelSourceError(f"{gguf} carries no chat template")
+    if EOS_TOKEN not in tokenizer.get_vocab():
+        raise ModelSourceError(f"{gguf} has no {EOS_TOKEN} token to end assistant turns with")
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     tokenizer.eos_token = EOS_TOKEN
     for config in (model.config, model.generation_config):
         config.eos_token_id = eos_id
-    # The weights are plain float32 now; without these the folder would be saved as GGUF-quantised.
+    # The weights are plain float32 now. save_pretrained refuses a model that still holds the GGUF
+    # quantizer, and a saved quantization_config would make loaders look for a GGUF file.
     model.hf_quantizer = None
     del model.config.quantization_config
     model.save_pretrained(folder)
@@ -60,6 +63,7 @@ def convert(gguf: Path, folder: Path) -> None:
 
 
 def _check_reload(model: PreTrainedModel, input_ids: torch.Tensor, folder: Path) -> None:
+    """Raise unless ``folder``, loaded without GGUF, gives exactly ``model``'s logits on ``input_ids``."""
     reloaded = AutoModelForCausalLM.from_pretrained(folder)
     with torch.no_grad():
         expected, got = model(input_ids).logits, reloaded(input_ids).logits

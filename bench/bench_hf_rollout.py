@@ -1,10 +1,10 @@
-"""Time ``HFRolloutEngine.generate`` on a random ~5M-parameter Qwen2 (CPU, float32).
+"""Time ``HFRolloutEngine.generate`` on a random Qwen2 (default ~5M parameters; CPU, float32).
 
 Workload: B prompts of 40-64 tokens (left-padded), n completions each, ``max_new_tokens`` new
 tokens with no early stop (the stop id is outside the sampled range). For comparison it also times
 ``model.generate`` on the same rows (prompts repeated n times, ``output_logits=True``).
 
-    python backends/hf/bench/bench_hf_rollout.py --prompts 4 --n 8 --max-new-tokens 16
+    python bench/bench_hf_rollout.py --prompts 4 --n 8 --max-new-tokens 16
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine
 
 
-def build_model_dir(path: str, vocab: int) -> Qwen2ForCausalLM:
-    config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                         eos_token_id=vocab - 1, pad_token_id=0)
+def build_model_dir(path: str, vocab: int, hidden: int, intermediate: int, layers: int, heads: int,
+                    kv_heads: int) -> Qwen2ForCausalLM:
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         tie_word_embeddings=True, eos_token_id=vocab - 1, pad_token_id=0)
     model = Qwen2ForCausalLM(config)
     # The stop token can never be sampled: every response runs to max_new_tokens.
     with torch.no_grad():
@@ -42,7 +43,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    # defaults: ~5M parameters; SmolLM2-135M's shape is
+    # --vocab 49152 --hidden 576 --intermediate 1536 --layers 30 --heads 9 --kv-heads 3
     parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--intermediate", type=int, default=704)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -50,7 +58,8 @@ def main() -> None:
     torch.manual_seed(0)
 
     with tempfile.TemporaryDirectory() as path:
-        model = build_model_dir(path, args.vocab)
+        model = build_model_dir(path, args.vocab, args.hidden, args.intermediate, args.layers, args.heads,
+                                args.kv_heads)
         print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
         engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path=path, role="rollout"))
         lengths = torch.randint(40, 65, (args.prompts,))
