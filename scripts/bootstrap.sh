@@ -6,7 +6,11 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
 CONSTRAINTS="$ROOT/.ci/constraints.txt"
-PACKAGES=(core backends/hf backends/fsdp algorithms/grpo plugins/tasks plugins/models)
+# Every in-tree distribution, except the third-party template (its test installs it like a stranger would).
+PACKAGES=(core)
+for project in backends/*/pyproject.toml algorithms/*/pyproject.toml plugins/*/pyproject.toml; do
+    [[ $project == plugins/template/* ]] || PACKAGES+=("$(dirname "$project")")
+done
 STAMP=.venv/.rlloom-bootstrap
 INPUTS_HASH=$(cat scripts/bootstrap.sh "$CONSTRAINTS" $(printf '%s/pyproject.toml ' "${PACKAGES[@]}") | sha256sum | cut -d' ' -f1)
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import random
+import resource
 import time
 import warnings
 from typing import Any
@@ -51,10 +52,16 @@ def validation_metrics(batch: Batch, k: int, prefix: str = "val-core") -> dict[s
     return metrics
 
 
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far, in GB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
 class Trainer:
     """One run: its roles, data, trackers and loop."""
 
     def __init__(self, resolved: ResolvedConfig, registry: Registry | None = None) -> None:
+        self.started = time.perf_counter()
         self.resolved = resolved
         self.registry = registry = registry or get_registry()
         sections, choices = resolved.sections, resolved.choices
@@ -89,6 +96,7 @@ class Trainer:
         self.roles = self._start_roles()
         self.trackers = self._start_trackers()
         self.step = 0
+        self.draws = 0
 
     def _start_roles(self) -> Roles:
         sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
@@ -108,6 +116,7 @@ class Trainer:
 
         actor = train_engine("actor")
         ref = train_engine("ref") if self.algorithm.needs_reference else None
+        critic = train_engine("critic") if self.algorithm.needs_critic else None
         rollout = self.launcher.start_role(
             "rollout", lambda: registry.build("rollout_engine", choices["rollout"], sections["rollout"], spec("rollout"))
         )
@@ -115,6 +124,7 @@ class Trainer:
             rollout=rollout,
             actor=actor,
             ref=ref,
+            critic=critic,
             reward_fn=registry.build("reward_fn", choices["reward"], sections["reward"]),
             resharder=registry.build("resharder", choices["resharder"], sections["resharder"]),
         )
@@ -124,7 +134,9 @@ class Trainer:
         return [self.registry.build("tracker", name, self.run_dir, config) for name in self.cfg.trackers]
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        """Send ``metrics`` to every tracker; a tracker that raises is dropped with a warning."""
+        """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
+        every tracker; a tracker that raises is dropped with a warning."""
+        metrics["training/wall_clock_s"] = time.perf_counter() - self.started
         for tracker in list(self.trackers):
             try:
                 tracker.log(metrics, step)
@@ -132,8 +144,15 @@ class Trainer:
                 warnings.warn(f"tracker {type(tracker).__name__} failed and is disabled: {error}", stacklevel=2)
                 self.trackers.remove(tracker)
 
-    def context(self) -> StepContext:
-        return StepContext(self.roles, self.tokenizer, self.sampling, self.step)
+    def context(self, training: bool = False) -> StepContext:
+        """The controller API for one step; ``training`` contexts can draw more training prompts."""
+        return StepContext(self.roles, self.tokenizer, self.sampling, self.step,
+                           self.next_training_prompts if training else None)
+
+    def next_training_prompts(self) -> Batch:
+        """The next training batch; every draw gets its own uids (``draw<k>-<row>``)."""
+        self.draws += 1
+        return self.encode(self.data.next_batch(), f"draw{self.draws}")
 
     # ------------------------------------------------------------------------------ loop
     def encode(self, records: list[PromptRecord], tag: str) -> Batch:
@@ -167,12 +186,12 @@ class Trainer:
         while self.step < self.cfg.total_steps:
             self.step += 1
             start = time.perf_counter()
-            ctx = self.context()
-            records = self.data.next_batch()
-            metrics = self.algorithm.step(ctx, self.encode(records, f"step{self.step}"))
+            ctx = self.context(training=True)
+            metrics = self.algorithm.step(ctx, self.next_training_prompts())
             metrics["timing_s/step"] = time.perf_counter() - start
             metrics["training/epoch"] = float(self.data.epoch)
             metrics["data/prompts_dropped"] = float(self.prompts_dropped)
+            metrics["perf/cpu_memory_peak_gb"] = peak_rss_gb()
             tokens = float(ctx.metrics.get("perf/total_tokens", 0.0))
             if tokens:
                 metrics["perf/throughput"] = tokens / metrics["timing_s/step"]

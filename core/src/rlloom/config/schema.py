@@ -40,7 +40,7 @@ class SamplingConfig:
 class TrainerConfig:
     """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses."""
 
-    total_steps: int = 10
+    total_steps: int = 15
     train_batch_size: int = 4  # prompts per step; responses per step = train_batch_size * algorithm.n
     seed: int = 0
     max_prompt_length: int = 256  # prompts with more tokens are dropped (counted in data/prompts_dropped)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,15 @@ class StepContext:
     tokenizer: Any
     sampling: SamplingParams
     step: int
+    next_prompts: Callable[[], Batch] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+
+    def more_prompts(self) -> Batch:
+        """Another batch of ``trainer.train_batch_size`` training prompts (e.g. for DAPO's dynamic
+        sampling, which refills a batch after dropping groups)."""
+        if self.next_prompts is None:
+            raise RuntimeError("this context has no prompt source (validation contexts draw no training data)")
+        return self.next_prompts()
 
     @contextlib.contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -130,18 +138,37 @@ class StepContext:
             batch["ref_log_probs"] = self.roles.ref.compute_log_probs(batch)["log_probs"]
         return batch
 
+    def values(self, batch: Batch) -> Batch:
+        """Critic values (``values`` [B, R]) of the current critic."""
+        if self.roles.critic is None:
+            raise RuntimeError("this run has no critic: the algorithm did not ask for one")
+        with self.timed("values"):
+            batch["values"] = self.roles.critic.compute_values(batch)["values"]
+        return batch
+
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
         step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
         already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is)."""
+        self._update("actor", self.roles.actor, batch, loss_fn, mini_batch_rows, epochs)
+
+    def update_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
+        """As :meth:`update_actor`, on the critic; metrics as ``critic/<name>``. The loss function
+        reads the critic's ``outputs["values"]`` [b, R]."""
+        if self.roles.critic is None:
+            raise RuntimeError("this run has no critic: the algorithm did not ask for one")
+        self._update("critic", self.roles.critic, batch, loss_fn, mini_batch_rows, epochs)
+
+    def _update(self, role: str, engine: TrainEngine, batch: Batch, loss_fn: LossFn, mini_batch_rows: int,
+                epochs: int) -> None:
         collected: dict[str, list[float]] = {}
-        with self.timed("update_actor"):
+        with self.timed(f"update_{role}"):
             for _ in range(epochs):
                 for mini_batch in batch.split(mini_batch_rows):
-                    for name, value in self.roles.actor.train_step(mini_batch, loss_fn).items():
+                    for name, value in engine.train_step(mini_batch, loss_fn).items():
                         collected.setdefault(name, []).append(float(value))
         for name, values in collected.items():
-            self.metrics[name if "/" in name else f"actor/{name}"] = sum(values) / len(values)
+            self.metrics[name if "/" in name else f"{role}/{name}"] = sum(values) / len(values)
 
     def sync_weights(self) -> None:
         """Push the actor's weights into the rollout engine."""
