@@ -353,9 +353,9 @@ def test_reference_save_load_round_trips(model_dir, engines, tmp_path):
 
 
 def test_unsupported_role_and_compute_values(model_dir, engines):
-    with pytest.raises(ValueError, match="'critic'"):
-        engines(model_dir, role="critic")
-    with pytest.raises(NotImplementedError, match="value head"):
+    with pytest.raises(ValueError, match="'rollout'"):
+        engines(model_dir, role="rollout")
+    with pytest.raises(RuntimeError, match="value head"):
         engines(model_dir).compute_values(make_batch())
 
 

@@ -198,3 +198,43 @@ def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator:
         return 0.5 * d.square()
     d = torch.clamp(d, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return torch.clamp(torch.exp(-d) + d - 1.0, -K3_CLAMP, K3_CLAMP)
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Reward-to-go per token: G_t = m_t · (r_t + γ·G_{t+1}), computed right to left over [B, R].
+
+    Rewards where the mask is 0 are ignored and the sum does not carry across them, so a
+    right-padded row's returns cover its own response only (0 on padding). With γ = 1,
+    G_t = Σ_{t'≥t} r_t' (ReMax); with token rewards as the score on the last token plus a per-token
+    KL penalty, this is REINFORCE++'s return.
+    """
+    _check_same_shape(rewards=rewards, mask=mask)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    present = mask.bool()
+    rewards = torch.where(present, rewards, torch.zeros_like(rewards))
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        running = torch.where(present[:, t], rewards[:, t] + gamma * running, torch.zeros_like(running))
+        returns[:, t] = running
+    return returns
+
+
+def sequence_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's per-token log importance ratio [B, R] (0 where the mask is 0):
+
+        log s_i  = Σ_t m_it (log π_it − log π_old,it) / Σ_t m_it     (0 for an empty response)
+        log s_it = sg[log s_i] + log π_it − sg[log π_it]
+
+    Its value is the sequence's log ratio log s_i on every token, and its gradient is ∇ log π_it,
+    so exp(log s_it) = s_i and, aggregated seq-mean-token-mean, Σ_t ∇ s_it / |o_i| = ∇ s_i: the
+    sequence-level ratio of the GSPO paper, written per token so that per-token advantages, masks
+    and :func:`ppo_clip_loss` (called with ``old_log_probs`` = 0) apply unchanged.
+    """
+    _check_same_shape(log_probs=log_probs, old_log_probs=old_log_probs, mask=mask)
+    present = mask.bool()
+    zero = torch.zeros_like(log_probs)
+    diff = torch.where(present, log_probs - old_log_probs, zero).detach()
+    seq = diff.sum(dim=1) / present.sum(dim=1).clamp(min=1).to(diff.dtype)
+    return torch.where(present, seq[:, None] + log_probs - log_probs.detach(), zero)

@@ -91,3 +91,15 @@ def test_format_reward_custom_pattern_scores_and_errors():
 def test_format_reward_rejects_an_invalid_pattern():
     with pytest.raises(ValueError, match=r"reward\.pattern='\('"):
         FormatReward(FormatRewardConfig(pattern="("))
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("7", 1.0), ("12ab", 0.5), ("", 0.0), ("abc", 0.0), (" 3 ", 1 / 3), ("9\n", 0.5)],
+)
+def test_digit_fraction_reward_by_hand(response, expected):
+    from rlloom_tasks.rewards.digits import DigitFractionReward, DigitFractionRewardConfig
+
+    result = DigitFractionReward(DigitFractionRewardConfig())(Batch(objects={"response_text": [response, None]}))
+    assert result.scores[0].item() == pytest.approx(expected)
+    assert result.num_errors == 1 and result.scores[1].item() == 0.0

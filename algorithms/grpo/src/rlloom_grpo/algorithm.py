@@ -6,7 +6,7 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom_grpo.advantages import group_relative_advantages
+from rlloom_grpo.advantages import group_relative_advantages, passk_advantages
 from rlloom_grpo.config import GRPOConfig
 from rlloom_grpo.loss import make_policy_loss_fn
 
@@ -27,9 +27,11 @@ class GRPO:
 
     def compute_advantages(self, batch: Batch) -> torch.Tensor:
         """``advantages`` [N, R] float32 from ``scores`` [N], groups of equal ``uid`` and
-        ``response_mask`` (see :func:`rlloom_grpo.advantages.group_relative_advantages`)."""
+        ``response_mask`` (see :func:`rlloom_grpo.advantages.group_relative_advantages`, or
+        :func:`rlloom_grpo.advantages.passk_advantages` when ``adv_estimator`` is ``grpo_passk``)."""
         batch.require("scores", "uid", "response_mask")
-        return group_relative_advantages(
+        estimator = passk_advantages if self.cfg.adv_estimator == "grpo_passk" else group_relative_advantages
+        return estimator(
             batch["scores"],
             batch["uid"],
             batch["response_mask"],

@@ -5,6 +5,9 @@ from typing import Optional
 
 from rlloom.losses import AGG_MODES, KL_ESTIMATORS
 
+ADV_ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_passk")
+"""Accepted values of ``GRPOConfig.adv_estimator``."""
+
 
 @dataclass
 class GRPOConfig:
@@ -23,6 +26,10 @@ class GRPOConfig:
     - ``ppo_epochs``: passes over each step's batch.
     - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
       step's batch is one mini-batch (one optimizer step per epoch).
+    - ``adv_estimator``: one of :data:`ADV_ESTIMATORS`: ``grpo`` (group-relative, see
+      :func:`rlloom_grpo.advantages.group_relative_advantages`) or ``grpo_passk`` (only each
+      group's best sample learns, see :func:`rlloom_grpo.advantages.passk_advantages`; divided by
+      the group std when ``norm_adv_by_std``).
     - ``epsilon``: added to the group std before dividing.
     - ``recompute_old_log_probs``: compute behaviour log-probs with a separate forward pass even
       when the step takes a single optimizer step (then they equal the training forward's own
@@ -42,6 +49,7 @@ class GRPOConfig:
     entropy_coeff: float = 0.0
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0
+    adv_estimator: str = "grpo"
     epsilon: float = 1e-6
     recompute_old_log_probs: bool = False
 
@@ -65,6 +73,8 @@ class GRPOConfig:
             problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         if self.ppo_mini_batch_size < 0:
             problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
+        if self.adv_estimator not in ADV_ESTIMATORS:
+            problems.append(f"adv_estimator must be one of {list(ADV_ESTIMATORS)}, got {self.adv_estimator!r}")
         if not self.epsilon > 0:
             problems.append(f"epsilon must be > 0, got {self.epsilon}")
         if problems:

@@ -11,7 +11,10 @@ LR_SCHEDULES = ("constant", "cosine")
 class FSDPConfig:
     """Optimiser, LR schedule, micro-batching and sharding of the FSDP2 train engine.
 
-    Optimiser (role ``actor`` only): AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps``.
+    Optimiser (trainable roles ``actor`` and ``critic``): AdamW with ``lr``, ``weight_decay``,
+    ``betas``, ``eps``. ``critic_lr``: the critic's base LR (``None``: ``lr``); verl's PPO recipes
+    usually give the critic a larger LR than the actor (e.g. 1e-5 vs 1e-6), as a fresh value head
+    has to catch up with a pretrained policy. Both follow the same schedule.
     ``grad_clip``: max global L2 norm of the gradients; 0 disables clipping (the norm is still
     reported). LR schedule: see :func:`rlloom_fsdp.schedule.lr_factor` (``warmup_steps`` of linear
     warm-up, then ``constant`` or ``cosine`` decay to ``min_lr_ratio * lr`` over the run's
@@ -28,6 +31,7 @@ class FSDPConfig:
     """
 
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
+    critic_lr: float | None = None
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
@@ -48,6 +52,8 @@ class FSDPConfig:
             )
         if self.lr < 0:
             raise ValueError(f"FSDPConfig.lr must be >= 0, got {self.lr}")
+        if self.critic_lr is not None and self.critic_lr < 0:
+            raise ValueError(f"FSDPConfig.critic_lr must be >= 0 or None (= lr), got {self.critic_lr}")
         if self.weight_decay < 0:
             raise ValueError(f"FSDPConfig.weight_decay must be >= 0, got {self.weight_decay}")
         if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):

@@ -1,7 +1,8 @@
-"""``FSDPTrainEngine``: a causal LM sharded with FSDP2 over the process group, as actor or reference.
+"""``FSDPTrainEngine``: a causal LM sharded with FSDP2 over the process group, as actor, reference or
+critic (the LM's base transformer with a value head).
 
 Data parallelism: with world size N every rank holds one shard of the parameters and gets its own
-part of the batch. ``compute_log_probs``, ``train_step``, ``named_weights``, ``save`` and ``load``
+part of the batch. ``compute_log_probs``, ``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load``
 are collectives: every rank must call them together. Ranks may hold different numbers of rows:
 a rank with fewer micro-batches runs extra forward (and backward) passes on one of its rows whose
 result is discarded (zero loss), so that the ranks' FSDP collectives stay in step.
@@ -30,10 +31,11 @@ from rlloom.protocols import LossFn
 from rlloom.tokens import concat_prompt_response, response_logits, token_entropy, token_log_probs
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
-from rlloom_fsdp.model import full_named_tensors, load_model, shard_model
+from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.schedule import lr_factor
 
-ROLES = ("actor", "ref")
+ROLES = ("actor", "ref", "critic")
+TRAINABLE_ROLES = ("actor", "critic")
 ENGINE_STATE_FILE = "engine_state.json"
 _INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 
@@ -43,27 +45,35 @@ class FSDPTrainEngine:
 
     ``spec.role == "actor"``: trainable, AdamW + LR schedule (:mod:`rlloom_fsdp.schedule`) over
     ``spec.total_train_steps`` optimizer steps. ``spec.role == "ref"``: a frozen copy (no optimizer;
-    ``train_step`` raises). Runs in float32 on CPU.
+    ``train_step`` raises). ``spec.role == "critic"``: a :class:`rlloom_fsdp.model.CriticModel`
+    (base transformer + zero-initialised ``Linear(hidden, 1)`` value head) trained like the actor
+    but at ``cfg.critic_lr`` (``None``: ``cfg.lr``); it serves :meth:`compute_values`, not
+    :meth:`compute_log_probs`. Runs in float32 on CPU.
     """
 
     def __init__(self, cfg: FSDPConfig, spec: EngineSpec) -> None:
         if spec.role not in ROLES:
             raise ValueError(
                 f"EngineSpec.role {spec.role!r} is not supported by the fsdp train engine; choose one of "
-                f"{list(ROLES)} (a critic needs a value head, which rlloom-fsdp does not provide yet)"
+                f"{list(ROLES)}"
             )
         self.cfg = cfg
         self.spec = spec
-        self.trainable = spec.role == "actor"
+        self.trainable = spec.role in TRAINABLE_ROLES
+        self.is_critic = spec.role == "critic"
+        self.base_lr = cfg.critic_lr if self.is_critic and cfg.critic_lr is not None else cfg.lr
         if self.trainable:
             # Fail now, not at the first train_step, if the schedule cannot be computed.
             self._lr(1)
         mesh = process_group.acquire()
         self._holds_group = True
         try:
-            self.model = load_model(
-                spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
-            )
+            if self.is_critic:
+                self.model = load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
+            else:
+                self.model = load_model(
+                    spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
+                )
             shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward)
         except BaseException:
             self.close()
@@ -95,7 +105,7 @@ class FSDPTrainEngine:
             total_steps=self.spec.total_train_steps,
             min_lr_ratio=self.cfg.min_lr_ratio,
         )
-        return self.cfg.lr * factor
+        return self.base_lr * factor
 
     @staticmethod
     def _all_reduce(values: list[float], op: dist.ReduceOp) -> list[float]:
@@ -148,6 +158,27 @@ class FSDPTrainEngine:
         entropies = token_entropy(logits).masked_fill(padding, 0.0) if entropy else None
         return log_probs, entropies
 
+    def _values_forward(self, micro: Batch) -> torch.Tensor:
+        """Critic values [b, R], 0 on padding: the value for response token t is read at the hidden
+        state that predicts token t (positions P-1 … P+R-2 of prompt + response), aligned like the
+        log-probs, so V_t estimates the return from the state *before* token t is emitted."""
+        input_ids, attention_mask, position_ids = concat_prompt_response(micro)
+        response_length = micro["responses"].shape[1]
+        values = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        values = response_logits(values, micro["prompts"].shape[1], response_length)
+        return values.masked_fill(micro["response_mask"] == 0, 0.0)
+
+    def _train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
+        """What ``train_step`` hands the loss: ``values`` for a critic, else ``log_probs`` (and
+        ``entropy`` when ``cfg.train_entropy``), all [b, R] with grad."""
+        if self.is_critic:
+            return {"values": self._values_forward(micro)}
+        log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+        outputs = {"log_probs": log_probs}
+        if entropies is not None:
+            outputs["entropy"] = entropies
+        return outputs
+
     def _mini_batch_stats(self, batch: Batch) -> MiniBatchStats:
         """Global counts: sums over ranks, and the longest padded response length of any rank."""
         mask = batch["response_mask"]
@@ -161,7 +192,16 @@ class FSDPTrainEngine:
         if not self.trainable:
             raise RuntimeError(
                 f"{method}: this fsdp engine has role {self.spec.role!r}, a frozen reference model without "
-                "an optimizer; only role 'actor' trains"
+                f"an optimizer; only roles {list(TRAINABLE_ROLES)} train"
+            )
+
+    def _require_critic(self, method: str, wanted: bool) -> None:
+        """Raise unless this engine is a critic (``wanted``) or is not one (not ``wanted``)."""
+        if self.is_critic != wanted:
+            serves = "values (compute_values)" if self.is_critic else "log-probs (compute_log_probs)"
+            raise RuntimeError(
+                f"{method}: this fsdp engine has role {self.spec.role!r}, which serves {serves}; "
+                + ("only role 'critic' has a value head" if wanted else "a critic has no LM head")
             )
 
     # ------------------------------------------------------------------------------ protocol
@@ -172,6 +212,7 @@ class FSDPTrainEngine:
         ``response_mask`` is 0. Returns a batch with only these fields (and ``batch.meta``); join it
         to the input with ``Batch.union``. The model runs in eval mode (no dropout).
         """
+        self._require_critic("compute_log_probs", wanted=False)
         self._check_inputs(batch, "compute_log_probs")
         temperature = self._temperature(batch)
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
@@ -191,11 +232,23 @@ class FSDPTrainEngine:
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
     def compute_values(self, batch: Batch) -> Batch:
-        """Not available: this engine has no value head."""
-        raise NotImplementedError(
-            "FSDPTrainEngine.compute_values: the fsdp engine serves causal LMs without a value head "
-            "(roles 'actor' and 'ref'); critics are not supported yet"
-        )
+        """Critic role only: ``values`` [B, R] float32, no grad, 0 where ``response_mask`` is 0.
+
+        V_t is the value head at the hidden state that predicts response token t (positions
+        P-1 … P+R-2), aligned like log-probs (see :meth:`_values_forward`). Returns a batch with only
+        this field (and ``batch.meta``). Micro-batches of ``cfg.log_prob_micro_batch_size`` rows
+        (``None``: ``cfg.micro_batch_size``); eval mode.
+        """
+        self._require_critic("compute_values", wanted=True)
+        self._check_inputs(batch, "compute_values")
+        size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+        micros, padding_passes = self._micro_batches(batch, size)
+        self.model.eval()
+        with torch.no_grad():
+            values = [self._values_forward(micro) for micro in micros]
+            for _ in range(padding_passes):
+                self._values_forward(batch.slice(0, 1))
+        return Batch({"values": torch.cat(values)}, meta=batch.meta, batch_size=len(batch))
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
@@ -203,7 +256,8 @@ class FSDPTrainEngine:
         For each micro-batch of ``cfg.micro_batch_size`` rows: forward in train mode (dropout as set
         in the model's config; RL checkpoints normally have none, so the policy matches
         :meth:`compute_log_probs`); ``outputs = {"log_probs": [b, R]}`` (+ ``"entropy"`` when
-        ``cfg.train_entropy``), both with grad and temperature-scaled like :meth:`compute_log_probs`;
+        ``cfg.train_entropy``), both with grad and temperature-scaled like :meth:`compute_log_probs`
+        — for a critic ``outputs = {"values": [b, R]}`` with grad, as in :meth:`compute_values`;
         ``loss, metrics = loss_fn(micro, outputs, stats)`` with ``stats`` counted over all ranks;
         backward of ``loss * world_size``. The loss
         is the micro-batch's share of the mini-batch loss, so the mini-batch gradient is the *sum*
@@ -226,17 +280,13 @@ class FSDPTrainEngine:
         self.model.train()
         metric_sums: dict[str, float] = {}
         for micro in micros:
-            log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
-            outputs = {"log_probs": log_probs}
-            if entropies is not None:
-                outputs["entropy"] = entropies
-            loss, metrics = loss_fn(micro, outputs, stats)
+            loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
             (loss * self.world_size).backward()
             for name, value in metrics.items():
                 metric_sums[name] = metric_sums.get(name, 0.0) + float(value)
         for _ in range(padding_passes):
-            log_probs, _ = self._forward(batch.slice(0, 1), temperature, False)
-            (log_probs.sum() * 0.0).backward()
+            outputs = self._train_outputs(batch.slice(0, 1), temperature)
+            (sum(output.sum() for output in outputs.values()) * 0.0).backward()
 
         names = sorted(metric_sums)
         averaged = self._all_reduce([metric_sums[name] / len(micros) for name in names], dist.ReduceOp.SUM)
@@ -268,7 +318,9 @@ class FSDPTrainEngine:
         """Full weights on CPU under the Hugging Face ``state_dict`` names, one tensor at a time.
 
         With tied embeddings ``lm_head.weight`` is not yielded (it is ``model.embed_tokens.weight``),
-        matching ``save_pretrained``. All ranks must consume the iterator together; every rank gets
+        matching ``save_pretrained``. A critic yields its base model's weights (causal-LM names, no
+        ``lm_head``) and ``value_head.weight`` [1, hidden], ``value_head.bias`` [1]; ``save`` and
+        ``load`` include the head under the same names. All ranks must consume the iterator together; every rank gets
         every full tensor.
         """
         yield from full_named_tensors(self.model)
@@ -286,16 +338,19 @@ class FSDPTrainEngine:
 
     def load(self, path: str) -> None:
         """Restore what :meth:`save` wrote; the next ``train_step`` is then identical to the one
-        that followed the save. A reference engine may load an actor checkpoint (weights only)."""
+        that followed the save. A reference engine may load an actor checkpoint (weights only); a
+        trainable engine only a checkpoint of its own role."""
         state_file = os.path.join(path, ENGINE_STATE_FILE)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(f"{path!r} is not an fsdp engine checkpoint: {ENGINE_STATE_FILE} is missing")
         with open(state_file) as handle:
             engine_state = json.load(handle)
-        if self.trainable and engine_state["role"] != "actor":
+        saved_role = engine_state["role"]
+        if self.trainable and saved_role != self.spec.role:
+            no_optimizer = " and holds no optimizer state" if saved_role not in TRAINABLE_ROLES else ""
             raise ValueError(
-                f"{path!r} was saved by an engine with role {engine_state['role']!r} and holds no optimizer "
-                "state; an actor can only resume from an actor checkpoint"
+                f"{path!r} was saved by an engine with role {saved_role!r}{no_optimizer}; an engine with "
+                f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint"
             )
         state = self._checkpoint_state()
         dcp.load(state, checkpoint_id=path)

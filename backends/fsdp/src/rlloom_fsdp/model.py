@@ -1,4 +1,5 @@
-"""Loading a Hugging Face causal LM, sharding it with FSDP2, and reading its full weights back."""
+"""Loading a Hugging Face causal LM (or a critic built on one), sharding it with FSDP2, and reading
+its full weights back."""
 
 from __future__ import annotations
 
@@ -29,10 +30,51 @@ def load_model(path: str, *, trainable: bool, gradient_checkpointing: bool) -> P
     return model
 
 
-def decoder_layers(model: PreTrainedModel) -> list[nn.Module]:
+class CriticModel(nn.Module):
+    """A value model: the causal LM's base transformer (no LM head) and a ``Linear(hidden, 1)`` head.
+
+    ``forward(input_ids, attention_mask, position_ids)`` returns one value per position [B, T]:
+    ``value_head(last_hidden_state)`` (the base model's final hidden states, after its final norm).
+
+    Parameter names: the base model keeps its causal-LM names (``<base_model_prefix>.…``, e.g.
+    ``model.layers.0.mlp.up_proj.weight``; the LM head is dropped), the head adds
+    ``value_head.weight`` [1, hidden] and ``value_head.bias`` [1], float32. The head starts at
+    **zero** (weight and bias), so every rank starts from the same head without sharing a seed and
+    the first values are 0 (a neutral baseline); verl initialises a fresh token-classification head
+    randomly instead.
+    """
+
+    def __init__(self, lm: PreTrainedModel) -> None:
+        super().__init__()
+        self.base_model_prefix = lm.base_model_prefix
+        self._no_split_modules = list(getattr(lm, "_no_split_modules", None) or [])
+        setattr(self, self.base_model_prefix, lm.base_model)
+        hidden = lm.config.get_text_config().hidden_size
+        self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        base = getattr(self, self.base_model_prefix)
+        hidden = base(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        # h · w + b as a matrix-vector product: a fresh [B, T] tensor, not a view of [B, T, 1]
+        # (FSDP warns that in-place ops on a view returned by a sharded module skip its hooks).
+        return hidden.float() @ self.value_head.weight[0] + self.value_head.bias
+
+
+def load_critic(path: str, *, gradient_checkpointing: bool) -> CriticModel:
+    """A trainable :class:`CriticModel` on the causal LM in the local folder ``path``."""
+    return CriticModel(load_model(path, trainable=True, gradient_checkpointing=gradient_checkpointing))
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The model's transformer blocks: modules whose class is named in ``model._no_split_modules``.
 
-    Assumption: the model declares its block class there, as Hugging Face causal LMs do (e.g.
+    Assumption: the model (a causal LM, or a :class:`CriticModel`, which copies its LM's list) declares its block class there, as Hugging Face causal LMs do (e.g.
     ``Qwen2DecoderLayer``, ``LlamaDecoderLayer``; the blocks live in ``model.model.layers``).
     """
     names = set(getattr(model, "_no_split_modules", None) or [])

@@ -22,7 +22,7 @@ def reinforce_loss(micro: Batch, outputs: dict[str, torch.Tensor], stats: MiniBa
     """Σ_tokens −A·log π / (response tokens in the mini-batch)."""
     mask = micro["response_mask"].float()
     loss = -(micro["advantages"] * outputs["log_probs"] * mask).sum() / max(stats.num_tokens, 1)
-    return loss, {"pg_loss": float(loss)}
+    return loss, {"pg_loss": loss.item()}
 
 
 class ToyReinforce:

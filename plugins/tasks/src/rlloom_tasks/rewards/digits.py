@@ -30,6 +30,8 @@ class DigitFractionReward:
 
     @staticmethod
     def verify(response: str) -> Verdict:
+        if not isinstance(response, str):
+            raise TypeError(f"response_text must be a string, got {type(response).__name__}")
         share = sum(c.isdigit() for c in response) / len(response) if response else 0.0
         return Verdict(share, {"digit_fraction": share})
 

@@ -1,0 +1,39 @@
+"""``algorithm=dapo`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+
+from rlloom_grpo.config import GRPOConfig
+
+
+@dataclass
+class DAPOConfig(GRPOConfig):
+    """DAPO = GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`) with DAPO's defaults
+    (clip-higher ``clip_ratio_high=0.28``, ``token-mean`` aggregation, no KL loss) plus:
+
+    - ``dynamic_sampling``: drop groups whose scores are all equal and refill the batch with groups
+      of new prompts (:meth:`rlloom_dapo.algorithm.DAPO.step`).
+    - ``max_gen_rounds``: generation rounds per step at most (the first included); when the cap is
+      hit the step trains on the groups it has (metric ``dapo/missing_groups``).
+    - ``overlong_buffer_enable`` / ``overlong_buffer_len`` / ``overlong_penalty_factor``: overlong
+      reward shaping (:func:`rlloom_dapo.shaping.overlong_penalty`); the buffer length is in
+      tokens and must not exceed ``sampling.max_new_tokens``.
+    """
+
+    clip_ratio_high: float = 0.28
+    dynamic_sampling: bool = True
+    max_gen_rounds: int = 3
+    overlong_buffer_enable: bool = False
+    overlong_buffer_len: int = 4096
+    overlong_penalty_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        problems = []
+        if self.max_gen_rounds < 1:
+            problems.append(f"max_gen_rounds must be >= 1, got {self.max_gen_rounds}")
+        if self.overlong_buffer_len < 1:
+            problems.append(f"overlong_buffer_len must be >= 1, got {self.overlong_buffer_len}")
+        if self.overlong_penalty_factor < 0:
+            problems.append(f"overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")
+        if problems:
+            raise ValueError("invalid algorithm=dapo config: " + "; ".join(problems))

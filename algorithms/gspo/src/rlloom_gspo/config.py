@@ -1,0 +1,17 @@
+"""``algorithm=gspo`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+
+from rlloom_grpo.config import GRPOConfig
+
+
+@dataclass
+class GSPOConfig(GRPOConfig):
+    """GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`) with GSPO's defaults: the clip
+    range applies to the *sequence* ratio and is small (``clip_ratio_low=3e-4``,
+    ``clip_ratio_high=4e-4``, the paper's values), aggregation ``seq-mean-token-mean``.
+    Advantages are GRPO's (``adv_estimator``, ``norm_adv_by_std``)."""
+
+    clip_ratio_low: float = 3e-4
+    clip_ratio_high: float = 4e-4
+    loss_agg_mode: str = "seq-mean-token-mean"

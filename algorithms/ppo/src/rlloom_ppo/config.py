@@ -1,0 +1,118 @@
+"""``algorithm=ppo`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from rlloom.losses import KL_ESTIMATORS
+from rlloom_grpo.config import GRPOConfig
+
+KL_CTRL_TYPES = ("fixed", "adaptive")
+
+
+@dataclass
+class PPOConfig:
+    """PPO settings (verl's defaults). Units: *prompts* or *responses* (= prompts × ``n``) as stated.
+
+    Sampling and schedule:
+
+    - ``n``: responses sampled per prompt (PPO's critic supplies the baseline, so 1 by default).
+    - ``ppo_epochs``: passes over each step's batch (actor and critic alike).
+    - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
+      step's batch is one mini-batch.
+    - ``critic_warmup``: the first ``critic_warmup`` steps train only the critic (the actor and the
+      rollout weights stay as they are). Note verl updates the actor once ``critic_warmup <= step``,
+      i.e. one step earlier.
+
+    Advantages (GAE, see :func:`rlloom_ppo.gae.gae_advantages`): ``gamma`` (discount) and ``lam``
+    (GAE λ), both in [0, 1].
+
+    Losses:
+
+    - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio;
+      ``clip_ratio_c``: dual-clip bound c (> 1; None disables it; verl's default 3).
+    - ``cliprange_value``: the value clip ε_v: v_clip = v_old + clip(v − v_old, ±ε_v).
+    - ``loss_agg_mode``: one of :data:`rlloom.losses.AGG_MODES`, for the policy, entropy, KL and
+      value losses alike.
+    - ``entropy_coeff``: subtract coef·agg(entropy) from the policy loss.
+    - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the policy
+      loss (as GRPO does).
+
+    KL penalty in the reward (verl's ``use_kl_in_reward``):
+
+    - ``use_kl_in_reward``: token_level_rewards = token_level_scores − β·kl_t, kl_t the estimator
+      ``kl_penalty`` (see :data:`rlloom.losses.KL_ESTIMATORS`) of the behaviour vs reference
+      log-probs.
+    - ``kl_coef``: the initial (``fixed``: constant) β; ``kl_ctrl_type``: ``fixed`` or ``adaptive``
+      (see :class:`rlloom_ppo.kl_control.AdaptiveKLController`, with ``kl_target`` and
+      ``kl_horizon``, counted in responses).
+
+    A reference model is loaded when ``use_kl_in_reward`` or ``use_kl_loss``.
+    """
+
+    n: int = 1
+    gamma: float = 1.0
+    lam: float = 1.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: Optional[float] = 3.0
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "k3"
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 0
+    critic_warmup: int = 0
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_coef: float = 0.001
+    kl_ctrl_type: str = "fixed"
+    kl_target: float = 0.1
+    kl_horizon: int = 10000
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.n < 1:
+            problems.append(f"n must be >= 1, got {self.n}")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.cliprange_value > 0:
+            problems.append(f"cliprange_value must be > 0, got {self.cliprange_value}")
+        if self.ppo_epochs < 1:
+            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if self.ppo_mini_batch_size < 0:
+            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
+        if self.critic_warmup < 0:
+            problems.append(f"critic_warmup must be >= 0, got {self.critic_warmup}")
+        if self.kl_penalty not in KL_ESTIMATORS:
+            problems.append(f"kl_penalty must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_penalty!r}")
+        if self.kl_coef < 0:
+            problems.append(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_ctrl_type not in KL_CTRL_TYPES:
+            problems.append(f"kl_ctrl_type must be one of {list(KL_CTRL_TYPES)}, got {self.kl_ctrl_type!r}")
+        if not self.kl_target > 0:
+            problems.append(f"kl_target must be > 0, got {self.kl_target}")
+        if self.kl_horizon < 1:
+            problems.append(f"kl_horizon must be >= 1, got {self.kl_horizon}")
+        try:
+            self.policy_loss_config()
+        except ValueError as error:
+            problems.append(f"policy-loss settings (checked as GRPO's): {error}")
+        if problems:
+            raise ValueError("invalid algorithm=ppo config: " + "; ".join(problems))
+
+    def policy_loss_config(self) -> GRPOConfig:
+        """The policy-loss fields as the config :func:`rlloom_grpo.loss.make_policy_loss_fn` reads
+        (PPO's actor loss is GRPO's: clip, dual clip, entropy bonus, optional KL loss)."""
+        return GRPOConfig(
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c,
+            loss_agg_mode=self.loss_agg_mode,
+            entropy_coeff=self.entropy_coeff,
+            use_kl_loss=self.use_kl_loss,
+            kl_loss_coef=self.kl_loss_coef,
+            kl_loss_type=self.kl_loss_type,
+        )

@@ -1,0 +1,41 @@
+"""REINFORCE++ advantages: token-level returns (or group-centred scores) whitened over the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from rlloom.losses import discounted_returns, kl_estimate, masked_whiten
+from rlloom_grpo.advantages import group_relative_advantages
+
+
+def kl_penalized_rewards(
+    token_level_scores: torch.Tensor,
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+    estimator: str = "k1",
+) -> torch.Tensor:
+    """r_t = score_t − β·KL_t on response tokens (0 on padding), KL_t =
+    :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``."""
+    kl = kl_estimate(log_probs, ref_log_probs, estimator)
+    rewards = token_level_scores - coef * kl
+    return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++: G_t = r_t + γ·G_{t+1} over each response's token rewards ``rewards`` [N, R]
+    (:func:`rlloom.losses.discounted_returns`), then whitened over all response tokens of the batch
+    (:func:`rlloom.losses.masked_whiten`; 0 on padding)."""
+    return masked_whiten(discounted_returns(rewards, mask, gamma), mask)
+
+
+def reinforce_pp_baseline_advantages(
+    rewards: torch.Tensor, group_ids: Sequence[Hashable], mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++-baseline: a_i = r_i − mean_G with r_i = Σ_t rewards_it (a group of one gets 0),
+    broadcast over the response, then whitened over all response tokens of the batch."""
+    centered = group_relative_advantages(rewards.sum(dim=1), group_ids, mask, norm_by_std=False)
+    return masked_whiten(centered, mask)

@@ -1,0 +1,55 @@
+"""The ``ReinforcePP`` and ``ReinforcePPBaseline`` algorithms: GRPO's step, REINFORCE++ advantages."""
+
+from __future__ import annotations
+
+import torch
+
+from rlloom.batch import Batch
+from rlloom_grpo.algorithm import GRPO
+from rlloom_reinforce_pp.advantages import (
+    kl_penalized_rewards,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+)
+from rlloom_reinforce_pp.config import ReinforcePPConfig
+
+
+class ReinforcePP(GRPO):
+    """REINFORCE++ (``algorithm=reinforce_pp``): whitened token-level returns, no critic; a
+    reference model when ``use_kl_in_reward`` or ``use_kl_loss``."""
+
+    cfg: ReinforcePPConfig
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.use_kl_loss or self.cfg.use_kl_in_reward
+
+    def token_level_rewards(self, batch: Batch) -> torch.Tensor:
+        """Sets and returns ``token_level_rewards``: ``token_level_scores``, minus the KL penalty
+        when ``use_kl_in_reward`` (behaviour log-probs: ``old_log_probs`` when the step computed
+        them, else the sampler's own ``rollout_log_probs``)."""
+        batch.require("token_level_scores", "response_mask")
+        rewards = batch["token_level_scores"]
+        if self.cfg.use_kl_in_reward:
+            batch.require("ref_log_probs")
+            behaviour = batch.get("old_log_probs")
+            if behaviour is None:
+                batch.require("rollout_log_probs")
+                behaviour = batch["rollout_log_probs"]
+            rewards = kl_penalized_rewards(rewards, behaviour, batch["ref_log_probs"], batch["response_mask"],
+                                           self.cfg.kl_coef, self.cfg.kl_penalty)
+        batch["token_level_rewards"] = rewards
+        return rewards
+
+    def compute_advantages(self, batch: Batch) -> torch.Tensor:
+        """:func:`rlloom_reinforce_pp.advantages.reinforce_pp_advantages` of the token rewards."""
+        return reinforce_pp_advantages(self.token_level_rewards(batch), batch["response_mask"], self.cfg.gamma)
+
+
+class ReinforcePPBaseline(ReinforcePP):
+    """REINFORCE++-baseline (``algorithm=reinforce_pp_baseline``): group-centred scores, whitened."""
+
+    def compute_advantages(self, batch: Batch) -> torch.Tensor:
+        """:func:`rlloom_reinforce_pp.advantages.reinforce_pp_baseline_advantages` (groups: ``uid``)."""
+        batch.require("uid")
+        return reinforce_pp_baseline_advantages(self.token_level_rewards(batch), batch["uid"], batch["response_mask"])
