@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from test_fsdp_engine import (  # noqa: F401 - fixtures are used by name
     EPS,
     LR,
@@ -20,8 +22,8 @@ from test_fsdp_engine import (  # noqa: F401 - fixtures are used by name
     reference_model,
 )
 
-from rlloom import Batch
-from rlloom_fsdp import FSDPConfig
+from rlloom import Batch, EngineSpec
+from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 
 CRITIC_LR = 3e-2
 WEIGHT_DECAY = 0.1
@@ -172,3 +174,44 @@ def test_critic_lr_defaults_to_lr_and_is_validated(model_dir, engines):  # noqa:
     assert engines(model_dir, role="critic").train_step(with_targets(make_batch()), mse_loss)["lr"] == LR
     with pytest.raises(ValueError, match="critic_lr must be >= 0"):
         FSDPConfig(critic_lr=-1.0)
+
+
+# ---------------------------------------------------------------------------------- world size 2
+def _critic_world_size_2_worker(rank: int, store_path: str, model_dir: str, batch: Batch, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
+    engine = FSDPTrainEngine(
+        FSDPConfig(lr=LR, critic_lr=CRITIC_LR, weight_decay=0.1, eps=EPS, grad_clip=0.0, micro_batch_size=2),
+        EngineSpec(model_dir, "critic", total_train_steps=10),
+    )
+    local = batch.chunk(2)[rank]  # 3 rows (2 micro-batches) on rank 0, 2 rows (1 + a padding pass) on rank 1
+    metrics = [engine.train_step(local, mse_loss) for _ in range(2)]
+    values = engine.compute_values(local)["values"]
+    weights = dict(engine.named_weights())
+    engine.close()
+    dist.destroy_process_group()
+    torch.save({"metrics": metrics, "values": values, "weights": weights}, f"{out_dir}/rank{rank}.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a collective out of step between the ranks would hang
+def test_critic_world_size_2_matches_world_size_1(model_dir, engines, tmp_path):  # noqa: F811
+    batch = with_targets(make_batch(rows=5))
+    single = critic(engines, model_dir, micro_batch_size=2)
+    expected_metrics = [single.train_step(batch, mse_loss) for _ in range(2)]
+    expected_values = single.compute_values(batch)["values"]
+    expected_weights = dict(single.named_weights())
+
+    mp.start_processes(
+        _critic_world_size_2_worker,
+        args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)),
+        nprocs=2,
+        join=True,
+        start_method="spawn",
+    )
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    for result in ranks:
+        for got, want in zip(result["metrics"], expected_metrics):
+            assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-5)
+        assert_weights_close(result["weights"], expected_weights, atol=1e-5)
+    torch.testing.assert_close(torch.cat([r["values"] for r in ranks]), expected_values, atol=1e-5, rtol=0)

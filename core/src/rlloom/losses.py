@@ -238,3 +238,21 @@ def sequence_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mas
     diff = torch.where(present, log_probs - old_log_probs, zero).detach()
     seq = diff.sum(dim=1) / present.sum(dim=1).clamp(min=1).to(diff.dtype)
     return torch.where(present, seq[:, None] + log_probs - log_probs.detach(), zero)
+
+
+def kl_penalized_rewards(
+    token_level_scores: torch.Tensor,
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+    estimator: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL as a reward penalty: ``(rewards, kl)`` with kl_t = :func:`kl_estimate` of ``log_probs``
+    against ``ref_log_probs`` times m_t, and r_t = (s_t − β·kl_t)·m_t (0 on padding), β = ``coef``."""
+    _check_same_shape(token_level_scores=token_level_scores, log_probs=log_probs, ref_log_probs=ref_log_probs,
+                      mask=mask)
+    on = mask.bool()
+    kl = torch.where(on, kl_estimate(log_probs, ref_log_probs, estimator), torch.zeros_like(log_probs))
+    rewards = torch.where(on, token_level_scores - coef * kl, torch.zeros_like(token_level_scores))
+    return rewards, kl

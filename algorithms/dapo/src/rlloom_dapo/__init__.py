@@ -2,7 +2,6 @@
 
 from rlloom_dapo.algorithm import DAPO
 from rlloom_dapo.config import DAPOConfig
-from rlloom_dapo.learn import learn
 from rlloom_dapo.sampling import concat_padded, varied_groups
 from rlloom_dapo.shaping import apply_overlong_penalty, overlong_penalty
 
@@ -11,7 +10,6 @@ __all__ = [
     "DAPOConfig",
     "apply_overlong_penalty",
     "concat_padded",
-    "learn",
     "overlong_penalty",
     "varied_groups",
 ]

@@ -1,6 +1,7 @@
 """``algorithm=dapo`` config schema (a Hydra structured config)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom_grpo.config import GRPOConfig
 
@@ -18,6 +19,8 @@ class DAPOConfig(GRPOConfig):
       reward shaping (:func:`rlloom_dapo.shaping.overlong_penalty`); the buffer length is in
       tokens and must not exceed ``sampling.max_new_tokens``.
     """
+
+    algorithm_name: ClassVar[str] = "dapo"
 
     clip_ratio_high: float = 0.28
     dynamic_sampling: bool = True

@@ -40,22 +40,35 @@ class GRPO:
         )
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
-        """One GRPO step: n responses per prompt → rewards → behaviour (and reference) log-probs →
-        group-relative advantages → clipped policy update(s) → weight sync.
+        """One GRPO step: n responses per prompt → rewards → :meth:`learn`."""
+        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
+        self.learn(ctx, batch, len(prompts))
+        return ctx.metrics
+
+    def learn(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
+        """Train on a scored ``batch`` of ``num_prompts`` groups of ``cfg.n`` responses: behaviour
+        log-probs, reference log-probs when ``needs_reference``, advantages (metrics
+        ``critic/advantages/mean|max|min`` over response tokens), clipped policy update(s), weight
+        sync. Algorithms that build their scored batch their own way (DAPO's dynamic sampling,
+        ReMax's greedy baseline) end their step with this.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
         steps (or ``recompute_old_log_probs``); see :func:`rlloom_grpo.loss.make_policy_loss_fn`."""
         cfg = self.cfg
-        mini_batch_prompts = cfg.ppo_mini_batch_size or len(prompts)
-        one_update = cfg.ppo_epochs == 1 and mini_batch_prompts >= len(prompts)
-        batch = ctx.generate(prompts, n=cfg.n)
-        batch = ctx.score(batch)
+        mini_batch_prompts = cfg.ppo_mini_batch_size or num_prompts
+        one_update = cfg.ppo_epochs == 1 and mini_batch_prompts >= num_prompts
         if cfg.recompute_old_log_probs or not one_update:
             batch = ctx.old_log_probs(batch)
         if self.needs_reference:
             batch = ctx.ref_log_probs(batch)
         with ctx.timed("adv"):
-            batch["advantages"] = self.compute_advantages(batch)
+            advantages = batch["advantages"] = self.compute_advantages(batch)
+        mask = batch["response_mask"].bool()
+        if mask.any():
+            ctx.metrics.update({
+                "critic/advantages/mean": float(advantages[mask].mean()),
+                "critic/advantages/max": float(advantages[mask].max()),
+                "critic/advantages/min": float(advantages[mask].min()),
+            })
         ctx.update_actor(batch, self.loss_fn, mini_batch_rows=mini_batch_prompts * cfg.n, epochs=cfg.ppo_epochs)
         ctx.sync_weights()
-        return ctx.metrics

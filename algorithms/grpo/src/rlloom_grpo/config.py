@@ -1,7 +1,7 @@
 """``algorithm=grpo`` config schema (a Hydra structured config)."""
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rlloom.losses import AGG_MODES, KL_ESTIMATORS
 
@@ -36,6 +36,8 @@ class GRPOConfig:
       log-probs, so by default that pass is skipped). With several optimizer steps per step
       (``ppo_epochs`` > 1 or mini-batches) they are always computed.
     """
+
+    algorithm_name: ClassVar[str] = "grpo"  # the config group option, for error messages
 
     n: int = 8
     norm_adv_by_std: bool = True
@@ -78,4 +80,4 @@ class GRPOConfig:
         if not self.epsilon > 0:
             problems.append(f"epsilon must be > 0, got {self.epsilon}")
         if problems:
-            raise ValueError("invalid algorithm=grpo config: " + "; ".join(problems))
+            raise ValueError(f"invalid algorithm={self.algorithm_name} config: " + "; ".join(problems))

@@ -1,6 +1,7 @@
 """``algorithm=gspo`` config schema (a Hydra structured config)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom_grpo.config import GRPOConfig
 
@@ -11,6 +12,8 @@ class GSPOConfig(GRPOConfig):
     range applies to the *sequence* ratio and is small (``clip_ratio_low=3e-4``,
     ``clip_ratio_high=4e-4``, the paper's values), aggregation ``seq-mean-token-mean``.
     Advantages are GRPO's (``adv_estimator``, ``norm_adv_by_std``)."""
+
+    algorithm_name: ClassVar[str] = "gspo"
 
     clip_ratio_low: float = 3e-4
     clip_ratio_high: float = 4e-4

@@ -4,7 +4,7 @@ optional (adaptive) KL penalty in the reward (``algorithm=ppo``)."""
 from rlloom_ppo.algorithm import PPO
 from rlloom_ppo.config import PPOConfig
 from rlloom_ppo.gae import gae_advantages
-from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController, apply_kl_penalty
+from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController
 from rlloom_ppo.value_loss import clipped_value_loss, explained_variance, make_value_loss_fn
 
 __all__ = [
@@ -12,7 +12,6 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "PPOConfig",
-    "apply_kl_penalty",
     "clipped_value_loss",
     "explained_variance",
     "gae_advantages",

@@ -6,10 +6,11 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
+from rlloom.losses import aggregate, kl_penalized_rewards
 from rlloom_grpo.loss import make_policy_loss_fn
 from rlloom_ppo.config import PPOConfig
 from rlloom_ppo.gae import gae_advantages
-from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController, apply_kl_penalty
+from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController
 from rlloom_ppo.value_loss import explained_variance, make_value_loss_fn
 
 
@@ -45,16 +46,18 @@ class PPO:
 
     def token_level_rewards(self, batch: Batch, metrics: dict[str, float]) -> torch.Tensor:
         """``token_level_scores`` minus β·KL when ``use_kl_in_reward`` (see
-        :func:`rlloom_ppo.kl_control.apply_kl_penalty`; β then adapts to the measured KL and
+        :func:`rlloom.losses.kl_penalized_rewards` of π_old against π_ref; β then adapts to the batch KL —
+        the mean over responses of each response's token-mean KL — and
         ``actor/kl_coef`` (the β used) and ``actor/reward_kl_penalty`` (the KL) are logged), else the
         scores unchanged."""
         if not self.cfg.use_kl_in_reward:
             return batch["token_level_scores"]
         beta = self.kl_ctrl.value
-        rewards, kl = apply_kl_penalty(
-            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], batch["response_mask"],
-            beta, self.cfg.kl_penalty,
+        mask = batch["response_mask"]
+        rewards, token_kl = kl_penalized_rewards(
+            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], mask, beta, self.cfg.kl_penalty
         )
+        kl = float(aggregate(token_kl, mask, "seq-mean-token-mean"))
         self.kl_ctrl.update(kl, n_steps=len(batch))
         metrics.update({"actor/kl_coef": beta, "actor/reward_kl_penalty": kl})
         return rewards

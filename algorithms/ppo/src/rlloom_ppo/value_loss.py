@@ -25,16 +25,19 @@ def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange: float
 ) -> ValueLossTerms:
     """PPO's value loss per token: v_clip = v_old + clip(v − v_old, −ε, ε) with ε = ``cliprange``,
-    L = ½·max((v − R)², (v_clip − R)²). Gradients flow into ``values`` only."""
+    L = ½·max((v − R)², (v_clip − R)²). Gradients flow into ``values`` only; masked positions
+    contribute nothing (not even a NaN gradient)."""
     if not values.shape == old_values.shape == returns.shape == mask.shape:
         raise ValueError(
             f"values, old_values, returns and mask must have the same shape, got {tuple(values.shape)}, "
             f"{tuple(old_values.shape)}, {tuple(returns.shape)}, {tuple(mask.shape)}"
         )
+    present = mask.bool()
+    # Padding is replaced by 0 before any arithmetic, so NaN/inf there cannot reach the gradient.
+    values, old_values, returns = (torch.where(present, x, torch.zeros_like(x)) for x in (values, old_values, returns))
     clipped_values = old_values + torch.clamp(values - old_values, -cliprange, cliprange)
     unclipped_loss = (values - returns).square()
     clipped_loss = (clipped_values - returns).square()
-    present = mask.bool()
     loss = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
     return ValueLossTerms(
         loss=torch.where(present, loss, torch.zeros_like(loss)),

@@ -1,7 +1,6 @@
 """REINFORCE++ for rlloom: ``algorithm=reinforce_pp`` and ``algorithm=reinforce_pp_baseline``."""
 
 from rlloom_reinforce_pp.advantages import (
-    kl_penalized_rewards,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
 )
@@ -12,7 +11,6 @@ __all__ = [
     "ReinforcePP",
     "ReinforcePPBaseline",
     "ReinforcePPConfig",
-    "kl_penalized_rewards",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
 ]

@@ -6,23 +6,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from rlloom.losses import discounted_returns, kl_estimate, masked_whiten
+from rlloom.losses import discounted_returns, masked_whiten
 from rlloom_grpo.advantages import group_relative_advantages
-
-
-def kl_penalized_rewards(
-    token_level_scores: torch.Tensor,
-    log_probs: torch.Tensor,
-    ref_log_probs: torch.Tensor,
-    mask: torch.Tensor,
-    coef: float,
-    estimator: str = "k1",
-) -> torch.Tensor:
-    """r_t = score_t − β·KL_t on response tokens (0 on padding), KL_t =
-    :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``."""
-    kl = kl_estimate(log_probs, ref_log_probs, estimator)
-    rewards = token_level_scores - coef * kl
-    return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
 
 
 def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from rlloom.batch import Batch
+from rlloom.losses import kl_penalized_rewards
 from rlloom_grpo.algorithm import GRPO
 from rlloom_reinforce_pp.advantages import (
-    kl_penalized_rewards,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
 )
@@ -36,7 +36,7 @@ class ReinforcePP(GRPO):
             if behaviour is None:
                 batch.require("rollout_log_probs")
                 behaviour = batch["rollout_log_probs"]
-            rewards = kl_penalized_rewards(rewards, behaviour, batch["ref_log_probs"], batch["response_mask"],
+            rewards, _ = kl_penalized_rewards(rewards, behaviour, batch["ref_log_probs"], batch["response_mask"],
                                            self.cfg.kl_coef, self.cfg.kl_penalty)
         batch["token_level_rewards"] = rewards
         return rewards

@@ -1,6 +1,7 @@
 """``algorithm=reinforce_pp`` / ``algorithm=reinforce_pp_baseline`` config schema."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom.losses import KL_ESTIMATORS
 from rlloom_grpo.config import GRPOConfig
@@ -16,6 +17,8 @@ class ReinforcePPConfig(GRPOConfig):
       ``kl_penalty``, see :data:`rlloom.losses.KL_ESTIMATORS`) from every response token's reward;
       needs a reference model.
     """
+
+    algorithm_name: ClassVar[str] = "reinforce_pp"
 
     gamma: float = 1.0
     use_kl_in_reward: bool = False

@@ -8,7 +8,6 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom_dapo.learn import learn
 from rlloom_grpo.algorithm import GRPO
 from rlloom_remax.advantages import remax_advantages
 from rlloom_remax.config import ReMaxConfig
@@ -28,7 +27,7 @@ class ReMax(GRPO):
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """Greedy rollout of each prompt (stage ``gen_baseline``), scored → ``n`` sampled responses
         per prompt, scored, each given its prompt's greedy score as ``reward_baselines`` → GRPO's
-        update (:func:`rlloom_dapo.learn.learn`). Metric ``remax/baseline_score/mean``; the
+        update (:meth:`rlloom_grpo.GRPO.learn`). Metric ``remax/baseline_score/mean``; the
         ``critic/score/*`` metrics are the sampled responses' (scored last)."""
         greedy = dataclasses.replace(ctx.sampling, temperature=0.0)
         baseline = ctx.score(ctx.generate(prompts, 1, greedy, stage="gen_baseline"))
@@ -36,5 +35,5 @@ class ReMax(GRPO):
         batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
         batch["reward_baselines"] = torch.tensor([baseline_of[uid] for uid in batch["uid"]], dtype=torch.float32)
         ctx.metrics["remax/baseline_score/mean"] = float(baseline["scores"].mean())
-        learn(self, ctx, batch, len(prompts))
+        self.learn(ctx, batch, len(prompts))
         return ctx.metrics

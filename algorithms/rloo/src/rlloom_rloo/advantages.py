@@ -19,5 +19,5 @@ def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], respons
     """
     centered = group_relative_advantages(scores, group_ids, response_mask, norm_by_std=False)
     sizes = Counter(group_ids)
-    scale = torch.tensor([sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 0.0 for g in group_ids])
-    return centered * scale[:, None]
+    scale = [sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 0.0 for g in group_ids]
+    return centered * torch.tensor(scale, device=centered.device)[:, None]

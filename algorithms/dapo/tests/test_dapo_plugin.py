@@ -1,0 +1,41 @@
+"""DAPOConfig defaults and validation, Hydra round trip, registration through the entry point."""
+
+import importlib.metadata
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlloom.plugins.registry import Registry
+from rlloom_dapo import DAPO, DAPOConfig
+
+
+def test_defaults_are_dapo_s():
+    cfg = DAPOConfig()
+    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode) == (0.2, 0.28, "token-mean")
+    assert cfg.dynamic_sampling and not cfg.use_kl_loss and not DAPO(cfg).needs_reference
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("max_gen_rounds", 0, "algorithm=dapo config: max_gen_rounds must be >= 1"),
+        ("overlong_buffer_len", 0, "overlong_buffer_len must be >= 1"),
+        ("overlong_penalty_factor", -1.0, "overlong_penalty_factor must be >= 0"),
+        ("clip_ratio_high", -0.1, "clip_ratio_high must be >= 0"),
+    ],
+)
+def test_invalid_values_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        DAPOConfig(**{field: value})
+
+
+def test_hydra_round_trip_and_entry_point():
+    node = OmegaConf.structured(DAPOConfig)
+    node.merge_with_dotlist(["max_gen_rounds=5", "overlong_buffer_enable=true"])
+    assert OmegaConf.to_object(node) == DAPOConfig(max_gen_rounds=5, overlong_buffer_enable=True)
+    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "dapo"]
+    registry = Registry(entry_points[:1])
+    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    component = registry.get("algorithm", "dapo")
+    assert component.config is DAPOConfig and component.distribution == "rlloom-dapo"
+    assert isinstance(registry.build("algorithm", "dapo", DAPOConfig()), DAPO)

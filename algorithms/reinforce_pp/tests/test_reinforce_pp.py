@@ -1,0 +1,101 @@
+"""REINFORCE++ / REINFORCE++-baseline advantages vs numpy, KL-in-reward, registration, end to end."""
+
+import importlib.metadata
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import rlloom
+from rlloom.batch import Batch
+from rlloom.losses import kl_penalized_rewards
+from rlloom.plugins.registry import Registry
+from rlloom_reinforce_pp import (
+    ReinforcePP,
+    ReinforcePPBaseline,
+    ReinforcePPConfig,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+)
+
+REWARDS = np.array([[0.0, 0.0, 1.0, 0.0], [0.1, -0.2, 0.3, 5.0], [0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
+MASK = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0]])
+
+
+def whiten(values, mask):
+    """numpy: (x − mean) / sqrt(unbiased var + 1e-8) over masked entries, 0 elsewhere."""
+    picked = values[mask.astype(bool)]
+    return np.where(mask.astype(bool), (values - picked.mean()) / np.sqrt(picked.var(ddof=1) + 1e-8), 0.0)
+
+
+def test_reinforce_pp_whitens_discounted_returns():
+    gamma = 0.9
+    returns = np.zeros_like(REWARDS)
+    for i in range(4):
+        running = 0.0
+        for t in reversed(range(int(MASK[i].sum()))):
+            running = REWARDS[i, t] + gamma * running
+            returns[i, t] = running
+    out = reinforce_pp_advantages(torch.tensor(REWARDS), torch.tensor(MASK), gamma)
+    np.testing.assert_allclose(out.numpy(), whiten(returns, MASK), atol=1e-6)
+
+
+def test_reinforce_pp_baseline_centres_in_groups_then_whitens():
+    uids = ["a", "a", "b", "b"]
+    totals = np.array([1.0, 5.2, 0.0, 2.0])  # row sums of REWARDS by hand
+    centred = totals - np.array([3.1, 3.1, 1.0, 1.0])  # group means: a = (1 + 5.2)/2, b = (0 + 2)/2
+    out = reinforce_pp_baseline_advantages(torch.tensor(REWARDS), uids, torch.tensor(MASK))
+    np.testing.assert_allclose(out.numpy(), whiten(centred[:, None] * MASK, MASK), atol=1e-6)
+
+
+def test_all_equal_rewards_give_zero_advantages():
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    out = reinforce_pp_baseline_advantages(rewards, [0, 0], torch.ones(2, 2))
+    assert torch.equal(out, torch.zeros(2, 2))
+
+
+def test_kl_penalty_in_the_reward():
+    scores = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    log_probs = torch.tensor([[-1.0, -2.0], [-0.5, -9.0]])
+    ref = torch.tensor([[-1.5, -1.0], [-0.5, -9.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    out, _ = kl_penalized_rewards(scores, log_probs, ref, mask, coef=0.1, estimator="k1")
+    # k1 = log π − log π_ref: (0.5, −1.0) and (0, padding)
+    torch.testing.assert_close(out, torch.tensor([[-0.05, 1.1], [0.0, 0.0]]))
+
+
+def test_kl_in_reward_uses_old_or_rollout_log_probs_and_needs_a_reference():
+    algorithm = ReinforcePP(ReinforcePPConfig(use_kl_in_reward=True, kl_coef=1.0))
+    assert algorithm.needs_reference and not ReinforcePP(ReinforcePPConfig()).needs_reference
+    batch = Batch({"token_level_scores": torch.tensor([[0.0, 1.0]]), "response_mask": torch.ones(1, 2),
+                   "rollout_log_probs": torch.tensor([[-1.0, -1.0]]), "ref_log_probs": torch.tensor([[-2.0, -1.0]])})
+    torch.testing.assert_close(algorithm.token_level_rewards(batch), torch.tensor([[-1.0, 1.0]]))
+    batch["old_log_probs"] = torch.tensor([[-2.0, -3.0]])
+    torch.testing.assert_close(algorithm.token_level_rewards(batch), torch.tensor([[0.0, 3.0]]))
+    with pytest.raises(ValueError, match="kl_penalty must be one of"):
+        ReinforcePPConfig(kl_penalty="k9")
+
+
+def test_entry_point_registers_both_names():
+    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "reinforce_pp"]
+    registry = Registry(entry_points[:1])
+    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    assert type(registry.build("algorithm", "reinforce_pp", ReinforcePPConfig())) is ReinforcePP
+    assert type(registry.build("algorithm", "reinforce_pp_baseline", ReinforcePPConfig())) is ReinforcePPBaseline
+
+
+def train_scores(tmp_path_factory, name):
+    run_dir = tmp_path_factory.mktemp(f"{name}-run")
+    rlloom.train(["preset=tiny", f"algorithm={name}", f"trainer.run_dir={run_dir}",
+                  f"model.cache_dir={tmp_path_factory.mktemp('cache')}"])
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return [row["critic/score/mean"] for row in rows if row["step"] > 0 and "critic/score/mean" in row]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reinforce_pp", "reinforce_pp_baseline"])
+def test_reward_rises(tmp_path_factory, name):
+    scores = train_scores(tmp_path_factory, name)
+    assert len(scores) == 20
+    assert sum(scores[-3:]) / 3 > sum(scores[:3]) / 3 + 0.4, scores
