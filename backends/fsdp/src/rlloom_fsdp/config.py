@@ -27,7 +27,10 @@ class FSDPConfig:
     decoder layer after its forward (FSDP2's ZeRO-3 behaviour; ``False`` keeps them until backward,
     like ZeRO-2). ``train_entropy``: also hand ``outputs["entropy"]`` (with grad) to the loss
     function in ``train_step``; it keeps one more [b, R, V] tensor for backward, so turn it off for
-    large vocabularies when the loss does not use entropy.
+    large vocabularies when the loss does not use entropy. ``share_prompt_prefix``: rows of a
+    micro-batch that share a prompt (the n responses of a group) run the prompt once and their
+    responses on its KV cache (:mod:`rlloom_fsdp.prefix`); same numbers, fewer tokens. It falls back
+    to the plain forward when no prompt repeats or when gradient checkpointing disables the cache.
     """
 
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
@@ -44,6 +47,7 @@ class FSDPConfig:
     gradient_checkpointing: bool = False
     reshard_after_forward: bool = True
     train_entropy: bool = True
+    share_prompt_prefix: bool = True
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:

@@ -32,6 +32,7 @@ from rlloom.tokens import concat_prompt_response, response_logits, token_entropy
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
+from rlloom_fsdp.prefix import shared_prefix_response_logits
 from rlloom_fsdp.schedule import lr_factor
 
 ROLES = ("actor", "ref", "critic")
@@ -141,18 +142,23 @@ class FSDPTrainEngine:
 
         Only the R + 1 last positions go through the LM head (``logits_to_keep``); the first R of
         them predict the response tokens, so they are the response slice for a prompt of length 1.
+        With ``cfg.share_prompt_prefix``, rows that share a prompt run it once
+        (:mod:`rlloom_fsdp.prefix`).
         """
-        input_ids, attention_mask, position_ids = concat_prompt_response(micro)
         responses = micro["responses"]
         response_length = responses.shape[1]
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=response_length + 1,
-        )
-        logits = response_logits(output.logits, 1, response_length) / temperature
+        logits = shared_prefix_response_logits(self.model, micro) if self.cfg.share_prompt_prefix else None
+        if logits is None:
+            input_ids, attention_mask, position_ids = concat_prompt_response(micro)
+            output = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=response_length + 1,
+            )
+            logits = response_logits(output.logits, 1, response_length)
+        logits = logits / temperature
         padding = micro["response_mask"] == 0
         log_probs = token_log_probs(logits, responses).masked_fill(padding, 0.0)
         entropies = token_entropy(logits).masked_fill(padding, 0.0) if entropy else None

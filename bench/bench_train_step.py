@@ -1,0 +1,116 @@
+"""The FSDP2 train engine's optimizer step vs a plain transformers + AdamW step, in the same run.
+
+Workload: one GRPO-shaped mini-batch — B responses of R tokens, ``n`` per prompt of P tokens (random
+ids) — on a model folder (default: a small random model; ``--model smollm2-135m`` for the main job's
+model). Baseline: the same model loaded with transformers, one forward over the concatenated prompt +
+response tokens (logits only for the response slice), a token-mean policy-gradient loss, backward,
+``AdamW.step``: what a trainer without prompt sharing computes. The engine runs with its defaults
+(FSDP2 at world size 1, micro-batches, ``share_prompt_prefix``: each distinct prompt once);
+``--no-share`` measures its overhead on the same work as the baseline instead.
+
+    python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlloom import Batch, EngineSpec
+from rlloom.tokens import token_log_probs
+from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.engine import FSDPTrainEngine
+
+
+def model_path(name: str) -> str:
+    from rlloom_models.config import SmolLM2Config, TinyModelConfig
+    from rlloom_models.smollm2 import smollm2_path
+    from rlloom_models.tiny import tiny_model_path
+
+    if name == "smollm2-135m":
+        return smollm2_path(SmolLM2Config().cache_dir)
+    return tiny_model_path(TinyModelConfig(hidden_size=256, num_layers=4, intermediate_size=768))
+
+
+def make_batch(rows: int, n: int, prompt_len: int, response_len: int, vocab: int) -> Batch:
+    generator = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, vocab, (rows // n, prompt_len), generator=generator).repeat_interleave(n, dim=0)
+    return Batch({
+        "prompts": prompts,
+        "prompt_mask": torch.ones(rows, prompt_len, dtype=torch.long),
+        "responses": torch.randint(0, vocab, (rows, response_len), generator=generator),
+        "response_mask": torch.ones(rows, response_len, dtype=torch.long),
+        "advantages": torch.randn(rows, response_len, generator=generator),
+    })
+
+
+def pg_loss(micro, outputs, stats):
+    """−Σ A·log π / tokens of the mini-batch."""
+    mask = micro["response_mask"].float()
+    return -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens, {}
+
+
+def time_engine(path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int) -> list[float]:
+    config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, share_prompt_prefix=share)
+    engine = FSDPTrainEngine(config,
+                             EngineSpec(path, "actor", 0, repeats + 1))
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        engine.train_step(batch, pg_loss)
+        times.append(time.perf_counter() - start)
+    engine.close()
+    return times[1:]
+
+
+def time_plain(path: str, batch: Batch, repeats: int) -> list[float]:
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    input_ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
+    response_len = batch["responses"].shape[1]
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        logits = model(input_ids, logits_to_keep=response_len + 1).logits[:, :-1]
+        log_probs = token_log_probs(logits, batch["responses"])
+        loss = -(batch["advantages"] * log_probs).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--n", type=int, default=8, help="responses per prompt")
+    parser.add_argument("--no-share", action="store_true", help="engine without share_prompt_prefix")
+    parser.add_argument("--prompt-len", type=int, default=40)
+    parser.add_argument("--response-len", type=int, default=16)
+    parser.add_argument("--micro-batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    path = model_path(args.model)
+    vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
+    batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab)
+    plain = statistics.median(time_plain(path, batch, args.repeats))
+    engine = statistics.median(time_engine(path, batch, args.micro_batch_size, not args.no_share, args.repeats))
+    tokens = args.rows * (args.prompt_len + args.response_len)
+    print(f"model={args.model} rows={args.rows} n={args.n} tokens/step={tokens} threads={args.threads} "
+          f"share_prompt_prefix={not args.no_share}")
+    print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
+    print(f"rlloom FSDP2 train engine  : {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
+    print(f"ratio engine / plain       : {engine / plain:.2f}")
+
+
+if __name__ == "__main__":
+    main()
