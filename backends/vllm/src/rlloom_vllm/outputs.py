@@ -1,0 +1,55 @@
+"""Between rlloom's tensors and vLLM's token-id prompts and request outputs.
+
+Log-probs: the engine runs with ``logprobs_mode="processed_logprobs"`` and asks for the sampled
+token's log-prob only (``logprobs=0``). vLLM then reports ``log_softmax(logits / T)`` of the sampled
+token (``log_softmax(logits)`` when greedy), which is rlloom's ``rollout_log_probs`` contract as long
+as top-k and top-p are off. With top-k or top-p on, vLLM reports the log-prob under the filtered,
+renormalised distribution instead (higher than the contract's by ``-log`` of the kept mass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def prompt_token_lists(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+    """The real (unpadded) token ids of each row of left-padded ``prompts`` [B, P]."""
+    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+
+
+def request_seeds(seed: int, count: int) -> list[int]:
+    """``count`` distinct 32-bit seeds derived from ``seed`` (numpy ``SeedSequence``), one per
+    request: vLLM draws each request's noise from its own seed, so giving every prompt the call's
+    seed would correlate the samples of different prompts."""
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
+
+
+def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM ``RequestOutput``s (one per prompt, each with ``n`` completions) as interleaved rows
+    ``i*n + j`` = completion ``j`` of prompt ``i``: ``(responses [B*n, R] int64 right-padded with
+    pad_id, response_mask [B*n, R] int64, rollout_log_probs [B*n, R] float32, 0 on padding)``,
+    R = the longest completion."""
+    rows = []
+    for output in outputs:
+        completions = sorted(output.outputs, key=lambda c: c.index)
+        if len(completions) != n:
+            raise RuntimeError(f"vLLM returned {len(completions)} completions for a prompt, expected n={n}")
+        rows.extend(completions)
+    length = max((len(c.token_ids) for c in rows), default=0)
+    responses = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    log_probs = torch.zeros((len(rows), length), dtype=torch.float32)
+    for i, completion in enumerate(rows):
+        ids = list(completion.token_ids)
+        if completion.logprobs is None or len(completion.logprobs) != len(ids):
+            raise RuntimeError("vLLM returned no log-prob for some sampled tokens (SamplingParams.logprobs unset?)")
+        responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[i, : len(ids)] = 1
+        log_probs[i, : len(ids)] = torch.tensor(
+            [step[token].logprob for token, step in zip(ids, completion.logprobs)], dtype=torch.float32
+        )
+    return responses, mask, log_probs

@@ -1,0 +1,184 @@
+"""The ``vllm`` rollout engine on a real vLLM engine (in-process, CPU) over the tiny Qwen2 model.
+
+References come from the FSDP train engine (teacher-forced log-probs of the same tokens) and from
+facts computed here (shapes, masks, first stop token).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
+from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.engine import FSDPTrainEngine
+from rlloom_models.config import TinyModelConfig
+from rlloom_models.tiny import tiny_model_path
+from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
+
+from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
+from rlloom_vllm.names import NameMap
+
+PROMPTS = ["Q: pick a digit\nA:", "Say hi:", "What comes after 3? Answer:"]
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> str:
+    # head size 32: vLLM's CPU attention has no kernel for the default tiny model's 16
+    cfg = TinyModelConfig(num_heads=2, num_kv_heads=1, cache_dir=str(tmp_path_factory.mktemp("vllm-models")))
+    return tiny_model_path(cfg)
+
+
+@pytest.fixture(scope="module")
+def engines(model_path):
+    torch.set_num_threads(1)
+    rollout = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=128), EngineSpec(model_path, "rollout", 0))
+    actor = FSDPTrainEngine(FSDPConfig(lr=1e-2, micro_batch_size=6), EngineSpec(model_path, "actor", 0, 10))
+    ref = FSDPTrainEngine(FSDPConfig(), EngineSpec(model_path, "ref", 0, 10))
+    yield rollout, actor, ref
+    for engine in (rollout, ref, actor):
+        engine.close()
+
+
+def prompt_batch(tokenizer, texts=PROMPTS) -> Batch:
+    """Left-padded byte-token prompts with a per-row object field."""
+    rows = [tokenizer(text)["input_ids"] for text in texts]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return Batch({"prompts": ids, "prompt_mask": mask}, {"prompt_text": texts})
+
+
+def test_generate_contract(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer)
+    out = rollout.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=1))
+    assert len(out) == 9 and out.meta["temperature"] == 1.0
+    assert out["responses"].dtype == torch.long and out["rollout_log_probs"].dtype == torch.float32
+    assert out["responses"].shape == out["response_mask"].shape == out["rollout_log_probs"].shape == (9, 6)
+    assert list(out["prompt_text"]) == [text for text in PROMPTS for _ in range(3)]
+    assert torch.equal(out["prompts"], prompts["prompts"].repeat_interleave(3, dim=0))
+    mask = out["response_mask"]
+    # no stop token is likely in 6 draws from ~259 near-uniform tokens: every row runs to the limit
+    assert bool((mask == 1).all())
+    assert bool((out["rollout_log_probs"] < 0).all())
+
+
+def test_stop_token_ends_the_response_and_is_kept(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer)
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8)
+    full = rollout.generate(prompts, greedy)
+    stop = int(full["responses"][0, 2])  # make the 3rd greedy token of row 0 a stop token
+    saved = rollout.stop_ids
+    rollout.stop_ids = [stop]
+    try:
+        cut = rollout.generate(prompts, greedy)
+    finally:
+        rollout.stop_ids = saved
+    for row in range(len(prompts)):
+        tokens = full["responses"][row].tolist()
+        expected = tokens.index(stop) + 1 if stop in tokens else len(tokens)
+        assert int(cut["response_mask"][row].sum()) == expected
+        assert cut["responses"][row, :expected].tolist() == tokens[:expected]
+        assert bool((cut["responses"][row, expected:] == rollout.pad_id).all())
+        assert bool((cut["rollout_log_probs"][row, expected:] == 0).all())
+    assert int(cut["response_mask"][0].sum()) <= 3
+
+
+def test_seeds(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0]])  # the same prompt twice
+    draw = lambda seed: rollout.generate(prompts, SamplingParams(n=2, max_new_tokens=8, seed=seed))["responses"]
+    first = draw(7)
+    assert torch.equal(first, draw(7))
+    assert not torch.equal(first, draw(8))
+    # four samples of one prompt in one call: all different (no noise shared between requests)
+    assert len({tuple(row.tolist()) for row in first}) == 4
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_log_probs_match_the_train_engine(engines, temperature):
+    rollout, actor, _ = engines
+    out = rollout.generate(prompt_batch(rollout.tokenizer),
+                           SamplingParams(n=2, temperature=temperature, max_new_tokens=8, seed=3))
+    assert out.meta["temperature"] == (temperature or 1.0)
+    trainer = actor.compute_log_probs(out)["log_probs"]
+    mask = out["response_mask"].bool()
+    assert int(mask.sum()) > 0
+    assert float((trainer - out["rollout_log_probs"]).abs()[mask].max()) < 1e-3
+
+
+def test_trainer_names_map_onto_every_engine_parameter(engines):
+    rollout, actor, _ = engines
+    covered: set[str] = set()
+    names = [name for name, _ in rollout.names.stream(actor.named_weights(), covered)]
+    assert rollout.names.missing(covered) == []
+    assert "model.layers.0.self_attn.q_proj.weight" in names
+    assert "model.layers.0.self_attn.qkv_proj.weight" in covered
+    with pytest.raises(ValueError, match="model.layers.0.attn.bogus"):
+        list(NameMap(rollout.names.engine_names).stream([("model.layers.0.attn.bogus", torch.zeros(1))], set()))
+
+
+def test_prompt_longer_than_max_model_len_is_refused(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer, ["x" * 125])
+    with pytest.raises(ValueError, match="max_model_len=128"):
+        rollout.generate(prompts, SamplingParams(max_new_tokens=8))
+
+
+def test_sleep_frees_the_kv_cache_and_wake_up_restores_generation(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer)
+    sampling = SamplingParams(n=2, max_new_tokens=6, seed=11)
+    before = rollout.generate(prompts, sampling)
+    rollout.sleep()
+    freed = rollout.memory["before_sleep"] - rollout.memory["asleep"]
+    assert freed > 0.5 * GIB, freed  # the 1 GiB KV cache (kv_cache_space_gib=1) leaves the resident set
+    with pytest.raises(RuntimeError, match="asleep"):
+        rollout.generate(prompts, sampling)
+    rollout.wake_up()
+    after = rollout.generate(prompts, sampling)
+    assert torch.equal(before["responses"], after["responses"])
+    assert torch.allclose(before["rollout_log_probs"], after["rollout_log_probs"], atol=1e-5)
+    assert rollout.metrics()["rollout/rss_gb/asleep"] < rollout.metrics()["rollout/rss_gb/before_sleep"]
+
+
+def advantage_loss(micro, outputs, stats):
+    """−Σ A·log π / tokens: push up responses with A > 0."""
+    mask = micro["response_mask"].float()
+    loss = -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens
+    return loss, {"pg_loss": float(loss.detach())}
+
+
+@pytest.mark.parametrize("resharder", [InProcessResharder(InProcessResharderConfig()),
+                                       SafetensorsResharder(SafetensorsResharderConfig())],
+                         ids=["in_process", "safetensors"])
+def test_weight_sync_makes_vllm_follow_the_trainer(engines, resharder):
+    rollout, actor, ref = engines
+    batch = rollout.generate(prompt_batch(rollout.tokenizer), SamplingParams(n=2, max_new_tokens=8, seed=5))
+    batch["advantages"] = torch.tensor([1.0, -1.0] * 3).unsqueeze(1) * batch["response_mask"].float()
+    actor.train_step(batch, advantage_loss)
+
+    stats = resharder.sync(actor, rollout)
+    expected_bytes = sum(t.numel() * t.element_size() for _, t in actor.named_weights())
+    assert stats.num_bytes == expected_bytes and stats.num_tensors == len(list(actor.named_weights()))
+    assert stats.seconds > 0
+
+    greedy = rollout.generate(prompt_batch(rollout.tokenizer), SamplingParams(temperature=0.0, max_new_tokens=8))
+    mask = greedy["response_mask"].bool()
+    new = actor.compute_log_probs(greedy)["log_probs"]
+    old = ref.compute_log_probs(greedy)["log_probs"]
+    assert float((new - greedy["rollout_log_probs"]).abs()[mask].max()) < 1e-3
+    assert float((old - greedy["rollout_log_probs"]).abs()[mask].max()) > 1e-2
+
+
+def test_registered_through_the_entry_point():
+    from rlloom.plugins.registry import Registry
+
+    component = Registry().get("rollout_engine", "vllm")
+    assert component.distribution == "rlloom-vllm" and component.config is VLLMRolloutConfig

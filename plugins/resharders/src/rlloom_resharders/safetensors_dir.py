@@ -1,0 +1,116 @@
+"""``resharder=safetensors``: weight sync through safetensors files in a local directory.
+
+The train engine's full weights (``TrainEngine.named_weights()``, Hugging Face names) are written
+as ``model-00001.safetensors``, ``model-00002.safetensors``, … of at most ``max_shard_mb`` each
+(so at most one shard is held in memory), then the rollout engine reloads from the directory:
+
+- an engine with ``load_weights_from_dir(path)`` (e.g. ``rollout=vllm``) reads the files itself,
+  possibly in another process or on another host sharing the directory;
+- any other engine gets the tensors read back from the files through ``update_weights``.
+
+It is the universal fallback: it needs nothing from either engine beyond the protocols.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from rlloom.protocols import RolloutEngine, TrainEngine
+from rlloom.types import SyncStats
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+SHARD_PATTERN = "model-{:05d}.safetensors"
+
+
+@dataclass
+class SafetensorsResharderConfig:
+    """- ``directory``: where the files go (kept; the next sync replaces them); None: a fresh
+      temporary directory per sync, removed after it unless ``keep_files``.
+    - ``keep_files``: keep the temporary directory (debugging).
+    - ``max_shard_mb``: most megabytes (10^6 bytes) of tensors per file; a larger single tensor gets
+      a file of its own."""
+
+    directory: Optional[str] = None
+    keep_files: bool = False
+    max_shard_mb: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.max_shard_mb < 1:
+            raise ValueError(f"resharder.max_shard_mb must be >= 1, got {self.max_shard_mb}")
+
+
+def write_safetensors_dir(named_tensors: Iterable[tuple[str, torch.Tensor]], directory: str,
+                          max_shard_bytes: int) -> tuple[int, int]:
+    """Write the tensors as consecutive shards in ``directory`` (created; existing ``*.safetensors``
+    removed first). Returns ``(num_tensors, num_bytes)``."""
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            os.remove(os.path.join(directory, name))
+    shard: dict[str, torch.Tensor] = {}
+    shard_bytes = num_tensors = num_bytes = files = 0
+
+    def flush() -> None:
+        nonlocal shard, shard_bytes, files
+        if shard:
+            files += 1
+            save_file(shard, os.path.join(directory, SHARD_PATTERN.format(files)), metadata={"format": "pt"})
+            shard, shard_bytes = {}, 0
+
+    for name, tensor in named_tensors:
+        if name in shard:
+            raise ValueError(f"write_safetensors_dir: the tensor name {name!r} appears twice")
+        size = tensor.numel() * tensor.element_size()
+        if shard and shard_bytes + size > max_shard_bytes:
+            flush()
+        shard[name] = tensor.detach().to("cpu").contiguous()
+        shard_bytes += size
+        num_tensors += 1
+        num_bytes += size
+    flush()
+    return num_tensors, num_bytes
+
+
+def read_safetensors_dir(directory: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of every ``*.safetensors`` file in ``directory`` (files in name order), one at
+    a time."""
+    files = sorted(name for name in os.listdir(directory) if name.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors file in {directory}")
+    for file_name in files:
+        with safe_open(os.path.join(directory, file_name), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+class SafetensorsResharder:
+    """Sync by files; see the module doc. ``SyncStats`` counts the tensors and bytes written, and
+    the seconds of writing plus reloading."""
+
+    def __init__(self, cfg: SafetensorsResharderConfig) -> None:
+        self.cfg = cfg
+
+    def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+        start = time.perf_counter()
+        directory = self.cfg.directory or tempfile.mkdtemp(prefix="rlloom-weights-")
+        try:
+            num_tensors, num_bytes = write_safetensors_dir(
+                train.named_weights(), directory, self.cfg.max_shard_mb * 10**6
+            )
+            load_from_dir = getattr(rollout, "load_weights_from_dir", None)
+            if load_from_dir is not None:
+                load_from_dir(directory)
+            else:
+                rollout.update_weights(read_safetensors_dir(directory))
+        finally:
+            if not self.cfg.keep_files and self.cfg.directory is None:
+                shutil.rmtree(directory, ignore_errors=True)
+        return SyncStats(num_tensors, num_bytes, time.perf_counter() - start)
