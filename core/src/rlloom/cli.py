@@ -1,6 +1,9 @@
-"""``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``.
+"""``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, ``plot`` a run's
+metrics, ``export`` a checkpoint as a Hugging Face folder.
 
-User errors (bad config, missing plugin) print one paragraph and exit with status 2, no traceback.
+User errors (bad config, missing plugin, a resume whose config changed) print one paragraph and exit
+with status 2, no traceback. A run that stops itself (too many non-finite steps) or cannot write a
+checkpoint prints why and exits with status 1.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ import argparse
 import json
 import sys
 
+from rlloom.checkpoint import CheckpointError
 from rlloom.config import ConfigError, compose_config
+from rlloom.guards import TrainingAborted
 from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry
 
 USAGE_ERROR = 2
+RUN_FAILED = 1
 
 
 def plugin_rows() -> list[dict[str, str]]:
@@ -58,6 +64,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from rlloom.plot import plot_run
+
+    for path in plot_run(args.run_dir, args.out):
+        print(path)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlloom.export import export_checkpoint
+
+    print(export_checkpoint(args.checkpoint, args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom", description="RL post-training for language models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -74,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list installed plugins")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=cmd_plugins)
+    plot = sub.add_parser("plot", help="write PNG charts of a run's metrics",
+                          description="Charts of RUN_DIR/metrics.jsonl: reward, validation accuracy, KL, entropy, "
+                          "response length, step-time breakdown.")
+    plot.add_argument("run_dir", metavar="RUN_DIR")
+    plot.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
+    plot.set_defaults(func=cmd_plot)
+    export = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face folder",
+                            description="Export the actor of RUN_DIR/checkpoints/global_step_<N> for "
+                            "AutoModelForCausalLM.from_pretrained.")
+    export.add_argument("checkpoint", metavar="CHECKPOINT")
+    export.add_argument("--out", help="output folder (default: CHECKPOINT/huggingface)")
+    export.set_defaults(func=cmd_export)
     return parser
 
 
@@ -84,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownPluginError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except (TrainingAborted, CheckpointError, FileNotFoundError) as error:
+        print(f"rlloom: error: {error}", file=sys.stderr)
+        return RUN_FAILED
 
 
 if __name__ == "__main__":

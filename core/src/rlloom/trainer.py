@@ -1,7 +1,10 @@
-"""The generic training loop: build the run from its validated config, then step, validate, log.
+"""The generic training loop: build the run from its validated config, then step, validate, log,
+checkpoint; resume from the latest complete checkpoint.
 
 The loop knows nothing about any RL method: each step hands a prompt batch to the algorithm's
-``step(ctx, prompts)`` (see :mod:`rlloom.controller.step`).
+``step(ctx, prompts)`` (see :mod:`rlloom.controller.step`). An algorithm that keeps state across
+steps (e.g. an adaptive KL coefficient) exposes ``state_dict()`` / ``load_state_dict(state)``
+(:class:`StatefulAlgorithm`); the trainer saves and restores it with the checkpoints.
 """
 
 from __future__ import annotations
@@ -13,19 +16,36 @@ import random
 import resource
 import time
 import warnings
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 
 from rlloom.batch import Batch
-from rlloom.config import ResolvedConfig, compose_config
+from rlloom.checkpoint import (
+    TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
+)
+from rlloom.config import ConfigError, ResolvedConfig, compose_config
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
+from rlloom.dumps import dump_rollouts
 from rlloom.export import save_hf_folder
+from rlloom.guards import NonFiniteGuard
 from rlloom.plugins.registry import Registry, get_registry
+from rlloom.run_state import config_changes, rng_state, set_rng_state
 from rlloom.types import EngineSpec, SamplingParams
+
+
+@runtime_checkable
+class StatefulAlgorithm(Protocol):
+    """Optional: an algorithm whose state must survive a resume."""
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ...
 
 
 def seed_everything(seed: int) -> None:
@@ -68,6 +88,12 @@ class Trainer:
         self.cfg = sections["trainer"]
         seed_everything(self.cfg.seed)
         self.run_dir = self.cfg.run_dir or default_run_dir()
+        self.config = OmegaConf.to_container(resolved.cfg, resolve=True)
+        for key in ("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"):
+            if getattr(self.cfg, key) < 0:
+                raise ConfigError(f"trainer.{key}={getattr(self.cfg, key)}: must be >= 0.")
+        self.checkpoints = CheckpointManager(self.run_dir, self.cfg.keep_last_n)
+        resume_from = self._resume_target()
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as f:
             f.write(resolved.to_yaml())
@@ -94,20 +120,98 @@ class Trainer:
             max_new_tokens=sampling_cfg.max_new_tokens,
         )
         self.roles = self._start_roles()
-        self.trackers = self._start_trackers()
+        self.guard = NonFiniteGuard(self.cfg.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
+        if resume_from is not None:
+            self._restore(resume_from)
+        self.trackers = self._start_trackers()
+        self._rewind_trackers()
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def _resume_target(self) -> Checkpoint | None:
+        """The checkpoint ``trainer.resume`` points at (checked against the current config), or None."""
+        mode = self.cfg.resume
+        if mode == "never":
+            existing = self.checkpoints.latest()
+            if existing is not None:
+                raise ConfigError(
+                    f"trainer.resume=never but trainer.run_dir={self.run_dir} already holds checkpoints "
+                    f"({existing.path}); use trainer.resume=auto to continue that run or choose a new trainer.run_dir."
+                )
+            return None
+        if mode == "auto":
+            target = self.checkpoints.latest()
+        else:
+            try:
+                target = Checkpoint(mode, read_step(mode))
+            except CheckpointError as error:
+                raise ConfigError(
+                    f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder."
+                ) from None
+        if target is not None:
+            saved = read_trainer_state(target.path)
+            changes = config_changes({"choices": saved["choices"], **saved["config"]},
+                                     {"choices": self.resolved.choices, **self.config})
+            if changes:
+                raise ConfigError(
+                    f"trainer.resume={mode}: the checkpoint {target.path} was written with a different config and "
+                    f"these settings cannot change when resuming: {'; '.join(changes)}. Restore them, or start a "
+                    f"new run in another trainer.run_dir."
+                )
+        return target
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Load engines, counters, data position, algorithm and RNG states; re-sync rollout weights."""
+        self.roles.actor.load(os.path.join(checkpoint.path, "actor"))
+        if self.roles.critic is not None:
+            self.roles.critic.load(os.path.join(checkpoint.path, "critic"))
+        state = read_trainer_state(checkpoint.path)
+        self.step, self.draws = int(state["step"]), int(state["draws"])
+        self.data.load_state(state["data"])
+        self.guard.consecutive = int(state["nonfinite_in_a_row"])
+        if state["algorithm"] is not None:
+            if not isinstance(self.algorithm, StatefulAlgorithm):
+                raise CheckpointError(f"{checkpoint.path} holds algorithm state but the algorithm cannot load it")
+            self.algorithm.load_state_dict(state["algorithm"])
+        self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Checkpoint:
+        """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom.checkpoint`)."""
+
+        def write(folder: str) -> None:
+            self.roles.actor.save(os.path.join(folder, "actor"))
+            if self.roles.critic is not None:
+                self.roles.critic.save(os.path.join(folder, "critic"))
+            state = {
+                "step": self.step,
+                "draws": self.draws,
+                "data": self.data.state(),
+                "nonfinite_in_a_row": self.guard.consecutive,
+                "algorithm": self.algorithm.state_dict() if isinstance(self.algorithm, StatefulAlgorithm) else None,
+                "rng": rng_state(),
+                "choices": dict(self.resolved.choices),
+                "config": self.config,
+                "model_path": self.model_path,
+                "optimizer_steps": self.optimizer_steps,
+            }
+            torch.save(state, os.path.join(folder, TRAINER_STATE))
+            with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
+                f.write(self.resolved.to_yaml())
+
+        return self.checkpoints.save(self.step, write)
 
     def _start_roles(self) -> Roles:
         sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
         n = getattr(sections["algorithm"], "n", 1)
         mini = getattr(sections["algorithm"], "ppo_mini_batch_size", 0) or self.cfg.train_batch_size
         epochs = getattr(sections["algorithm"], "ppo_epochs", 1)
-        optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
+        self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
         self.mini_batch_rows = mini * n
 
         def spec(role: str) -> EngineSpec:
-            return EngineSpec(self.model_path, role, self.cfg.seed, optimizer_steps)
+            return EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps)
 
         def train_engine(role: str) -> Any:
             return self.launcher.start_role(
@@ -130,8 +234,23 @@ class Trainer:
         )
 
     def _start_trackers(self) -> list[Any]:
-        config = OmegaConf.to_container(self.resolved.cfg, resolve=True)
-        return [self.registry.build("tracker", name, self.run_dir, config) for name in self.cfg.trackers]
+        """Build ``trainer.trackers``; one that fails to start is left out with a warning."""
+        trackers = []
+        for name in self.cfg.trackers:
+            try:
+                trackers.append(self.registry.build("tracker", name, self.run_dir, self.config))
+            except Exception as error:  # noqa: BLE001 - a tracker must never kill the run
+                warnings.warn(f"tracker {name} failed to start and is disabled: {error}", stacklevel=2)
+        return trackers
+
+    def _rewind_trackers(self) -> None:
+        """Trackers with a ``rewind(step)`` method forget what an earlier, interrupted process logged
+        after ``step`` (the resumed step, or -1 for a fresh start), so a resumed run's records equal
+        an uninterrupted run's."""
+        for tracker in self.trackers:
+            rewind = getattr(tracker, "rewind", None)
+            if rewind is not None:
+                rewind(self.step if self.step else -1)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
@@ -147,7 +266,7 @@ class Trainer:
     def context(self, training: bool = False) -> StepContext:
         """The controller API for one step; ``training`` contexts can draw more training prompts."""
         return StepContext(self.roles, self.tokenizer, self.sampling, self.step,
-                           self.next_training_prompts if training else None)
+                           self.next_training_prompts if training else None, seed=self.cfg.seed)
 
     def next_training_prompts(self) -> Batch:
         """The next training batch; every draw gets its own uids (``draw<k>-<row>``)."""
@@ -179,9 +298,16 @@ class Trainer:
         return metrics
 
     def fit(self) -> dict[str, float]:
-        """Run ``trainer.total_steps`` steps; returns the last step's metrics with the final validation."""
+        """Run steps up to ``trainer.total_steps`` (from the resumed step, if any); returns the last
+        step's metrics with the final validation. Checkpoints every ``trainer.save_freq`` steps and
+        after the last; stops with :class:`~rlloom.guards.TrainingAborted` after
+        ``trainer.max_nonfinite_steps`` non-finite steps in a row."""
+        final_path = os.path.join(self.run_dir, "final_metrics.json")
+        if self.step >= self.cfg.total_steps and os.path.isfile(final_path):
+            with open(final_path, encoding="utf-8") as f:
+                return json.load(f)
         final: dict[str, float] = {}
-        if self.cfg.val_before_train:
+        if self.cfg.val_before_train and self.step == 0:
             self.log(self.validate(), self.step)
         while self.step < self.cfg.total_steps:
             self.step += 1
@@ -199,10 +325,15 @@ class Trainer:
             if is_last or (self.cfg.test_freq and self.step % self.cfg.test_freq == 0):
                 metrics.update(self.validate())
             self.log(metrics, self.step)
+            self.guard.check(self.step, metrics)
+            if self.cfg.dump_rollouts and ctx.last_batch is not None:
+                dump_rollouts(ctx.last_batch, self.cfg.dump_rollouts, self.run_dir, self.step)
+            if is_last or (self.cfg.save_freq and self.step % self.cfg.save_freq == 0):
+                self.save_checkpoint()
             final = metrics
         if self.cfg.save_final_model:
             save_hf_folder(self.roles.actor.named_weights(), self.model_path, os.path.join(self.run_dir, "final_model"))
-        with open(os.path.join(self.run_dir, "final_metrics.json"), "w", encoding="utf-8") as f:
+        with open(final_path, "w", encoding="utf-8") as f:
             json.dump(final, f, indent=1, sort_keys=True)
         return final
 

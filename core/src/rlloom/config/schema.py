@@ -53,6 +53,11 @@ class TrainerConfig:
     run_dir: Optional[str] = None  # default: runs/<timestamp>
     trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     save_final_model: bool = True  # write the final policy as a Hugging Face folder in run_dir/final_model
+    save_freq: int = 0  # checkpoint every k steps (0: only at the end); run_dir/checkpoints/global_step_<k>
+    keep_last_n: int = 0  # complete checkpoints kept (0: all)
+    resume: str = "auto"  # auto: continue from run_dir's latest complete checkpoint; never; or a checkpoint path
+    dump_rollouts: int = 0  # write this many trained samples per step to run_dir/rollouts/step_<k>.jsonl
+    max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,9 +35,21 @@ class Roles:
     critic: TrainEngine | None = None
 
 
+def derive_seed(seed: int, step: int, stage: str, call: int) -> int:
+    """A 63-bit sampling seed determined by (run seed, step, stage name, call index within the step)."""
+    digest = hashlib.sha256(f"{seed}/{step}/{stage}/{call}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
 @dataclass
 class StepContext:
-    """Everything one training step may call. ``metrics`` collects what the stages report."""
+    """Everything one training step may call. ``metrics`` collects what the stages report.
+
+    With ``seed`` set, every :meth:`generate` call without its own ``sampling.seed`` samples with
+    ``derive_seed(seed, step, stage, k)`` (``k``: the how-many-th call of that stage in this
+    context), so a step's rollouts do not depend on hidden RNG state and a resumed run repeats them.
+    ``last_batch`` is the batch of the most recent :meth:`update_actor` (for rollout dumps).
+    """
 
     roles: Roles
     tokenizer: Any
@@ -44,6 +57,9 @@ class StepContext:
     step: int
     next_prompts: Callable[[], Batch] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    seed: int | None = None
+    last_batch: Batch | None = None
+    _calls: dict[str, int] = field(default_factory=dict, repr=False)
 
     def more_prompts(self) -> Batch:
         """Another batch of ``trainer.train_batch_size`` training prompts (e.g. for DAPO's dynamic
@@ -66,6 +82,9 @@ class StepContext:
     def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
         """``n`` responses per prompt row (interleaved), decoded into ``response_text``."""
         params = dataclasses.replace(sampling or self.sampling, n=n)
+        if self.seed is not None and params.seed is None:
+            call = self._calls[stage] = self._calls.get(stage, -1) + 1
+            params = dataclasses.replace(params, seed=derive_seed(self.seed, self.step, stage, call))
         with self.timed(stage):
             batch = self.roles.rollout.generate(prompts, params)
         batch.meta["max_new_tokens"] = params.max_new_tokens
@@ -149,8 +168,10 @@ class StepContext:
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
         step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
-        already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is)."""
+        already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is).
+        ``batch`` becomes ``last_batch``."""
         self._update("actor", self.roles.actor, batch, loss_fn, mini_batch_rows, epochs)
+        self.last_batch = batch
 
     def update_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """As :meth:`update_actor`, on the critic; metrics as ``critic/<name>``. The loss function

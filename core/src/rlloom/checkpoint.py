@@ -1,0 +1,193 @@
+"""Run checkpoints on disk: atomic writes, completeness checks, the ``latest`` pointer, retention.
+
+Layout under ``<run_dir>/checkpoints/``::
+
+    global_step_<N>/            one complete checkpoint (written as global_step_<N>.tmp, then renamed)
+        actor/  critic/         what each train engine's ``save`` wrote
+        trainer_state.pt        step, counters, data position, RNG states, algorithm state
+        config.yaml             the resolved run config
+        manifest.json           written LAST: {"step": N, "files": {relative path: size in bytes}}
+    latest                      the name of the newest complete checkpoint (written last, atomically)
+
+A checkpoint is *complete* when its ``manifest.json`` exists and every file it lists exists with the
+listed size. A process killed at any point leaves either a complete checkpoint or a ``*.tmp``
+folder (or a folder without a valid manifest), which is ignored when resuming and removed by the
+next save.
+
+Fault injection (tests): with ``RLLOOM_TEST_KILL_AT=<point>:<step>`` in the environment the process
+sends itself SIGKILL at that point of the save of step ``<step>``. Points: ``during_save`` (the
+checkpoint's files are written, its manifest is not), ``before_latest`` (the folder is renamed,
+the ``latest`` pointer not yet updated).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CHECKPOINTS_DIR = "checkpoints"
+PREFIX = "global_step_"
+MANIFEST = "manifest.json"
+LATEST = "latest"
+KILL_ENV = "RLLOOM_TEST_KILL_AT"
+_NAME = re.compile(rf"^{PREFIX}(\d+)$")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read; the message names the folder and the cause."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint folder and the trainer step it was taken after."""
+
+    path: str
+    step: int
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's entries') data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through ``path.tmp`` (fsync, rename, fsync of the folder): a reader
+    sees the old content or the new one, never a part."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_path(os.path.dirname(os.path.abspath(path)))
+
+
+def _files(root: str) -> dict[str, int]:
+    """Relative path → size of every file under ``root``."""
+    sizes = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            full = os.path.join(folder, name)
+            sizes[os.path.relpath(full, root)] = os.path.getsize(full)
+    return sizes
+
+
+def _kill_point(point: str, step: int) -> None:
+    if os.environ.get(KILL_ENV) == f"{point}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def is_complete(path: str) -> bool:
+    """Whether ``path`` holds a manifest and every file it lists, with the listed sizes."""
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        return all(os.path.getsize(os.path.join(path, rel)) == size for rel, size in manifest["files"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def read_step(path: str) -> int:
+    """The step recorded in a complete checkpoint's manifest; :class:`CheckpointError` otherwise."""
+    if not is_complete(path):
+        raise CheckpointError(
+            f"{path!r} is not a complete checkpoint: its {MANIFEST} is missing or lists files that are "
+            f"missing or truncated (a save that was interrupted)"
+        )
+    with open(os.path.join(path, MANIFEST), encoding="utf-8") as handle:
+        return int(json.load(handle)["step"])
+
+
+class CheckpointManager:
+    """Saves and finds the checkpoints of one run under ``<run_dir>/checkpoints``.
+
+    ``keep_last_n`` (0: keep all) complete checkpoints are kept after each successful save.
+    """
+
+    def __init__(self, run_dir: str, keep_last_n: int = 0) -> None:
+        if keep_last_n < 0:
+            raise ValueError(f"trainer.keep_last_n must be >= 0, got {keep_last_n}")
+        self.root = os.path.join(run_dir, CHECKPOINTS_DIR)
+        self.keep_last_n = keep_last_n
+
+    def complete(self) -> list[Checkpoint]:
+        """The complete checkpoints, oldest first."""
+        if not os.path.isdir(self.root):
+            return []
+        found = []
+        for name in os.listdir(self.root):
+            match = _NAME.match(name)
+            path = os.path.join(self.root, name)
+            if match and is_complete(path):
+                found.append(Checkpoint(path, int(match.group(1))))
+        return sorted(found, key=lambda checkpoint: checkpoint.step)
+
+    def latest(self) -> Checkpoint | None:
+        """The newest complete checkpoint (also when a kill came between its rename and the update
+        of the ``latest`` pointer), or None."""
+        found = self.complete()
+        return found[-1] if found else None
+
+    def save(self, step: int, write: Callable[[str], None]) -> Checkpoint:
+        """Write checkpoint ``step``: ``write(folder)`` fills a fresh temporary folder, then the
+        manifest is written, every file fsynced, the folder renamed to ``global_step_<step>`` and
+        the ``latest`` pointer updated. On any ``OSError`` (disk full included) the temporary folder
+        is removed, earlier checkpoints are untouched and :class:`CheckpointError` says what failed."""
+        os.makedirs(self.root, exist_ok=True)
+        for name in os.listdir(self.root):
+            if name.endswith(".tmp"):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        final = os.path.join(self.root, f"{PREFIX}{step}")
+        tmp = final + ".tmp"
+        try:
+            os.makedirs(tmp)
+            write(tmp)
+            _kill_point("during_save", step)
+            files = _files(tmp)
+            for rel in files:
+                fsync_path(os.path.join(tmp, rel))
+            write_atomic(os.path.join(tmp, MANIFEST), json.dumps({"step": step, "files": files}, indent=1).encode())
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            fsync_path(self.root)
+            _kill_point("before_latest", step)
+            write_atomic(os.path.join(self.root, LATEST), f"{PREFIX}{step}\n".encode())
+        except OSError as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            previous = self.latest()
+            kept = (f"the previous checkpoint {previous.path!r} is intact" if previous
+                    else "no earlier checkpoint exists")
+            cause = "the disk is full" if error.errno in _DISK_FULL else "a write failed"
+            raise CheckpointError(f"saving checkpoint {final!r} failed: {cause} ({error}); {kept}") from error
+        self._prune()
+        return Checkpoint(final, step)
+
+    def _prune(self) -> None:
+        if self.keep_last_n:
+            for checkpoint in self.complete()[: -self.keep_last_n]:
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
+
+
+TRAINER_STATE = "trainer_state.pt"
+
+
+def read_trainer_state(path: str) -> dict:
+    """The trainer state saved in the complete checkpoint ``path`` (a dict written by the trainer:
+    ``step``, ``choices``, ``config``, ``model_path``, counters, data position, RNG states, …)."""
+    import torch
+
+    read_step(path)
+    # Our own file, holding Python and NumPy RNG states (tuples, arrays): not a weights-only pickle.
+    return torch.load(os.path.join(path, TRAINER_STATE), weights_only=False)

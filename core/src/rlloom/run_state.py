@@ -1,0 +1,66 @@
+"""What a resume restores besides the engines: RNG states, and whether the config still matches.
+
+RNG states cover Python's ``random``, NumPy's global generator and torch's CPU generator (and the
+CUDA generators when CUDA is initialised). Rollout sampling does not rely on them (every generate
+call gets an explicit seed, see :class:`rlloom.controller.step.StepContext`); they are restored so
+that anything else drawing from the global generators continues exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+# Config keys that may change between a run and its resume: they do not change what the resumed
+# steps compute (``trainer.total_steps`` moves the end; with a decaying LR schedule it also moves
+# the schedule, which is the user's call). ``*`` matches any key of a section.
+RESUMABLE_CHANGES = (
+    "trainer.total_steps", "trainer.trackers", "trainer.test_freq", "trainer.save_freq", "trainer.keep_last_n",
+    "trainer.resume", "trainer.run_dir", "trainer.dump_rollouts", "trainer.max_nonfinite_steps",
+    "trainer.save_final_model", "trainer.val_before_train", "launcher.*", "model.cache_dir",
+)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def flatten_config(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``{"section.key": value}`` (lists stay values)."""
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _resumable(key: str) -> bool:
+    return any(key == allowed or (allowed.endswith(".*") and key.startswith(allowed[:-1]))
+               for allowed in RESUMABLE_CHANGES)
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for every config value that differs between the checkpoint's config and
+    the current one, except the keys in :data:`RESUMABLE_CHANGES`; sorted by key."""
+    old, new = flatten_config(saved), flatten_config(current)
+    return [
+        f"{key}: {old.get(key, '<absent>')!r} -> {new.get(key, '<absent>')!r}"
+        for key in sorted(set(old) | set(new))
+        if old.get(key, "<absent>") != new.get(key, "<absent>") and not _resumable(key)
+    ]

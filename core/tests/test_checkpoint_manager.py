@@ -1,0 +1,112 @@
+"""CheckpointManager: atomic saves, completeness checks, retention, disk-full and kill points."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rlloom.checkpoint import KILL_ENV, CheckpointError, CheckpointManager, is_complete, read_step, write_atomic
+
+
+def write_files(sizes: dict[str, int]):
+    def write(folder: str) -> None:
+        for rel, size in sizes.items():
+            os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
+            with open(os.path.join(folder, rel), "wb") as handle:
+                handle.write(b"x" * size)
+
+    return write
+
+
+def test_save_writes_a_manifest_of_every_file_and_the_latest_pointer(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    checkpoint = manager.save(3, write_files({"actor/weights.bin": 100, "trainer_state.pt": 7}))
+    assert checkpoint.path == str(tmp_path / "checkpoints" / "global_step_3") and checkpoint.step == 3
+    manifest = json.loads((tmp_path / "checkpoints" / "global_step_3" / "manifest.json").read_text())
+    assert manifest == {"step": 3, "files": {"actor/weights.bin": 100, "trainer_state.pt": 7}}
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_3\n"
+    assert is_complete(checkpoint.path) and read_step(checkpoint.path) == 3
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_3", "latest"]
+
+
+def test_truncated_or_unfinished_checkpoints_are_not_complete(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(2, write_files({"a.bin": 10}))
+    newer = manager.save(4, write_files({"a.bin": 10}))
+    with open(os.path.join(newer.path, "a.bin"), "wb") as handle:  # torn file
+        handle.write(b"x" * 3)
+    os.makedirs(tmp_path / "checkpoints" / "global_step_6.tmp")  # an interrupted save
+    os.makedirs(tmp_path / "checkpoints" / "global_step_8")  # a folder without manifest
+    assert not is_complete(newer.path)
+    assert manager.latest().step == 2
+    with pytest.raises(CheckpointError, match="global_step_4' is not a complete checkpoint"):
+        read_step(newer.path)
+    manager.save(5, write_files({"b.bin": 1}))
+    assert "global_step_6.tmp" not in os.listdir(tmp_path / "checkpoints")
+    assert manager.latest().step == 5
+
+
+def test_keep_last_n_keeps_the_newest_complete_checkpoints(tmp_path):
+    manager = CheckpointManager(str(tmp_path), keep_last_n=2)
+    for step in (1, 2, 3, 4):
+        manager.save(step, write_files({"a": step}))
+    assert [c.step for c in manager.complete()] == [3, 4]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_3", "global_step_4", "latest"]
+
+
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    previous = manager.save(2, write_files({"a.bin": 10}))
+
+    def fills_the_disk(folder: str) -> None:
+        write_files({"actor/part.bin": 5})(folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointError) as caught:
+        manager.save(4, fills_the_disk)
+    message = str(caught.value)
+    assert "global_step_4" in message and "the disk is full" in message
+    assert f"the previous checkpoint {previous.path!r} is intact" in message
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_2", "latest"]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_2\n"
+    assert manager.latest() == previous and is_complete(previous.path)
+
+
+def test_write_atomic_replaces_the_whole_file(tmp_path):
+    path = str(tmp_path / "f")
+    write_atomic(path, b"old")
+    write_atomic(path, b"new content")
+    assert (tmp_path / "f").read_bytes() == b"new content"
+    assert os.listdir(tmp_path) == ["f"]
+
+
+SAVE_TWICE = textwrap.dedent("""
+    import sys
+    from rlloom.checkpoint import CheckpointManager
+
+    def write(folder):
+        open(folder + "/a.bin", "wb").write(b"x" * 10)
+
+    manager = CheckpointManager(sys.argv[1])
+    manager.save(2, write)
+    manager.save(4, write)
+""")
+
+
+@pytest.mark.parametrize(("point", "listing", "latest_step"), [
+    ("during_save", ["global_step_2", "global_step_4.tmp", "latest"], 2),
+    ("before_latest", ["global_step_2", "global_step_4", "latest"], 4),
+])
+def test_sigkill_inside_a_save_never_leaves_a_complete_looking_partial(tmp_path, point, listing, latest_step):
+    env = {**os.environ, KILL_ENV: f"{point}:4"}
+    result = subprocess.run([sys.executable, "-c", SAVE_TWICE, str(tmp_path)], env=env, timeout=60)
+    assert result.returncode == -9
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == listing
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_2\n"
+    assert CheckpointManager(str(tmp_path)).latest().step == latest_step

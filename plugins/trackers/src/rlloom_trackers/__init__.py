@@ -1,0 +1,1 @@
+"""rlloom-trackers: TensorBoard, Weights & Biases and MLflow trackers (``trainer.trackers=[...]``)."""

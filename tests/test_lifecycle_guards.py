@@ -1,0 +1,157 @@
+"""Guards and optional hooks of a real ``rlloom train`` run: non-finite updates abort the run after
+``trainer.max_nonfinite_steps`` in a row with the step's diagnostics saved; trackers that fail to
+start or to log are dropped with a warning and the run goes on; an algorithm's own state
+(``state_dict``/``load_state_dict``) survives a kill and resume.
+
+These come from a small plugin distribution installed for the test (a ``.dist-info`` folder on
+``PYTHONPATH``): a reward function whose scores are NaN (so the loss and the gradients are NaN and
+the FSDP engine skips every update), two trackers that raise, and GRPO with a step counter as state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+from lifecycle_helpers import RLLOOM, run, run_env
+
+PLUGIN = """
+from dataclasses import dataclass
+
+import torch
+
+from rlloom import RewardResult, hookimpl
+from rlloom_grpo.algorithm import GRPO
+from rlloom_grpo.config import GRPOConfig
+
+
+@dataclass
+class NanRewardConfig:
+    pass
+
+
+class NanReward:
+    def __init__(self, cfg):
+        pass
+
+    def __call__(self, batch):
+        return RewardResult(scores=torch.full((len(batch),), float("nan")))
+
+
+class FailsToLog:
+    def __init__(self, run_dir, config):
+        pass
+
+    def log(self, metrics, step):
+        raise OSError("tracker backend unreachable")
+
+    def close(self):
+        pass
+
+
+class FailsToStart:
+    def __init__(self, run_dir, config):
+        raise ConnectionError("no server")
+
+
+class CountingGRPO(GRPO):
+    # GRPO that counts the steps it has taken, as algorithm state, and logs the count.
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.steps_taken = 0
+
+    def step(self, ctx, prompts):
+        self.steps_taken += 1
+        metrics = super().step(ctx, prompts)
+        metrics["algo/steps_taken"] = float(self.steps_taken)
+        return metrics
+
+    def state_dict(self):
+        return {"steps_taken": self.steps_taken}
+
+    def load_state_dict(self, state):
+        self.steps_taken = state["steps_taken"]
+
+
+@hookimpl
+def register_algorithms(register):
+    register("counting_grpo", CountingGRPO, config=GRPOConfig)
+
+
+@hookimpl
+def register_reward_fns(register):
+    register("nan_score", NanReward, config=NanRewardConfig)
+
+
+@hookimpl
+def register_trackers(register):
+    register("fails_to_log", FailsToLog)
+    register("fails_to_start", FailsToStart)
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("guard_plugin")
+    (folder / "rlloom_test_lifecycle_guards.py").write_text(textwrap.dedent(PLUGIN))
+    info = folder / "rlloom_test_lifecycle_guards-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-lifecycle-guards\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[rlloom]\nlifecycle_guards = rlloom_test_lifecycle_guards\n")
+    return run_env(PYTHONPATH=str(folder))
+
+
+@pytest.fixture(scope="module")
+def aborted_run(tmp_path_factory, plugin_env):
+    run_dir = str(tmp_path_factory.mktemp("aborted"))
+    command = [
+        str(RLLOOM), "train", "preset=tiny", "reward=nan_score", "trainer.total_steps=6",
+        "trainer.max_nonfinite_steps=3",
+        "trainer.val_before_train=false", "trainer.test_freq=0", "launcher.num_threads=1",
+        "trainer.trackers=[fails_to_start,jsonl,fails_to_log]", f"trainer.run_dir={run_dir}",
+        f"model.cache_dir={tmp_path_factory.mktemp('cache')}",
+    ]
+    return run_dir, run(command, plugin_env)
+
+
+def test_nonfinite_updates_abort_after_k_in_a_row_with_diagnostics(aborted_run):
+    run_dir, result = aborted_run
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "rlloom: error: step 3: 3 steps in a row had a skipped (non-finite) update" in result.stderr
+    assert "Traceback" not in result.stderr
+    with open(os.path.join(run_dir, "nonfinite_step_3.json")) as handle:
+        diagnostics = json.load(handle)
+    assert diagnostics["step"] == 3
+    assert diagnostics["metrics"]["actor/skipped_update"] == 1.0
+    assert diagnostics["metrics"]["actor/grad_norm"] == "nan"
+    assert not os.path.exists(os.path.join(run_dir, "checkpoints"))  # nothing saved from a diverged run
+
+
+def test_failing_trackers_are_dropped_and_the_run_goes_on(aborted_run):
+    run_dir, result = aborted_run
+    assert "tracker fails_to_start failed to start and is disabled: no server" in result.stderr
+    assert "tracker FailsToLog failed and is disabled: tracker backend unreachable" in result.stderr
+    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
+        rows = [json.loads(line) for line in handle]
+    assert [row["step"] for row in rows] == [1, 2, 3]  # the jsonl tracker after the failing one kept logging
+    assert all(row["actor/skipped_update"] == 1.0 and row["critic/score/mean"] is None for row in rows)
+
+
+@pytest.mark.slow
+def test_algorithm_state_survives_a_kill_and_resume(tmp_path, plugin_env):
+    run_dir = str(tmp_path / "run")
+    command = [
+        str(RLLOOM), "train", "preset=tiny", "algorithm=counting_grpo", "trainer.total_steps=4", "trainer.save_freq=2",
+        "trainer.val_before_train=false", "trainer.test_freq=0", "launcher.num_threads=1", "trainer.trackers=[jsonl]",
+        f"trainer.run_dir={run_dir}", f"model.cache_dir={tmp_path / 'cache'}",
+    ]
+    killed = run(command, {**plugin_env, "RLLOOM_TEST_KILL_AT": "during_save:4"})
+    assert killed.returncode == -9
+    resumed = run(command, plugin_env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
+        counts = [(row["step"], row["algo/steps_taken"]) for row in map(json.loads, handle)]
+    assert counts == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]  # a fresh algorithm would restart at 1
