@@ -50,3 +50,16 @@ def test_kl_penalty_in_reward_matches_numpy(estimator):
     np.testing.assert_allclose(rewards.numpy(), scores - beta * kl, atol=1e-6)
     per_response = [kl[0, :3].mean(), kl[1, :2].mean()]  # the empty response is left out
     assert batch_kl == pytest.approx(float(np.mean(per_response)), rel=1e-5)
+
+
+def test_ppo_keeps_the_adaptive_kl_coefficient_across_a_resume():
+    from rlloom_ppo import PPOConfig
+    from rlloom_ppo.algorithm import PPO
+
+    cfg = PPOConfig(use_kl_in_reward=True, kl_ctrl_type="adaptive", kl_coef=0.2, kl_target=0.1, kl_horizon=10)
+    before = PPO(cfg)
+    before.kl_ctrl.update(0.3, n_steps=4)  # KL/target − 1 = 2 → clipped to 0.2: β = 0.2·(1 + 0.2·4/10)
+    assert before.kl_ctrl.value == pytest.approx(0.2 * 1.08)
+    after = PPO(cfg)
+    after.load_state_dict(before.state_dict())
+    assert after.kl_ctrl.value == pytest.approx(0.2 * 1.08)

@@ -140,8 +140,11 @@ class RewardFn(Protocol):
 class Algorithm(Protocol):
     """An RL method: which models it needs and what one training step does.
 
-    ``step`` is a short program against the controller (``rlloom.trainer.StepContext``): generate,
-    score, compute log-probs, advantages, update, sync. It returns the step's metrics.
+    ``step`` is a short program against the controller (``rlloom.controller.step.StepContext``):
+    generate, score, compute log-probs, advantages, update, sync. It returns the step's metrics.
+
+    Optional: an algorithm with state that must survive a resume (e.g. an adaptive KL coefficient)
+    also defines ``state_dict() -> dict`` and ``load_state_dict(state)``; checkpoints keep it.
     """
 
     needs_reference: bool
@@ -152,8 +155,23 @@ class Algorithm(Protocol):
 
 
 @runtime_checkable
+class StatefulAlgorithm(Protocol):
+    """The optional part of :class:`Algorithm` for state that must survive a resume."""
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ...
+
+
+@runtime_checkable
 class Tracker(Protocol):
-    """Receives metrics; a failing tracker is disabled with a warning, never kills a run."""
+    """Receives metrics; a failing tracker is disabled with a warning, never kills a run.
+
+    Optional: ``rewind(step)`` drops what was logged for steps after ``step``; the trainer calls it
+    when a run resumes from the checkpoint of ``step``, so the record equals an uninterrupted run's.
+    """
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         ...

@@ -4,7 +4,7 @@ checkpoint; resume from the latest complete checkpoint.
 The loop knows nothing about any RL method: each step hands a prompt batch to the algorithm's
 ``step(ctx, prompts)`` (see :mod:`rlloom.controller.step`). An algorithm that keeps state across
 steps (e.g. an adaptive KL coefficient) exposes ``state_dict()`` / ``load_state_dict(state)``
-(:class:`StatefulAlgorithm`); the trainer saves and restores it with the checkpoints.
+(:class:`rlloom.protocols.StatefulAlgorithm`); the trainer saves and restores it with the checkpoints.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 import resource
 import time
 import warnings
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,19 +33,9 @@ from rlloom.dumps import dump_rollouts
 from rlloom.export import save_hf_folder
 from rlloom.guards import NonFiniteGuard
 from rlloom.plugins.registry import Registry, get_registry
+from rlloom.protocols import StatefulAlgorithm
 from rlloom.run_state import config_changes, rng_state, set_rng_state
 from rlloom.types import EngineSpec, SamplingParams
-
-
-@runtime_checkable
-class StatefulAlgorithm(Protocol):
-    """Optional: an algorithm whose state must survive a resume."""
-
-    def state_dict(self) -> dict[str, Any]:
-        ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        ...
 
 
 def seed_everything(seed: int) -> None:

@@ -44,6 +44,13 @@ class PPO:
     def needs_reference(self) -> bool:
         return self.cfg.use_kl_in_reward or self.cfg.use_kl_loss
 
+    def state_dict(self) -> dict[str, float]:
+        """What a checkpoint keeps across a resume: the KL coefficient β in use."""
+        return {"kl_coef": self.kl_ctrl.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.kl_ctrl.value = float(state["kl_coef"])
+
     def token_level_rewards(self, batch: Batch, metrics: dict[str, float]) -> torch.Tensor:
         """``token_level_scores`` minus β·KL when ``use_kl_in_reward`` (see
         :func:`rlloom.losses.kl_penalized_rewards` of π_old against π_ref; β then adapts to the batch KL —
