@@ -100,6 +100,7 @@ class Trainer:
         train_records = self.encoder.filter(dataset.train)
         self.val_records = self.encoder.filter(dataset.val)
         self.prompts_dropped = len(dataset.train) + len(dataset.val) - len(train_records) - len(self.val_records)
+        self.invalid_rows = int(getattr(dataset, "num_invalid", 0))  # skipped malformed rows (data.skip_invalid)
         if self.cfg.val_max_prompts:
             self.val_records = self.val_records[: self.cfg.val_max_prompts]
         self.data = PromptIterator(train_records, self.cfg.train_batch_size, self.cfg.seed)
@@ -307,6 +308,7 @@ class Trainer:
             metrics["timing_s/step"] = time.perf_counter() - start
             metrics["training/epoch"] = float(self.data.epoch)
             metrics["data/prompts_dropped"] = float(self.prompts_dropped)
+            metrics["data/invalid_rows"] = float(self.invalid_rows)
             metrics["perf/cpu_memory_peak_gb"] = peak_rss_gb()
             tokens = float(ctx.metrics.get("perf/total_tokens", 0.0))
             if tokens:
@@ -330,6 +332,9 @@ class Trainer:
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
+        close_reward = getattr(self.roles.reward_fn, "close", None)  # e.g. a reward's worker pool
+        if close_reward is not None:
+            close_reward()
         self.launcher.shutdown()
 
 

@@ -1,6 +1,6 @@
 """rlloom-tasks: prompt datasets and rule-based rewards for rlloom.
 
-Datasets (``data=<name>``): ``arithmetic``, ``reasoning_gym``, ``digits`` (see
+Datasets (``data=<name>``): ``arithmetic``, ``reasoning_gym``, ``digits``, ``files`` (see
 :mod:`rlloom_tasks.data`). Rewards (``reward=<name>``): ``arithmetic``, ``format``,
 ``reasoning_gym`` (see :mod:`rlloom_tasks.rewards`). Answer extraction: :mod:`rlloom_tasks.extract`.
 Importing this package does not import reasoning-gym (it is imported when first needed).

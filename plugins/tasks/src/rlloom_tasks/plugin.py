@@ -6,6 +6,7 @@ from rlloom import hookimpl
 
 from rlloom_tasks.data.arithmetic import ArithmeticDataConfig, build_arithmetic
 from rlloom_tasks.data.digits import DigitsDataConfig, build_digits
+from rlloom_tasks.data.files import FilesDataConfig, build_files
 from rlloom_tasks.data.gym import ReasoningGymDataConfig, build_reasoning_gym
 from rlloom_tasks.rewards.arithmetic import ArithmeticReward, ArithmeticRewardConfig
 from rlloom_tasks.rewards.digits import DigitFractionReward, DigitFractionRewardConfig
@@ -18,6 +19,7 @@ def register_datasets(register):
     register("arithmetic", build_arithmetic, config=ArithmeticDataConfig)
     register("reasoning_gym", build_reasoning_gym, config=ReasoningGymDataConfig)
     register("digits", build_digits, config=DigitsDataConfig)
+    register("files", build_files, config=FilesDataConfig)
 
 
 @hookimpl

@@ -9,18 +9,11 @@ every component, is counted in ``RewardResult.num_errors`` and has its error mes
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from rlloom import RewardResult
 
-
-@dataclass(frozen=True)
-class Verdict:
-    """The score of one row and its named components (every name the reward declares)."""
-
-    score: float
-    components: dict[str, float] = field(default_factory=dict)
+from rlloom_tasks.rewards.verdict import Verdict
 
 
 def score_rows(

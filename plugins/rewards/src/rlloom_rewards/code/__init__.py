@@ -1,0 +1,1 @@
+"""Code-execution reward: the sandbox, the reward and the HumanEval dataset."""

@@ -1,0 +1,179 @@
+"""Run an untrusted Python program in a sandboxed child process and say whether it passed.
+
+:func:`run_python` writes the program to ``solution.py`` in a fresh throw-away directory and runs
+it with :mod:`rlloom_rewards.code.guard` (which isolates the network, sets the resource limits,
+drops root to ``nobody``, installs the audit hook; see there) in a new session, with stdin from
+``/dev/null``, stdout/stderr to anonymous files, a minimal environment and ``python -I -S -B``
+(no site-packages: the program gets the standard library only).
+
+The parent waits at most ``timeout_s`` seconds of wall-clock time, then kills the child's whole
+process group with SIGKILL, whether the child finished or not (so forked helpers die with it; a
+process that left the group with ``setsid`` is still bound by its own CPU, memory and process
+limits), and removes the directory.
+
+Status: ``"pass"`` (exit status 0), ``"timeout"`` (wall clock or CPU limit reached), ``"error"``
+(the sandbox itself could not be set up: no interpreter, guard setup failed), ``"fail"``
+(anything else: a failed assertion, an exception, a refused operation, a resource limit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlloom_rewards.code.guard import SETUP_FAILED
+
+PASS, FAIL, TIMEOUT, ERROR = "pass", "fail", "timeout", "error"
+GUARD = str(Path(__file__).with_name("guard.py"))
+OUTPUT_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one run may use. The CPU limit is ``ceil(timeout_s)`` seconds."""
+
+    timeout_s: float = 5.0  # wall clock
+    memory_mb: int = 512  # address space
+    file_size_mb: int = 16  # largest file written (stdout/stderr included)
+    max_processes: int = 16  # RLIMIT_NPROC: processes of the sandbox user
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "file_size_mb", "max_processes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """How a run ended. ``stdout``/``stderr`` are the last characters the program wrote;
+    ``process_group`` is the id of the (killed) process group the program ran in."""
+
+    status: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    process_group: int | None
+
+
+def _sandbox_user() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def _usable_by_others(path: str) -> bool:
+    """Whether a user other than the owner can execute ``path`` (every directory on the way has
+    the ``x`` bit for others, and so has the file)."""
+    real = os.path.realpath(path)
+    if not os.path.isfile(real) or not os.stat(real).st_mode & 0o001:
+        return False
+    directory = os.path.dirname(real)
+    while True:
+        if not os.stat(directory).st_mode & 0o001:
+            return False
+        if directory == os.path.dirname(directory):
+            return True
+        directory = os.path.dirname(directory)
+
+
+def sandbox_python(configured: str = "") -> str:
+    """The interpreter sandboxed programs run with: ``configured`` when given, else this process's
+    interpreter; as root (the program then runs as ``nobody``) the first of this interpreter and the
+    system ``python3`` that ``nobody`` can execute. ``ValueError`` when there is none."""
+    if configured:
+        if not os.path.isfile(configured):
+            raise ValueError(f"reward.python={configured!r} is not a file")
+        return configured
+    own = getattr(sys, "_base_executable", sys.executable)
+    if os.geteuid() != 0:
+        return own
+    candidates = [own, sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")]
+    for candidate in candidates:
+        if candidate and _usable_by_others(candidate):
+            return candidate
+    raise ValueError(
+        f"running as root, sandboxed programs run as 'nobody', who cannot execute any of {candidates}; "
+        "set reward.python to an interpreter every user can run (e.g. /usr/bin/python3)"
+    )
+
+
+def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
+    """Wait until ``pid`` exits or ``timeout_s`` passes; the exited child is left unreaped, so its
+    process-group id cannot be reused before we kill the group. ``True`` if it exited."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.001
+    while True:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, 0.02)
+
+
+def _tail(stream) -> str:
+    stream.seek(0)
+    return stream.read().decode("utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]
+
+
+def run_python(source: str, limits: SandboxLimits, python: str) -> SandboxResult:
+    """Run ``source`` as a program in the sandbox; see the module doc."""
+    workdir = tempfile.mkdtemp(prefix="rlloom-sandbox-")
+    uid, gid = _sandbox_user()
+    start = time.monotonic()
+    try:
+        Path(workdir, "solution.py").write_text(source, encoding="utf-8")
+        if os.geteuid() == 0:
+            os.chown(workdir, uid, gid)
+        settings = {
+            "workdir": workdir,
+            "cpu_s": max(1, math.ceil(limits.timeout_s)),
+            "memory_bytes": limits.memory_mb * 2**20,
+            "file_size_bytes": limits.file_size_mb * 2**20,
+            "max_processes": limits.max_processes,
+            "isolate_network": True,
+            "uid": uid,
+            "gid": gid,
+        }
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            try:
+                process = subprocess.Popen(
+                    [python, "-I", "-S", "-B", GUARD, json.dumps(settings)],
+                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=workdir,
+                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir},
+                    start_new_session=True, close_fds=True,
+                )
+            except OSError as exc:
+                return SandboxResult(ERROR, None, "", f"cannot start {python}: {exc}", time.monotonic() - start, None)
+            exited = _wait_without_reaping(process.pid, limits.timeout_s)
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            returncode = process.wait()
+            seconds = time.monotonic() - start
+            if not exited or returncode == -signal.SIGXCPU:
+                status = TIMEOUT
+            elif returncode == 0:
+                status = PASS
+            elif returncode == SETUP_FAILED:
+                status = ERROR
+            else:
+                status = FAIL
+            return SandboxResult(status, returncode, _tail(stdout), _tail(stderr), seconds, process.pid)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,76 @@
+"""Rows of user data files, each with where it came from (for error messages).
+
+Formats, by path:
+
+- ``*.jsonl``: JSON Lines, one object per line (blank lines are ignored); location ``<path> line N``;
+- ``*.parquet``: read with ``pyarrow``; location ``<path> row N`` (1-based);
+- a directory written by ``datasets.Dataset.save_to_disk`` (or ``DatasetDict.save_to_disk``: then
+  the split ``hf_split`` is read); location ``<path> row N``.
+
+A JSONL line that is not valid JSON is yielded as a :class:`RawRow` whose ``error`` says so (the
+caller decides whether that stops the run or is skipped). A file that cannot be read at all raises
+``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RawRow:
+    """One row: ``value`` (usually a dict of columns) or, for an unreadable row, ``error``."""
+
+    location: str
+    value: Any = None
+    error: str = ""
+
+
+def _jsonl(path: str) -> Iterator[RawRow]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            location = f"{path} line {number}"
+            try:
+                yield RawRow(location, json.loads(line))
+            except json.JSONDecodeError as exc:
+                yield RawRow(location, error=f"invalid JSON ({exc})")
+
+
+def _parquet(path: str) -> Iterator[RawRow]:
+    import pyarrow.parquet as pq
+
+    for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+        yield RawRow(f"{path} row {number}", row)
+
+
+def _hf_disk(path: str, hf_split: str) -> Iterator[RawRow]:
+    from datasets import DatasetDict, load_from_disk
+
+    dataset = load_from_disk(path)
+    if isinstance(dataset, DatasetDict):
+        if hf_split not in dataset:
+            raise ValueError(f"data=files: {path} is a DatasetDict with splits {sorted(dataset)}, not {hf_split!r}")
+        dataset = dataset[hf_split]
+    for number, row in enumerate(dataset, start=1):
+        yield RawRow(f"{path} row {number}", row)
+
+
+def read_rows(path: str, hf_split: str) -> Iterator[RawRow]:
+    """Every row of the file or saved dataset at ``path`` (see the module doc)."""
+    if not os.path.exists(path):
+        raise ValueError(f"data=files: no such file or directory {path!r}")
+    if os.path.isdir(path):
+        return _hf_disk(path, hf_split)
+    if path.endswith(".jsonl"):
+        return _jsonl(path)
+    if path.endswith(".parquet"):
+        return _parquet(path)
+    raise ValueError(
+        f"data=files: {path!r} is not a .jsonl or .parquet file nor a directory saved by datasets.save_to_disk"
+    )
