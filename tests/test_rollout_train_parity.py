@@ -70,3 +70,23 @@ def test_weight_sync_makes_rollout_follow_the_trainer(engines):
     old = ref.compute_log_probs(greedy)["log_probs"]
     assert float((new - greedy["rollout_log_probs"]).abs()[mask].max()) < 1e-3
     assert float((old - greedy["rollout_log_probs"]).abs()[mask].max()) > 1e-2
+
+
+def test_step_context_sleeps_the_rollout_while_training_and_wakes_it_to_generate(engines):
+    """With sleep_rollout, update_actor puts the real hf engine to sleep (it then refuses to
+    generate) and the next generate / sync wakes it."""
+    from rlloom.controller.step import Roles, StepContext
+
+    actor, _, rollout = engines
+    roles = Roles(rollout=rollout, actor=actor, reward_fn=None,
+                  resharder=InProcessResharder(InProcessResharderConfig()), sleep_rollout=True)
+    ctx = StepContext(roles, rollout.tokenizer, SamplingParams(max_new_tokens=4), step=1)
+    batch = ctx.generate(prompt_batch(rollout), n=2)
+    batch["advantages"] = torch.zeros(batch["response_mask"].shape)
+    ctx.update_actor(batch, advantage_loss, mini_batch_rows=len(batch))
+    assert roles.rollout_asleep
+    with pytest.raises(RuntimeError, match="asleep"):
+        rollout.generate(prompt_batch(rollout), SamplingParams(max_new_tokens=2))
+    ctx.sync_weights()
+    assert not roles.rollout_asleep
+    assert len(ctx.generate(prompt_batch(rollout), n=1)) == len(PROMPTS)

@@ -34,6 +34,9 @@ def test_tiny_run_learns_with_vllm(tmp_path, resharder):
     for row in train:
         assert row["training/rollout_probs_diff_mean"] < 1e-3, row
         assert row["perf/weight_sync_bytes"] > 0 and "timing_s/update_weights" in row
+        # The rollout slept through the update (trainer.sleep_rollout) and reports its memory per phase.
+        assert {"rollout/rss_gb/before_sleep", "rollout/rss_gb/asleep", "rollout/rss_gb/awake"} <= set(row)
+        assert row["rollout/rss_gb/asleep"] <= row["rollout/rss_gb/before_sleep"] + 0.05
 
 
 @pytest.mark.slow

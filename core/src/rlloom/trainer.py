@@ -27,6 +27,7 @@ from rlloom.checkpoint import (
     TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
+from rlloom.controller.local import RoleSpec
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
@@ -90,6 +91,17 @@ class Trainer:
 
         self.algorithm = registry.build("algorithm", choices["algorithm"], sections["algorithm"])
         self.launcher = registry.build("launcher", choices["launcher"], sections["launcher"])
+        try:
+            self._setup(resume_from)
+        except BaseException:
+            self.launcher.shutdown()  # workers (Ray actors, process groups) must not outlive a failed start
+            raise
+        self.trackers = self._start_trackers()
+        self._rewind_trackers()
+
+    def _setup(self, resume_from: Checkpoint | None) -> None:
+        """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
+        registry, sections, choices = self.registry, self.resolved.sections, self.resolved.choices
         self.model_path = registry.build("model", choices["model"], sections["model"])
         dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
 
@@ -116,8 +128,6 @@ class Trainer:
         self.draws = 0
         if resume_from is not None:
             self._restore(resume_from)
-        self.trackers = self._start_trackers()
-        self._rewind_trackers()
 
     # ------------------------------------------------------------------------------ checkpoints
     def _resume_target(self) -> Checkpoint | None:
@@ -201,27 +211,23 @@ class Trainer:
         self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
         self.mini_batch_rows = mini * n
 
-        def spec(role: str) -> EngineSpec:
-            return EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps)
+        def start(role: str, kind: str, group: str, engine: bool = True) -> Any:
+            spec = RoleSpec(role, kind, choices[group], sections[group],
+                            EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps) if engine else None)
+            return self.launcher.start_role(spec, registry)
 
-        def train_engine(role: str) -> Any:
-            return self.launcher.start_role(
-                role, lambda: registry.build("train_engine", choices["train_engine"], sections["train_engine"], spec(role))
-            )
-
-        actor = train_engine("actor")
-        ref = train_engine("ref") if self.algorithm.needs_reference else None
-        critic = train_engine("critic") if self.algorithm.needs_critic else None
-        rollout = self.launcher.start_role(
-            "rollout", lambda: registry.build("rollout_engine", choices["rollout"], sections["rollout"], spec("rollout"))
-        )
+        actor = start("actor", "train_engine", "train_engine")
+        ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
+        critic = start("critic", "train_engine", "train_engine") if self.algorithm.needs_critic else None
+        rollout = start("rollout", "rollout_engine", "rollout")
         return Roles(
             rollout=rollout,
             actor=actor,
             ref=ref,
             critic=critic,
             reward_fn=registry.build("reward_fn", choices["reward"], sections["reward"]),
-            resharder=registry.build("resharder", choices["resharder"], sections["resharder"]),
+            resharder=start("resharder", "resharder", "resharder", engine=False),
+            sleep_rollout=self.cfg.sleep_rollout,
         )
 
     def _start_trackers(self) -> list[Any]:

@@ -52,6 +52,7 @@ class TrainerConfig:
     val_max_prompts: int = 0  # 0: every validation prompt
     run_dir: Optional[str] = None  # default: runs/<timestamp>
     trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    sleep_rollout: bool = True  # rollout.sleep() while training, wake_up() before generating or syncing
     save_final_model: bool = True  # write the final policy as a Hugging Face folder in run_dir/final_model
     save_freq: int = 0  # checkpoint every k steps (0: only at the end); run_dir/checkpoints/global_step_<k>
     keep_last_n: int = 0  # complete checkpoints kept (0: all)

@@ -1,14 +1,35 @@
-"""The embedded default launcher: every role lives in this process."""
+"""The embedded default launcher (every role lives in this process) and the launcher contract."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any
 
 import torch
 
-T = TypeVar("T")
+from rlloom.plugins.registry import Registry
+from rlloom.types import EngineSpec
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """A picklable description of one role, so a launcher can build it in another process.
+
+    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"rollout"`` or ``"resharder"``; ``kind`` and
+    ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its config dataclass;
+    ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
+    """
+
+    role: str
+    kind: str
+    name: str
+    cfg: Any
+    engine: EngineSpec | None = None
+
+    def build(self, registry: Registry) -> Any:
+        """``registry.build(kind, name, cfg[, engine])``."""
+        args = (self.cfg,) if self.engine is None else (self.cfg, self.engine)
+        return registry.build(self.kind, self.name, *args)
 
 
 @dataclass
@@ -19,10 +40,12 @@ class LocalLauncherConfig:
 
 
 class LocalLauncher:
-    """Builds each role in-process; a role handle is the engine object itself.
+    """Builds each role in-process; a role handle is the built object itself.
 
-    Contract shared by every launcher: ``start_role(role, build)`` returns a handle whose methods
-    are the engine's methods (same arguments, same results); ``shutdown()`` releases everything.
+    Contract shared by every launcher: ``start_role(spec, registry)`` returns a handle whose methods
+    are the built object's methods (same arguments, same results). A launcher that builds in this
+    process uses ``registry``; one that builds elsewhere ships ``spec`` (picklable) and rebuilds the
+    registry there from the installed entry points. ``shutdown()`` releases everything.
     """
 
     def __init__(self, cfg: LocalLauncherConfig) -> None:
@@ -32,8 +55,8 @@ class LocalLauncher:
             torch.set_num_threads(cfg.num_threads)
         self._closables: list[object] = []
 
-    def start_role(self, role: str, build: Callable[[], T]) -> T:
-        handle = build()
+    def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
+        handle = spec.build(registry)
         self._closables.append(handle)
         return handle
 

@@ -33,6 +33,21 @@ class Roles:
     resharder: Resharder
     ref: TrainEngine | None = None
     critic: TrainEngine | None = None
+    sleep_rollout: bool = False
+    rollout_asleep: bool = False
+
+    def wake_rollout(self) -> None:
+        """Before generating or loading weights: undo :meth:`sleep_rollout_if_asked`."""
+        if self.rollout_asleep:
+            self.rollout.wake_up()
+            self.rollout_asleep = False
+
+    def sleep_rollout_if_asked(self) -> None:
+        """Before a training phase, with ``sleep_rollout``: let the rollout engine free what it can
+        (its KV cache) so that colocated roles do not hold both at once."""
+        if self.sleep_rollout and not self.rollout_asleep:
+            self.rollout.sleep()
+            self.rollout_asleep = True
 
 
 def derive_seed(seed: int, step: int, stage: str, call: int) -> int:
@@ -85,6 +100,7 @@ class StepContext:
         if self.seed is not None and params.seed is None:
             call = self._calls[stage] = self._calls.get(stage, -1) + 1
             params = dataclasses.replace(params, seed=derive_seed(self.seed, self.step, stage, call))
+        self.roles.wake_rollout()
         with self.timed(stage):
             batch = self.roles.rollout.generate(prompts, params)
         batch.meta["max_new_tokens"] = params.max_new_tokens
@@ -182,6 +198,7 @@ class StepContext:
 
     def _update(self, role: str, engine: TrainEngine, batch: Batch, loss_fn: LossFn, mini_batch_rows: int,
                 epochs: int) -> None:
+        self.roles.sleep_rollout_if_asked()
         collected: dict[str, list[float]] = {}
         with self.timed(f"update_{role}"):
             for _ in range(epochs):
@@ -192,7 +209,12 @@ class StepContext:
             self.metrics[name if "/" in name else f"{role}/{name}"] = sum(values) / len(values)
 
     def sync_weights(self) -> None:
-        """Push the actor's weights into the rollout engine."""
+        """Push the actor's weights into the rollout engine; then add the rollout engine's own
+        metrics (e.g. resident memory per phase, ``rollout/rss_gb/<phase>``) when it reports any."""
+        self.roles.wake_rollout()
         with self.timed("update_weights"):
             stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
         self.metrics["perf/weight_sync_bytes"] = float(stats.num_bytes)
+        engine_metrics = getattr(self.roles.rollout, "metrics", None)
+        if callable(engine_metrics):
+            self.metrics.update(engine_metrics())

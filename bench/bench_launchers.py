@@ -1,0 +1,76 @@
+"""Step time of the same tiny GRPO run under ``launcher=local`` and ``launcher=ray`` (colocated and
+split placement), and the controller's own share of a step.
+
+Each mode runs ``preset=tiny`` for ``--steps`` steps (validation off) in a fresh run directory;
+the first step (warm-up) is left out of the medians. Per mode it prints the median
+``timing_s/step``, and the controller's own time per step: ``timing_s/step`` minus the stages
+that run on workers (generate, log-probs, update, weight sync), i.e. decoding, reward, advantages,
+batch bookkeeping and, under Ray, the serialisation and dispatch of each call. Everything outside
+the steps (start-up of Ray, placement groups and workers, model build, checkpoint, shutdown) is
+``other_s``.
+
+    python bench/bench_launchers.py --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import rlloom
+import torch
+
+WORKER_STAGES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
+MODES = {
+    "local": ["launcher=local", "launcher.num_threads=1"],
+    "ray-colocated": ["launcher=ray"],
+    "ray-split": ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
+                  "resharder=safetensors"],
+}
+
+
+def run(mode: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
+    overrides = list(MODES[mode])
+    if mode != "local":
+        overrides.append(f"launcher.num_cpus={num_cpus}")
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        rlloom.train(["preset=tiny", f"trainer.total_steps={steps}", f"trainer.run_dir={run_dir}",
+                      f"model.cache_dir={cache}", "trainer.trackers=[jsonl]", "trainer.val_before_train=false",
+                      "trainer.test_freq=0", *overrides])
+        total = time.perf_counter() - start
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+            every = [json.loads(line) for line in f]
+    rows = every[1:]  # the first step warms up
+    step = [row["timing_s/step"] for row in rows]
+    own = [row["timing_s/step"] - sum(row.get(f"timing_s/{stage}", 0.0) for stage in WORKER_STAGES) for row in rows]
+    return {"step_s": statistics.median(step), "controller_s": statistics.median(own),
+            "other_s": total - sum(row["timing_s/step"] for row in every)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray cluster")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as cache:
+        results = {mode: run(mode, args.steps, cache, args.num_cpus) for mode in args.modes}
+    print(f"{'mode':<15}{'step_s':>10}{'controller_s':>14}{'other_s':>11}")
+    for mode, result in results.items():
+        print(f"{mode:<15}{result['step_s']:>10.3f}{result['controller_s']:>14.3f}{result['other_s']:>11.1f}")
+    if "local" in results:
+        for mode in results:
+            if mode != "local":
+                extra = results[mode]["step_s"] - results["local"]["step_s"]
+                print(f"{mode}: {extra * 1000:+.0f} ms per step over local")
+
+
+if __name__ == "__main__":
+    main()

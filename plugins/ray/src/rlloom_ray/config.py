@@ -1,0 +1,59 @@
+"""The ``launcher=ray`` config schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+DEFAULT_POOL = "global"
+PLACED_ROLES = ("actor", "ref", "critic", "rollout")
+
+
+@dataclass
+class RayLauncherConfig:
+    """- ``address``: a running Ray cluster to attach to (``"auto"``, ``"ray://host:10001"``); None
+      starts a local one for the run (shut down with it). If Ray is already initialised in this
+      process, that cluster is used and left running.
+    - ``num_cpus``: logical CPUs of the local cluster (None: Ray counts the cores).
+    - ``resource_pools``: pool name -> number of worker processes. The pool ``global`` (1 process)
+      always exists unless redefined here; pools no role maps to start nothing.
+    - ``mapping``: role (actor, ref, critic, rollout) -> pool; unmapped roles go to ``global``.
+      Roles mapped to the same pool share its processes (colocated); a pool of N processes forms
+      one torch.distributed gloo group of world size N.
+    - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.
+    - ``threads_per_worker``: torch intra-op threads in each worker (keep workers x threads <= cores).
+    - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
+      past it the run stops with an error naming the role and rank.
+    """
+
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None
+    resource_pools: dict[str, int] = field(default_factory=dict)
+    mapping: dict[str, str] = field(default_factory=dict)
+    cpus_per_worker: float = 1.0
+    threads_per_worker: int = 1
+    call_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name, size in self.resource_pools.items():
+            if size < 1:
+                raise ValueError(f"launcher.resource_pools.{name}={size}: a pool needs at least 1 process")
+        pools = self.pools()
+        for role, pool in self.mapping.items():
+            if role not in PLACED_ROLES:
+                raise ValueError(f"launcher.mapping.{role}: unknown role; roles are {', '.join(PLACED_ROLES)}")
+            if pool not in pools:
+                raise ValueError(f"launcher.mapping.{role}={pool}: no such pool; pools are {', '.join(sorted(pools))}")
+        if self.cpus_per_worker <= 0:
+            raise ValueError(f"launcher.cpus_per_worker={self.cpus_per_worker}: must be > 0")
+        if self.threads_per_worker < 1:
+            raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 1")
+        if self.call_timeout_s <= 0:
+            raise ValueError(f"launcher.call_timeout_s={self.call_timeout_s}: must be > 0")
+
+    def pools(self) -> dict[str, int]:
+        """Every pool: ``global`` (1 process) plus ``resource_pools``."""
+        return {DEFAULT_POOL: 1, **self.resource_pools}
+
+    def pool_of(self, role: str) -> str:
+        return self.mapping.get(role, DEFAULT_POOL)

@@ -1,0 +1,92 @@
+"""The process behind one rank of a resource pool: hosts the roles placed there.
+
+(Not named ``worker.py``: Ray hides traceback frames of any file whose path contains
+``ray/worker.py``, which would hide this module's frames from remote error reports.)
+
+A :class:`Worker` is started as a Ray actor. Roles are built inside it from a
+:class:`~rlloom.controller.local.RoleSpec` through the registry of the installed plugins, so nothing
+but picklable descriptions crosses from the controller. Iterators that methods return (e.g.
+``named_weights``) are turned into lists before they travel.
+
+Fault seam (tests): ``RLLOOM_RAY_FAULT=<role>:<method>:<k>:<exit|raise|hang>`` (forwarded from
+the controller's environment, like every ``RLLOOM_*`` variable) makes the ``k``-th call of
+``method`` on ``role`` terminate the process (``exit``), raise ``RuntimeError`` (``raise``) or
+never return (``hang``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from rlloom.controller.local import RoleSpec
+from rlloom.plugins.registry import get_registry
+from rlloom.types import SyncStats
+
+FAULT_ENV = "RLLOOM_RAY_FAULT"
+
+
+class Worker:
+    """Rank ``rank`` of a pool of ``world_size`` processes."""
+
+    def __init__(self, rank: int, world_size: int, num_threads: int, env: dict[str, str]) -> None:
+        os.environ.update(env)
+        torch.set_num_threads(num_threads)
+        self.rank, self.world_size = rank, world_size
+        self.roles: dict[str, Any] = {}
+        self.resharder: Any = None
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port there, for the pool's process group (asked of rank 0)."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        import ray
+
+        return ray.util.get_node_ip_address(), port
+
+    def init_process_group(self, host: str, port: int) -> None:
+        """Join the pool's gloo group (the default group, which FSDP engines then shard over)."""
+        dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=self.rank,
+                                world_size=self.world_size)
+
+    def build(self, spec: RoleSpec) -> list[str]:
+        """Build ``spec.role`` here; returns the public method names of what was built."""
+        built = spec.build(get_registry())
+        self.roles[spec.role] = built
+        return [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]
+
+    def call(self, role: str, method: str, args: tuple, kwargs: dict, keep_result: bool = True) -> Any:
+        """``roles[role].method(*args, **kwargs)``; iterators come back as lists; None unless ``keep_result``."""
+        self._maybe_fault(role, method)
+        result = getattr(self.roles[role], method)(*args, **kwargs)
+        if isinstance(result, Iterator):
+            result = list(result)
+        return result if keep_result else None
+
+    def sync(self, spec: RoleSpec, train_role: str, rollout_role: str) -> SyncStats:
+        """Run the resharder ``spec`` here, between two roles of this process (colocated sync)."""
+        self._maybe_fault("resharder", "sync")
+        if self.resharder is None:
+            self.resharder = spec.build(get_registry())
+        return self.resharder.sync(self.roles[train_role], self.roles[rollout_role])
+
+    def _maybe_fault(self, role: str, method: str) -> None:
+        fault = os.environ.get(FAULT_ENV)
+        key = (role, method)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if not fault:
+            return
+        fault_role, fault_method, k, mode = fault.split(":")
+        if (fault_role, fault_method) == key and self.calls[key] == int(k):
+            if mode == "exit":
+                os._exit(1)
+            if mode == "hang":
+                threading.Event().wait()
+            raise RuntimeError(f"{FAULT_ENV}: injected failure in {role}.{method} call {k}")

@@ -1,0 +1,111 @@
+"""``launcher=ray``: roles run in Ray actors placed by resource pools.
+
+Each pool (``launcher.resource_pools``, plus ``global`` of 1 process) becomes, when a role first
+maps to it, a placement group of N bundles (``cpus_per_worker`` CPUs each, packed) and N
+:class:`~rlloom_ray.host.Worker` actors; with N > 1 they form one gloo process group. Roles
+mapped to one pool share its processes. A role's handle dispatches its methods to the pool (see
+:mod:`rlloom_ray.handles`); the resharder becomes a :class:`~rlloom_ray.handles.SyncHandle`.
+
+Failures raise :class:`~rlloom_ray.errors.WorkerError`; :meth:`RayLauncher.shutdown` (called by the
+trainer also after an error) closes healthy roles, kills every worker, frees the placement groups
+and stops Ray if this launcher started it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlloom.controller.local import RoleSpec
+from rlloom.plugins.registry import Registry
+
+from rlloom_ray.config import RayLauncherConfig
+from rlloom_ray.group import WorkerGroup
+from rlloom_ray.handles import RoleHandle, SyncHandle
+from rlloom_ray.host import Worker
+
+CLOSE_TIMEOUT_S = 30.0
+
+
+class RayLauncher:
+    def __init__(self, cfg: RayLauncherConfig) -> None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        import ray
+
+        self.cfg = cfg
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
+                     include_dashboard=False)
+        self.groups: dict[str, WorkerGroup] = {}
+        self.handles: list[RoleHandle] = []
+
+    def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
+        """A handle for ``spec`` built on its pool's workers (the resharder: a :class:`SyncHandle`).
+        On failure everything started so far is shut down before the error propagates."""
+        try:
+            if spec.role == "resharder":
+                return SyncHandle(spec, spec.build(registry))
+            group = self._group(self.cfg.pool_of(spec.role))
+            methods = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
+            handle = RoleHandle(spec.role, group, methods)
+            self.handles.append(handle)
+            return handle
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _group(self, pool: str) -> WorkerGroup:
+        if pool in self.groups:
+            return self.groups[pool]
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        size, cfg = self.cfg.pools()[pool], self.cfg
+        placement = placement_group([{"CPU": cfg.cpus_per_worker}] * size, strategy="PACK", name=f"rlloom-{pool}")
+        ready, _ = ray.wait([placement.ready()], timeout=cfg.call_timeout_s)
+        if not ready:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(placement)
+            raise RuntimeError(
+                f"launcher.resource_pools.{pool}: could not reserve {size} x {cfg.cpus_per_worker:g} CPU within "
+                f"{cfg.call_timeout_s:g} s; the cluster has {ray.available_resources().get('CPU', 0):g} CPU free "
+                f"(lower launcher.cpus_per_worker or raise launcher.num_cpus)"
+            )
+        env = {key: value for key, value in os.environ.items() if key.startswith("RLLOOM_")}
+        remote = ray.remote(Worker)
+        workers = [
+            remote.options(
+                num_cpus=cfg.cpus_per_worker, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement, placement_group_bundle_index=rank),
+            ).remote(rank, size, cfg.threads_per_worker, env)
+            for rank in range(size)
+        ]
+        group = self.groups[pool] = WorkerGroup(pool, workers, placement, cfg.call_timeout_s)
+        if size > 1:
+            host, port = group.wait("pool " + pool, "rendezvous_address", [workers[0].rendezvous_address.remote()])[0]
+            group.wait("pool " + pool, "init_process_group",
+                       [worker.init_process_group.remote(host, port) for worker in workers])
+        return group
+
+    def shutdown(self) -> None:
+        """Close the roles of healthy pools (last started first), kill all workers, stop Ray if ours."""
+        import ray
+
+        for handle in reversed(self.handles):
+            group = handle._group
+            if not group.failed and "close" in handle._methods:
+                refs = [worker.call.remote(handle._role, "close", (), {}) for worker in group.workers]
+                try:
+                    group.wait(handle._role, "close", refs, timeout_s=min(group.timeout_s, CLOSE_TIMEOUT_S))
+                except Exception:  # noqa: BLE001 - the workers are killed next either way
+                    pass
+        for group in self.groups.values():
+            group.kill()
+        self.handles.clear()
+        self.groups.clear()
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+            self.started_ray = False

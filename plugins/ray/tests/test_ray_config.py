@@ -1,0 +1,41 @@
+"""The launcher=ray config schema: pools, mapping and their errors (no Ray needed)."""
+
+from __future__ import annotations
+
+import pytest
+from rlloom.config import ConfigError, compose_config
+
+from rlloom_ray.config import RayLauncherConfig
+
+
+def test_unmapped_roles_go_to_the_global_pool_of_one():
+    cfg = RayLauncherConfig(resource_pools={"gen": 1}, mapping={"rollout": "gen"})
+    assert cfg.pools() == {"global": 1, "gen": 1}
+    assert [cfg.pool_of(role) for role in ("actor", "ref", "rollout")] == ["global", "global", "gen"]
+    assert RayLauncherConfig(resource_pools={"global": 2}).pools() == {"global": 2}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"resource_pools": {"gen": 0}}, "launcher.resource_pools.gen=0: a pool needs at least 1 process"),
+    ({"mapping": {"rollout": "gen"}}, "launcher.mapping.rollout=gen: no such pool; pools are global"),
+    ({"mapping": {"critc": "global"}}, "launcher.mapping.critc: unknown role"),
+    ({"cpus_per_worker": 0.0}, "launcher.cpus_per_worker=0.0: must be > 0"),
+    ({"threads_per_worker": 0}, "launcher.threads_per_worker=0: must be >= 1"),
+    ({"call_timeout_s": 0.0}, "launcher.call_timeout_s=0.0: must be > 0"),
+])
+def test_bad_values_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        RayLauncherConfig(**kwargs)
+
+
+def test_pools_and_mapping_come_from_the_command_line():
+    resolved = compose_config(["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
+                               "launcher.call_timeout_s=30"])
+    cfg = resolved.sections["launcher"]
+    assert isinstance(cfg, RayLauncherConfig)
+    assert (cfg.resource_pools, cfg.mapping, cfg.call_timeout_s) == ({"gen": 1}, {"rollout": "gen"}, 30.0)
+
+
+def test_a_mapping_to_a_missing_pool_is_a_config_error():
+    with pytest.raises((ConfigError, ValueError), match="no such pool"):
+        compose_config(["launcher=ray", "+launcher.mapping.rollout=gen"])

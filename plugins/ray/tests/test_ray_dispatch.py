@@ -1,0 +1,91 @@
+"""Dispatch of a train engine's methods over a 2-process Ray pool (FSDP2 on gloo)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+ray = pytest.importorskip("ray")
+
+from rlloom import Batch, EngineSpec  # noqa: E402
+from rlloom.controller.local import RoleSpec  # noqa: E402
+from rlloom.plugins.registry import get_registry  # noqa: E402
+from rlloom_fsdp.config import FSDPConfig  # noqa: E402
+from rlloom_models.config import TinyModelConfig  # noqa: E402
+from rlloom_ray import RayLauncher, RayLauncherConfig  # noqa: E402
+
+PROMPT, RESPONSE = 6, 5
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return get_registry().build("model", "tiny", TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("cache"))))
+
+
+@pytest.fixture(scope="module")
+def actor(model_path):
+    torch.set_num_threads(1)
+    ray.init(num_cpus=4, include_dashboard=False)
+    launcher = RayLauncher(RayLauncherConfig(resource_pools={"global": 2}, call_timeout_s=120))
+    spec = RoleSpec("actor", "train_engine", "fsdp", FSDPConfig(), EngineSpec(model_path, "actor", 0, 1))
+    yield launcher.start_role(spec, get_registry())
+    launcher.shutdown()
+    ray.shutdown()
+
+
+def make_batch(rows: int, vocab: int) -> Batch:
+    generator = torch.Generator().manual_seed(rows)
+    mask = torch.ones(rows, RESPONSE, dtype=torch.int64)
+    mask[0, 3:] = 0  # a shorter response, right-padded
+    return Batch({
+        "prompts": torch.randint(0, vocab, (rows, PROMPT), generator=generator),
+        "prompt_mask": torch.ones(rows, PROMPT, dtype=torch.int64),
+        "responses": torch.randint(0, vocab, (rows, RESPONSE), generator=generator),
+        "response_mask": mask,
+    }, batch_size=rows)
+
+
+def hf_log_probs(model_path: str, batch: Batch) -> torch.Tensor:
+    """log softmax(logits) of each response token, straight from the HF model (0 where masked)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
+    with torch.no_grad():
+        logits = model(ids).logits[:, PROMPT - 1:-1]
+    picked = torch.log_softmax(logits, dim=-1).gather(2, batch["responses"].unsqueeze(2)).squeeze(2)
+    return picked * batch["response_mask"]
+
+
+def test_log_probs_split_over_two_ranks_keep_row_order(actor, model_path):
+    from transformers import AutoConfig
+
+    batch = make_batch(5, AutoConfig.from_pretrained(model_path).vocab_size)  # 5 rows: ranks get 3 and 2
+    out = actor.compute_log_probs(batch)
+    assert len(out) == 5
+    torch.testing.assert_close(out["log_probs"], hf_log_probs(model_path, batch), atol=1e-5, rtol=1e-5)
+
+
+def test_named_weights_come_from_rank_zero_in_full(actor, model_path):
+    from transformers import AutoModelForCausalLM
+
+    expected = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).state_dict()
+    weights = dict(actor.named_weights())
+    assert weights.keys() <= expected.keys() and len(weights) >= len(expected) - 1  # tied lm_head left out
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_too_few_rows_for_the_ranks_is_refused(actor):
+    with pytest.raises(ValueError, match="a batch of 1 rows cannot feed the 2 ranks of pool 'global'"):
+        actor.compute_log_probs(make_batch(1, 10))
+
+
+def test_handle_has_exactly_the_engines_methods(actor):
+    assert callable(actor.train_step)
+    assert getattr(actor, "load_weights_from_dir", None) is None
+    with pytest.raises(AttributeError, match="the actor role .* has no method 'generate'"):
+        actor.generate
