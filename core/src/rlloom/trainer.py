@@ -225,7 +225,7 @@ class Trainer:
             actor=actor,
             ref=ref,
             critic=critic,
-            reward_fn=registry.build("reward_fn", choices["reward"], sections["reward"]),
+            reward_fn=start("reward", "reward_fn", "reward", engine=False),
             resharder=start("resharder", "resharder", "resharder", engine=False),
             sleep_rollout=self.cfg.sleep_rollout,
         )
@@ -338,9 +338,6 @@ class Trainer:
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
-        close_reward = getattr(self.roles.reward_fn, "close", None)  # e.g. a reward's worker pool
-        if close_reward is not None:
-            close_reward()
         self.launcher.shutdown()
 
 

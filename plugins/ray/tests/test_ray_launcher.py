@@ -50,6 +50,13 @@ def test_split_with_safetensors_equals_local(cluster, cache, local_rows, tmp_pat
     assert all(row["perf/weight_sync_bytes"] > 0 for row in rows if row["step"] > 0)
 
 
+def test_reward_on_its_own_pool_equals_local(cluster, cache, local_rows, tmp_path):
+    # The reward function is a role like the engines: here it runs in its own Ray worker process
+    # (as a reward model would on its own pool), called with the batch; same scores as in-process.
+    rows = run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.rm=1", "+launcher.mapping.reward=rm")
+    assert comparable(rows) == local_rows
+
+
 @pytest.mark.slow
 def test_fsdp_world_size_2_matches_local(cluster, cache, local_rows, tmp_path):
     # Two actor ranks (gloo, one thread each) + rollout in its own process. Sharded gradients are

@@ -72,6 +72,12 @@ class RoleHandle:
             raise AttributeError(f"the {self._role} role (Ray pool {self._group.pool!r}) has no method {name!r}")
         return functools.partial(self._invoke, name)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the built object itself (a reward function's ``reward_fn(batch)``) on the pool."""
+        if "__call__" not in self._methods:
+            raise TypeError(f"the {self._role} role (Ray pool {self._group.pool!r}) is not callable")
+        return self._invoke("__call__", *args, **kwargs)
+
     def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
         dispatch = DISPATCH.get(method, one_to_all)
         args = tuple(_sendable(arg) for arg in args)

@@ -57,10 +57,12 @@ class Worker:
                                 world_size=self.world_size)
 
     def build(self, spec: RoleSpec) -> list[str]:
-        """Build ``spec.role`` here; returns the public method names of what was built."""
+        """Build ``spec.role`` here; returns the public method names of what was built (and
+        ``__call__`` when the object itself is callable, as a reward function is)."""
         built = spec.build(get_registry())
         self.roles[spec.role] = built
-        return [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]
+        methods = [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]
+        return methods + ["__call__"] if callable(built) else methods  # a reward function is called
 
     def call(self, role: str, method: str, args: tuple, kwargs: dict, keep_result: bool = True) -> Any:
         """``roles[role].method(*args, **kwargs)``; iterators come back as lists; None unless ``keep_result``."""
