@@ -38,11 +38,11 @@ def build_model_dir(path: str, vocab: int, hidden: int, intermediate: int, layer
     return model
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--prompts", type=int, default=4)
+def add_workload_args(parser: argparse.ArgumentParser, prompts: int, max_new_tokens: int) -> None:
+    """The workload and random-model shape options shared by the rollout benchmarks."""
+    parser.add_argument("--prompts", type=int, default=prompts)
     parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     # defaults: ~5M parameters; SmolLM2-135M's shape is
     # --vocab 49152 --hidden 576 --intermediate 1536 --layers 30 --heads 9 --kv-heads 3
     parser.add_argument("--vocab", type=int, default=8192)
@@ -53,6 +53,11 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_workload_args(parser, prompts=4, max_new_tokens=16)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from bench_hf_rollout import build_model_dir
+from bench_hf_rollout import add_workload_args, build_model_dir
 
 
 class StateDictTrainer:
@@ -46,17 +46,7 @@ def median_seconds(fn, repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--vocab", type=int, default=8192)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--intermediate", type=int, default=704)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    add_workload_args(parser, prompts=8, max_new_tokens=32)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
