@@ -204,12 +204,12 @@ class Trainer:
         return self.checkpoints.save(self.step, write)
 
     def _start_roles(self) -> Roles:
+        """Every role through the launcher; optimizer steps (for LR schedules) = total_steps ×
+        mini-batches per step × epochs."""
         sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
-        n = getattr(sections["algorithm"], "n", 1)
         mini = getattr(sections["algorithm"], "ppo_mini_batch_size", 0) or self.cfg.train_batch_size
         epochs = getattr(sections["algorithm"], "ppo_epochs", 1)
         self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
-        self.mini_batch_rows = mini * n
 
         def start(role: str, kind: str, group: str, engine: bool = True) -> Any:
             spec = RoleSpec(role, kind, choices[group], sections[group],
