@@ -1,15 +1,19 @@
-"""Step time of the same tiny GRPO run under ``launcher=local`` and ``launcher=ray`` (colocated and
-split placement), and the controller's own share of a step.
+"""Step time of the same tiny run under ``launcher=local`` and ``launcher=ray`` (colocated, split
+placement, and every model role on a pool of its own), and the controller's own share of a step.
 
 Each mode runs ``preset=tiny`` for ``--steps`` steps (validation off) in a fresh run directory;
 the first step (warm-up) is left out of the medians. Per mode it prints the median
-``timing_s/step``, and the controller's own time per step: ``timing_s/step`` minus the stages
-that run on workers (generate, log-probs, update, weight sync), i.e. decoding, reward, advantages,
-batch bookkeeping and, under Ray, the serialisation and dispatch of each call. Everything outside
-the steps (start-up of Ray, placement groups and workers, model build, checkpoint, shutdown) is
-``other_s``.
+``timing_s/step``; the controller's own time per step: ``timing_s/step`` minus the time spent
+waiting on workers (generate, update, weight sync, and the stages of the step's concurrent block —
+reward and log-probs — by the block's wall time ``timing_s/concurrent``), i.e. decoding,
+advantages, batch bookkeeping and, under Ray, the serialisation and dispatch of each call; and
+``overlap_s``, how much of the concurrent block's stages ran at the same time
+(``perf/concurrent_overlap_s``: 0 in one process; with ``ray-pools`` the reference model and the
+critic work beside the actor). Everything outside the steps (start-up of Ray, placement groups
+and workers, model build, checkpoint, shutdown) is ``other_s``.
 
-    python bench/bench_launchers.py --steps 6
+    python bench/bench_launchers.py --steps 6                    # GRPO (actor + rollout)
+    python bench/bench_launchers.py --steps 6 --algorithm ppo    # PPO with reference and critic
 """
 
 from __future__ import annotations
@@ -24,17 +28,23 @@ import time
 import rlloom
 import torch
 
-WORKER_STAGES = ("gen", "old_log_prob", "ref", "values", "update_actor", "update_critic", "update_weights")
+WAITED_STAGES = ("gen", "concurrent", "update_actor", "update_critic", "update_weights")
+SPLIT = ["+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen", "resharder=safetensors"]
 MODES = {
     "local": ["launcher=local", "launcher.num_threads=1"],
     "ray-colocated": ["launcher=ray"],
-    "ray-split": ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
-                  "resharder=safetensors"],
+    "ray-split": ["launcher=ray", *SPLIT],
+    "ray-pools": ["launcher=ray", *SPLIT, "+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_pool",
+                  "+launcher.resource_pools.critic_pool=1", "+launcher.mapping.critic=critic_pool"],
+}
+ALGORITHMS = {
+    "grpo": [],
+    "ppo": ["algorithm=ppo", "algorithm.use_kl_loss=true", "algorithm.critic_warmup=0"],
 }
 
 
-def run(mode: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
-    overrides = list(MODES[mode])
+def run(mode: str, algorithm: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
+    overrides = MODES[mode] + ALGORITHMS[algorithm]
     if mode != "local":
         overrides.append(f"launcher.num_cpus={num_cpus}")
     with tempfile.TemporaryDirectory() as run_dir:
@@ -47,8 +57,9 @@ def run(mode: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
             every = [json.loads(line) for line in f]
     rows = every[1:]  # the first step warms up
     step = [row["timing_s/step"] for row in rows]
-    own = [row["timing_s/step"] - sum(row.get(f"timing_s/{stage}", 0.0) for stage in WORKER_STAGES) for row in rows]
+    own = [row["timing_s/step"] - sum(row.get(f"timing_s/{stage}", 0.0) for stage in WAITED_STAGES) for row in rows]
     return {"step_s": statistics.median(step), "controller_s": statistics.median(own),
+            "overlap_s": statistics.median(row["perf/concurrent_overlap_s"] for row in rows),
             "other_s": total - sum(row["timing_s/step"] for row in every)}
 
 
@@ -57,14 +68,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray cluster")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--algorithm", default="grpo", choices=list(ALGORITHMS))
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as cache:
-        results = {mode: run(mode, args.steps, cache, args.num_cpus) for mode in args.modes}
-    print(f"{'mode':<15}{'step_s':>10}{'controller_s':>14}{'other_s':>11}")
+        results = {mode: run(mode, args.algorithm, args.steps, cache, args.num_cpus) for mode in args.modes}
+    print(f"{args.algorithm}: {'mode':<15}{'step_s':>10}{'controller_s':>14}{'overlap_s':>11}{'other_s':>11}")
     for mode, result in results.items():
-        print(f"{mode:<15}{result['step_s']:>10.3f}{result['controller_s']:>14.3f}{result['other_s']:>11.1f}")
+        print(f"{'':<{len(args.algorithm) + 2}}{mode:<15}{result['step_s']:>10.3f}{result['controller_s']:>14.3f}"
+              f"{result['overlap_s']:>11.3f}{result['other_s']:>11.1f}")
     if "local" in results:
         for mode in results:
             if mode != "local":

@@ -400,6 +400,8 @@ def _world_size_2_worker(rank: int, store_path: str, model_dir: str, batch: Batc
 @pytest.mark.timeout(300)  # a collective out of step between the ranks would hang
 def test_world_size_2_matches_world_size_1(model_dir, engines, tmp_path):
     batch = make_batch(rows=5)
+    for name in ("prompts", "prompt_mask"):  # rows 0 and 1 share a prompt: only rank 0's first micro-batch
+        batch[name][1] = batch[name][0]      # repeats one, so the ranks must agree on the plain forward
     single = engines(model_dir, grad_clip=1.0, micro_batch_size=2)
     expected_metrics = single.train_step(batch, pg_loss)
     expected_log_probs = single.compute_log_probs(batch)["log_probs"]

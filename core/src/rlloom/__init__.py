@@ -4,6 +4,7 @@ Importing this package is cheap: it never imports ray, vllm, sglang, megatron or
 """
 
 from rlloom.batch import Batch, BatchError
+from rlloom.controller.dispatch import dispatch
 from rlloom.plugins.hookspecs import hookimpl
 from rlloom.types import EngineSpec, MiniBatchStats, RewardResult, SamplingParams, SyncStats
 
@@ -17,6 +18,7 @@ __all__ = [
     "RewardResult",
     "SamplingParams",
     "SyncStats",
+    "dispatch",
     "hookimpl",
     "train",
 ]

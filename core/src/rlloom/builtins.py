@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlloom.config.schema import TrainerConfig
+from rlloom.controller.dispatch import builtin_modes
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
@@ -13,6 +14,12 @@ from rlloom.trackers.jsonl import JsonlTracker
 @hookimpl
 def register_launchers(register):
     register("local", LocalLauncher, config=LocalLauncherConfig)
+
+
+@hookimpl
+def register_dispatch_modes(register):
+    for name, factory in builtin_modes().items():
+        register(name, factory)
 
 
 @hookimpl

@@ -126,6 +126,33 @@ class Resharder(Protocol):
 
 
 @runtime_checkable
+class DistributedResharder(Resharder, Protocol):
+    """A resharder whose two sides can run in different processes (split placement).
+
+    A launcher that places train and rollout roles in different processes forms a *sync group*:
+    rank 0 is the train pool's rank 0, ranks 1..N are the rollout pool's ranks 0..N-1. Then, per sync:
+
+    - ``connect(rank, world_size, host, port)`` (once, before the first sync, on every member at the
+      same time; ``host:port`` is a free address on rank 0's node);
+    - ``send(train)`` on every rank of the train pool (ranks other than pool rank 0 are not members:
+      they only take part in the train engine's collective ``named_weights``), at the same time as
+      ``receive(rollout)`` on every rollout rank. Both return the :class:`~rlloom.types.SyncStats`
+      of what moved.
+
+    Within one process, ``sync(train, rollout)`` still works without a group.
+    """
+
+    def connect(self, rank: int, world_size: int, host: str, port: int) -> None:
+        ...
+
+    def send(self, train: TrainEngine) -> SyncStats:
+        ...
+
+    def receive(self, rollout: RolloutEngine) -> SyncStats:
+        ...
+
+
+@runtime_checkable
 class RewardFn(Protocol):
     """Scores responses."""
 

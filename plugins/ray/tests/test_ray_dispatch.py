@@ -63,7 +63,7 @@ def hf_log_probs(model_path: str, batch: Batch) -> torch.Tensor:
 def test_log_probs_split_over_two_ranks_keep_row_order(actor, model_path):
     from transformers import AutoConfig
 
-    batch = make_batch(5, AutoConfig.from_pretrained(model_path).vocab_size)  # 5 rows: ranks get 3 and 2
+    batch = make_batch(5, AutoConfig.from_pretrained(model_path).vocab_size)  # 5 rows, padded to 3 + 3
     out = actor.compute_log_probs(batch)
     assert len(out) == 5
     torch.testing.assert_close(out["log_probs"], hf_log_probs(model_path, batch), atol=1e-5, rtol=1e-5)
@@ -79,9 +79,16 @@ def test_named_weights_come_from_rank_zero_in_full(actor, model_path):
         assert torch.equal(tensor, expected[name]), name
 
 
-def test_too_few_rows_for_the_ranks_is_refused(actor):
-    with pytest.raises(ValueError, match="a batch of 1 rows cannot feed the 2 ranks of pool 'global'"):
-        actor.compute_log_probs(make_batch(1, 10))
+def test_one_row_is_padded_for_log_probs_and_refused_for_a_train_step(actor, model_path):
+    from transformers import AutoConfig
+
+    batch = make_batch(1, AutoConfig.from_pretrained(model_path).vocab_size)
+    out = actor.compute_log_probs(batch)  # dp_split: rank 1 computes a copy of the row, dropped after
+    assert len(out) == 1
+    torch.testing.assert_close(out["log_probs"], hf_log_probs(model_path, batch), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"actor.train_step on Ray pool 'global': a batch of 1 rows cannot feed "
+                                         r"2 ranks without padding"):
+        actor.train_step(batch, None)  # dp_split_uneven: refused before any rank runs
 
 
 def test_handle_has_exactly_the_engines_methods(actor):

@@ -32,7 +32,7 @@ def test_a_raising_worker_names_role_rank_and_remote_traceback(cluster, tmp_path
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", steps=3)
     message = str(caught.value)
     assert message.startswith("Ray worker for role 'actor' rank 0 raised during train_step():")
-    assert "ray::Worker.call()" in message and "in _maybe_fault" in message  # the remote frames
+    assert "ray::Worker.timed_call()" in message and "in _maybe_fault" in message  # the remote frames
     assert "RuntimeError: RLLOOM_RAY_FAULT: injected failure in actor.train_step call 2" in message
     assert "\x1b[" not in message
     assert (caught.value.role, caught.value.rank, caught.value.method) == ("actor", 0, "train_step")

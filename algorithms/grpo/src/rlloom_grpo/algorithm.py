@@ -40,27 +40,44 @@ class GRPO:
         )
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
-        """One GRPO step: n responses per prompt → rewards → :meth:`learn`."""
-        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
-        self.learn(ctx, batch, len(prompts))
+        """One GRPO step: n responses per prompt → rewards, with the log-probs computed at the same
+        time → :meth:`update`."""
+        batch = ctx.generate(prompts, n=self.cfg.n)
+        with ctx.concurrently():
+            ctx.score(batch)
+            self.log_probs(ctx, batch, len(prompts))
+        self.update(ctx, batch, len(prompts))
         return ctx.metrics
 
     def learn(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
-        """Train on a scored ``batch`` of ``num_prompts`` groups of ``cfg.n`` responses: behaviour
-        log-probs, reference log-probs when ``needs_reference``, advantages (metrics
-        ``critic/advantages/mean|max|min`` over response tokens), clipped policy update(s), weight
-        sync. Algorithms that build their scored batch their own way (DAPO's dynamic sampling,
-        ReMax's greedy baseline) end their step with this.
+        """Train on a scored ``batch`` of ``num_prompts`` groups of ``cfg.n`` responses:
+        :meth:`log_probs` (their calls run concurrently), then :meth:`update`. Algorithms that build
+        their scored batch their own way (DAPO's dynamic sampling, ReMax's greedy baseline) end their
+        step with this."""
+        with ctx.concurrently():
+            self.log_probs(ctx, batch, num_prompts)
+        self.update(ctx, batch, num_prompts)
+
+    def log_probs(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
+        """Behaviour log-probs, and reference log-probs when ``needs_reference``.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
         steps (or ``recompute_old_log_probs``); see :func:`rlloom_grpo.loss.make_policy_loss_fn`."""
-        cfg = self.cfg
-        mini_batch_prompts = cfg.ppo_mini_batch_size or num_prompts
-        one_update = cfg.ppo_epochs == 1 and mini_batch_prompts >= num_prompts
-        if cfg.recompute_old_log_probs or not one_update:
-            batch = ctx.old_log_probs(batch)
+        if self.cfg.recompute_old_log_probs or not self._one_update(num_prompts):
+            ctx.old_log_probs(batch)
         if self.needs_reference:
-            batch = ctx.ref_log_probs(batch)
+            ctx.ref_log_probs(batch)
+
+    def _mini_batch_prompts(self, num_prompts: int) -> int:
+        return self.cfg.ppo_mini_batch_size or num_prompts
+
+    def _one_update(self, num_prompts: int) -> bool:
+        return self.cfg.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
+
+    def update(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
+        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), clipped
+        policy update(s), weight sync."""
+        cfg = self.cfg
         with ctx.timed("adv"):
             advantages = batch["advantages"] = self.compute_advantages(batch)
         mask = batch["response_mask"].bool()
@@ -70,5 +87,6 @@ class GRPO:
                 "critic/advantages/max": float(advantages[mask].max()),
                 "critic/advantages/min": float(advantages[mask].min()),
             })
-        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=mini_batch_prompts * cfg.n, epochs=cfg.ppo_epochs)
+        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=self._mini_batch_prompts(num_prompts) * cfg.n,
+                         epochs=cfg.ppo_epochs)
         ctx.sync_weights()

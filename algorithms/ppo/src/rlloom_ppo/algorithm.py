@@ -84,17 +84,18 @@ class PPO:
         return batch
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
-        """One PPO step: n responses per prompt → rewards → behaviour (and reference) log-probs →
-        values → KL penalty → GAE → critic update → actor update (after ``critic_warmup`` steps)
+        """One PPO step: n responses per prompt → rewards, behaviour (and reference) log-probs and
+        values (their calls run concurrently) → KL penalty → GAE → critic update → actor update (after ``critic_warmup`` steps)
         and weight sync."""
         cfg = self.cfg
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
-        batch = ctx.score(batch)
-        batch = ctx.old_log_probs(batch)
-        if self.needs_reference:
-            batch = ctx.ref_log_probs(batch)
-        batch = ctx.values(batch)
+        with ctx.concurrently():
+            ctx.score(batch)
+            ctx.old_log_probs(batch)
+            if self.needs_reference:
+                ctx.ref_log_probs(batch)
+            ctx.values(batch)
         with ctx.timed("adv"):
             batch = self.compute_advantages(batch, ctx.metrics)
         ctx.update_critic(batch, self.value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)

@@ -26,13 +26,13 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from rlloom import Batch, EngineSpec, MiniBatchStats
+from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.protocols import LossFn
 from rlloom.tokens import concat_prompt_response, response_logits, token_entropy, token_log_probs
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
-from rlloom_fsdp.prefix import shared_prefix_response_logits
+from rlloom_fsdp.prefix import repeats_a_prompt, shared_prefix_response_logits
 from rlloom_fsdp.schedule import lr_factor
 
 ROLES = ("actor", "ref", "critic")
@@ -135,6 +135,15 @@ class FSDPTrainEngine:
         (most,) = self._all_reduce([len(micros)], dist.ReduceOp.MAX)
         return micros, int(most) - len(micros)
 
+    def _share_prefix(self, micro: Batch) -> bool:
+        """Whether this forward takes the shared-prompt path: ``cfg.share_prompt_prefix`` and a prompt
+        repeats in the micro-batch of *every* rank. Ranks must agree (a collective): the two paths
+        run different numbers of model forwards, each a round of FSDP all-gathers."""
+        if not self.cfg.share_prompt_prefix:
+            return False
+        (everywhere,) = self._all_reduce([float(repeats_a_prompt(micro))], dist.ReduceOp.MIN)
+        return bool(everywhere)
+
     def _forward(
         self, micro: Batch, temperature: float, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -143,11 +152,11 @@ class FSDPTrainEngine:
         Only the R + 1 last positions go through the LM head (``logits_to_keep``); the first R of
         them predict the response tokens, so they are the response slice for a prompt of length 1.
         With ``cfg.share_prompt_prefix``, rows that share a prompt run it once
-        (:mod:`rlloom_fsdp.prefix`).
+        (:mod:`rlloom_fsdp.prefix`; see :meth:`_share_prefix`).
         """
         responses = micro["responses"]
         response_length = responses.shape[1]
-        logits = shared_prefix_response_logits(self.model, micro) if self.cfg.share_prompt_prefix else None
+        logits = shared_prefix_response_logits(self.model, micro) if self._share_prefix(micro) else None
         if logits is None:
             input_ids, attention_mask, position_ids = concat_prompt_response(micro)
             output = self.model(
@@ -211,6 +220,7 @@ class FSDPTrainEngine:
             )
 
     # ------------------------------------------------------------------------------ protocol
+    @dispatch("dp_split")
     def compute_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
         """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) of the response tokens, no grad.
 
@@ -237,6 +247,7 @@ class FSDPTrainEngine:
             fields["entropy"] = torch.cat(entropies)
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
+    @dispatch("dp_split")
     def compute_values(self, batch: Batch) -> Batch:
         """Critic role only: ``values`` [B, R] float32, no grad, 0 where ``response_mask`` is 0.
 
@@ -256,6 +267,7 @@ class FSDPTrainEngine:
                 self._values_forward(batch.slice(0, 1))
         return Batch({"values": torch.cat(values)}, meta=batch.meta, batch_size=len(batch))
 
+    @dispatch("dp_split_uneven")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
 

@@ -31,13 +31,16 @@ def distinct_prompts(micro: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return unique[:, :width], unique[:, width:], inverse
 
 
+def repeats_a_prompt(micro: Batch) -> bool:
+    """Whether two rows of ``micro`` share a prompt (the shared-prompt forward saves tokens)."""
+    return len(distinct_prompts(micro)[0]) < len(micro)
+
+
 def shared_prefix_response_logits(model: torch.nn.Module, micro: Batch) -> torch.Tensor | None:
     """Raw logits [b, R, V] predicting each response token, computed with the shared-prompt
-    forward; None when no two rows share a prompt (nothing to gain) or the model returned no cache
-    (e.g. gradient checkpointing turns the cache off in training)."""
+    forward (also when no prompt repeats: same logits, two forwards); None when the model returned
+    no cache (e.g. gradient checkpointing turns the cache off in training)."""
     prompt_ids, prompt_mask, inverse = distinct_prompts(micro)
-    if len(prompt_ids) == len(micro):
-        return None
     prefix = model(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,

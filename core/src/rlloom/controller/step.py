@@ -3,6 +3,8 @@
 An algorithm's step is a short program: generate → score → log-probs → advantages → update → sync.
 Each call here is one of those stages; it runs the stage on the role's worker group, records the
 stage's wall time as ``timing_s/<stage>`` and its standard metrics (verl names) in ``ctx.metrics``.
+Independent stages can run at the same time on different worker groups: see
+:meth:`StepContext.concurrently`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 import torch
 
 from rlloom.batch import Batch
+from rlloom.controller.futures import Future, overlap_s, submit
 from rlloom.losses import masked_mean
 from rlloom.protocols import LossFn, Resharder, RewardFn, RolloutEngine, TrainEngine
-from rlloom.types import SamplingParams
+from rlloom.types import RewardResult, SamplingParams
 
 
 @dataclass
@@ -50,6 +53,15 @@ class Roles:
             self.rollout_asleep = True
 
 
+def _store(batch: Batch, name: str, key: str) -> Callable[[Batch], None]:
+    """A stage's ``finish`` callback: ``batch[name] = out[key]``."""
+
+    def finish(out: Batch) -> None:
+        batch[name] = out[key]
+
+    return finish
+
+
 def derive_seed(seed: int, step: int, stage: str, call: int) -> int:
     """A 63-bit sampling seed determined by (run seed, step, stage name, call index within the step)."""
     digest = hashlib.sha256(f"{seed}/{step}/{stage}/{call}".encode()).digest()
@@ -75,6 +87,7 @@ class StepContext:
     seed: int | None = None
     last_batch: Batch | None = None
     _calls: dict[str, int] = field(default_factory=dict, repr=False)
+    _pending: list[tuple[str, Future, Callable[[Any], None]]] | None = field(default=None, repr=False)
 
     def more_prompts(self) -> Batch:
         """Another batch of ``trainer.train_batch_size`` training prompts (e.g. for DAPO's dynamic
@@ -90,8 +103,55 @@ class StepContext:
         try:
             yield
         finally:
-            key = f"timing_s/{stage}"
-            self.metrics[key] = self.metrics.get(key, 0.0) + time.perf_counter() - start
+            self._add_time(stage, time.perf_counter() - start)
+
+    def _add_time(self, stage: str, seconds: float) -> None:
+        key = f"timing_s/{stage}"
+        self.metrics[key] = self.metrics.get(key, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def concurrently(self) -> Iterator[None]:
+        """Run the stages called inside the block at the same time: :meth:`score`,
+        :meth:`old_log_probs`, :meth:`ref_log_probs` and :meth:`values`.
+
+        Inside the block each of them submits its call and returns at once; the fields it adds to
+        the batch and its metrics appear when the block ends (every call is waited for there, in the
+        order submitted), so nothing inside the block may read them. Calls on different worker
+        groups then run in parallel (``launcher=ray`` with the roles on different pools); roles in
+        one process, and the local launcher, run them one after another, with the same results.
+
+        Timings: ``timing_s/<stage>`` is each call's own running time (where it ran),
+        ``timing_s/concurrent`` the block's wall time, and ``perf/concurrent_overlap_s`` how much of
+        the stages' running time overlapped (:func:`~rlloom.controller.futures.overlap_s`).
+        """
+        if self._pending is not None:
+            raise RuntimeError("StepContext.concurrently() blocks do not nest")
+        self._pending = []
+        start = time.perf_counter()
+        try:
+            yield
+            pending = self._pending
+        finally:
+            self._pending = None
+        spans = []
+        for stage, future, finish in pending:
+            finish(future.result())
+            span = future.span()
+            self._add_time(stage, span[1] - span[0])
+            spans.append(span)
+        self._add_time("concurrent", time.perf_counter() - start)
+        self.metrics["perf/concurrent_overlap_s"] = self.metrics.get("perf/concurrent_overlap_s", 0.0) + overlap_s(spans)
+
+    def _run(self, stage: str, handle: Any, method: str, args: tuple, kwargs: dict,
+             finish: Callable[[Any], None]) -> None:
+        """Call ``handle.method(*args, **kwargs)`` and pass its result to ``finish``: now, timed as
+        ``stage``, or at the end of the enclosing :meth:`concurrently` block."""
+        if self._pending is not None:
+            self._pending.append((stage, submit(handle, method, *args, **kwargs), finish))
+            return
+        with self.timed(stage):
+            value = submit(handle, method, *args, **kwargs).result()
+        finish(value)
 
     # -------------------------------------------------------------------------- stages
     def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
@@ -117,8 +177,10 @@ class StepContext:
         Without token-level rewards from the reward function, each score sits on the response's last
         token (an empty response has no token and contributes nothing to the loss).
         """
-        with self.timed("reward"):
-            result = self.roles.reward_fn(batch)
+        self._run("reward", self.roles.reward_fn, "__call__", (batch,), {}, lambda result: self._add_scores(batch, result))
+        return batch
+
+    def _add_scores(self, batch: Batch, result: RewardResult) -> None:
         scores = result.scores.float()
         mask = batch["response_mask"]
         if result.token_level is not None:
@@ -146,7 +208,6 @@ class StepContext:
             "response_length/min": float(lengths.min()),
             "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
         })
-        return batch
 
     def old_log_probs(self, batch: Batch) -> Batch:
         """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap.
@@ -154,8 +215,11 @@ class StepContext:
         ``training/rollout_probs_diff_mean|max`` = mean|max over response tokens of
         |exp(rollout_log_probs) − exp(old_log_probs)| (probability, not log-prob, difference).
         """
-        with self.timed("old_log_prob"):
-            out = self.roles.actor.compute_log_probs(batch, entropy=True)
+        self._run("old_log_prob", self.roles.actor, "compute_log_probs", (batch,), {"entropy": True},
+                  lambda out: self._add_old_log_probs(batch, out))
+        return batch
+
+    def _add_old_log_probs(self, batch: Batch, out: Batch) -> None:
         batch["old_log_probs"] = out["log_probs"]
         mask = batch["response_mask"].float()
         self.metrics["actor/entropy"] = float(masked_mean(out["entropy"], mask))
@@ -163,22 +227,21 @@ class StepContext:
             gap = (batch["rollout_log_probs"].exp() - out["log_probs"].exp()).abs()
             self.metrics["training/rollout_probs_diff_mean"] = float(masked_mean(gap, mask))
             self.metrics["training/rollout_probs_diff_max"] = float((gap * mask).max()) if mask.any() else 0.0
-        return batch
 
     def ref_log_probs(self, batch: Batch) -> Batch:
         """Reference-policy log-probs (``ref_log_probs``)."""
         if self.roles.ref is None:
             raise RuntimeError("this run has no reference model: the algorithm did not ask for one")
-        with self.timed("ref"):
-            batch["ref_log_probs"] = self.roles.ref.compute_log_probs(batch)["log_probs"]
+        self._run("ref", self.roles.ref, "compute_log_probs", (batch,), {},
+                  _store(batch, "ref_log_probs", "log_probs"))
         return batch
 
     def values(self, batch: Batch) -> Batch:
         """Critic values (``values`` [B, R]) of the current critic."""
         if self.roles.critic is None:
             raise RuntimeError("this run has no critic: the algorithm did not ask for one")
-        with self.timed("values"):
-            batch["values"] = self.roles.critic.compute_values(batch)["values"]
+        self._run("values", self.roles.critic, "compute_values", (batch,), {},
+                  _store(batch, "values", "values"))
         return batch
 
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:

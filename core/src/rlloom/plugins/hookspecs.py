@@ -27,6 +27,7 @@ trackers            (``trainer.trackers`` list)  ``factory(run_dir: str, config:
 launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
 models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
+dispatch modes      (engine methods)   ``factory() -> DispatchMode`` (see :mod:`rlloom.controller.dispatch`)
 ==================  =================  ==========================================================
 """
 
@@ -81,6 +82,12 @@ def register_datasets(register):
 @hookspec
 def register_models(register):
     """Register model sources (``model=<name>``): factories returning a local HF folder path."""
+
+
+@hookspec
+def register_dispatch_modes(register):
+    """Register dispatch modes (``register(name, factory)``): how a launcher spreads an engine
+    method's call over a worker group's ranks; engines name them with ``@rlloom.dispatch(name)``."""
 
 
 @hookspec

@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, str | None]] = {
     "launcher": ("register_launchers", "launcher"),
     "dataset": ("register_datasets", "data"),
     "model": ("register_models", "model"),
+    "dispatch_mode": ("register_dispatch_modes", None),
 }
 GROUP_KIND = {group: kind for kind, (_, group) in KINDS.items() if group}
 
@@ -52,6 +53,7 @@ KNOWN_PACKAGES: dict[tuple[str, str], str] = {
     ("algorithm", "gspo"): "rlloom-gspo",
     ("launcher", "ray"): "rlloom-ray",
     ("resharder", "safetensors"): "rlloom-resharders",
+    ("resharder", "broadcast"): "rlloom-resharders",
     ("reward_fn", "arithmetic"): "rlloom-tasks",
     ("reward_fn", "format"): "rlloom-tasks",
     ("reward_fn", "reasoning_gym"): "rlloom-tasks",

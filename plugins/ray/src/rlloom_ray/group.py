@@ -26,10 +26,12 @@ class WorkerGroup:
         self.pool, self.workers, self.placement, self.timeout_s = pool, workers, placement, timeout_s
         self.failed = False
 
-    def wait(self, role: str, method: str, refs: list[Any], timeout_s: float | None = None) -> list[Any]:
-        """Results of ``refs`` (one per rank) in rank order."""
+    def wait(self, role: str, method: str, refs: list[Any], timeout_s: float | None = None,
+             started: float | None = None) -> list[Any]:
+        """Results of ``refs`` (one per rank) in rank order; the timeout counts from ``started``
+        (a ``time.monotonic()`` value; default: now)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        deadline = (time.monotonic() if started is None else started) + timeout_s
         pending = {ref: rank for rank, ref in enumerate(refs)}
         results: list[Any] = [None] * len(refs)
         while pending:

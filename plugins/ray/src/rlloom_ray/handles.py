@@ -1,105 +1,148 @@
-"""Controller-side handles: a role's methods called on its pool's workers, and the weight sync.
+"""Controller-side handles: a role's methods called on its pool's workers, as futures.
 
-Dispatch modes (``DISPATCH`` maps a method name to one; plugins may add entries):
+A :class:`RoleHandle` is a :class:`~rlloom.controller.futures.RemoteHandle`: ``submit_call`` spreads
+the call over the pool's ranks by the method's dispatch mode (declared by the engine with
+``@rlloom.dispatch``, see :mod:`rlloom.controller.dispatch`; modes are looked up in the registry, so
+plugins can add their own) and returns a :class:`RayFuture` at once. Calling a method on the handle
+(``handle.compute_log_probs(batch)``) submits and waits.
 
-- :func:`one_to_all` (the default): every rank runs the call with the same arguments; rank 0's
-  result is returned (the others drop theirs in the worker). ``named_weights``, a collective in
-  FSDP engines, runs this way: all ranks gather, only rank 0's tensors travel back.
-- :func:`dp_split`: the batch (first argument) is cut into ``world_size`` consecutive pieces whose
-  sizes differ by at most one (:meth:`rlloom.Batch.chunk`), rank ``i`` gets piece ``i``; returned
-  batches are concatenated in rank order (so row order is kept), other results come from rank 0
-  (train engines all-reduce their metrics, so every rank returns the same). No padding is needed
-  or added: train engines accept ranks with unequal row counts (FSDP engines run discarded passes
-  to keep collectives in step), and padded rows would change the global counts that normalise
-  the loss. A batch with fewer rows than ranks is refused.
+A :class:`RayFuture` passed as an argument to another call travels as its Ray object reference when
+its result is one rank's whole result (``one_to_all``, ``rank_zero``): the receiving worker fetches it
+from the object store, and the controller never holds it. A result that must be put together from
+several ranks (``dp_split``) is put together in the controller first.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import ray
 import torch
 from rlloom.batch import Batch
-from rlloom.controller.local import RoleSpec
-from rlloom.types import SyncStats
+from rlloom.controller.dispatch import DispatchMode, OneToAll
+from rlloom.controller.futures import RemoteHandle
+from rlloom.plugins.registry import Registry
 
 from rlloom_ray.group import WorkerGroup
 
-Dispatch = Callable[[WorkerGroup, str, str, tuple, dict], Any]
+_UNSET = object()
 
 
-def one_to_all(group: WorkerGroup, role: str, method: str, args: tuple, kwargs: dict) -> Any:
-    refs = [worker.call.remote(role, method, args, kwargs, rank == 0) for rank, worker in enumerate(group.workers)]
-    return group.wait(role, method, refs)[0]
+class RayFuture:
+    """One call on a worker group, running. See :class:`rlloom.controller.futures.Future`.
+
+    ``value_refs[i]`` / ``span_refs[i]``: rank ``i``'s result and ``(start, end)`` running time (None
+    for a rank that sat the call out). Waiting follows :meth:`WorkerGroup.wait`: a rank that fails
+    fails the call, and the group's ``timeout_s`` counts from submission.
+    """
+
+    def __init__(self, group: WorkerGroup, role: str, method: str, mode: DispatchMode, args: tuple, kwargs: dict,
+                 value_refs: list[Any], span_refs: list[Any]) -> None:
+        self.group, self.role, self.method, self.mode = group, role, method, mode
+        self._args, self._kwargs = args, kwargs
+        self.value_refs, self.span_refs = value_refs, span_refs
+        self.submitted = time.monotonic()
+        self._value: Any = _UNSET
+        self._span: tuple[float, float] | None = None
+
+    def _live(self) -> list[Any]:
+        return [ref for ref in self.value_refs if ref is not None]
+
+    def done(self) -> bool:
+        if self._value is not _UNSET:
+            return True
+        live = self._live()
+        ready, _ = ray.wait(live, num_returns=len(live), timeout=0)
+        if len(ready) == len(live) or time.monotonic() - self.submitted > self.group.timeout_s:
+            return True
+        for ref in ready:  # a failed rank ends the call even while its peers wait in a collective
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # noqa: BLE001 - result() raises it as a WorkerError
+                return True
+        return False
+
+    def result(self) -> Any:
+        if self._value is _UNSET:
+            values = iter(self.group.wait(self.role, self.method, self._live(), started=self.submitted))
+            results = [None if ref is None else next(values) for ref in self.value_refs]
+            spans = ray.get([ref for ref in self.span_refs if ref is not None])
+            self._span = (min(start for start, _ in spans), max(end for _, end in spans))
+            self._value = self.mode.gather(results, self._args, self._kwargs)
+            self._args = self._kwargs = None  # the batch pieces are no longer needed
+        return self._value
+
+    def span(self) -> tuple[float, float]:
+        self.result()
+        assert self._span is not None
+        return self._span
+
+    def object_ref(self) -> Any:
+        """The object reference of the whole result when one rank's result is the result, else None."""
+        return self.value_refs[0] if isinstance(self.mode, OneToAll) and self._value is _UNSET else None
 
 
-def dp_split(group: WorkerGroup, role: str, method: str, args: tuple, kwargs: dict) -> Any:
-    batch, rest = args[0], args[1:]
-    world = len(group.workers)
-    if len(batch) < world:
-        raise ValueError(f"{role}.{method}: a batch of {len(batch)} rows cannot feed the {world} ranks of pool "
-                         f"{group.pool!r}; every rank needs at least one row")
-    pieces = batch.chunk(world)
-    refs = [worker.call.remote(role, method, (piece, *rest), kwargs) for worker, piece in zip(group.workers, pieces)]
-    results = group.wait(role, method, refs)
-    return Batch.concat(results) if isinstance(results[0], Batch) else results[0]
-
-
-DISPATCH: dict[str, Dispatch] = {
-    "compute_log_probs": dp_split,
-    "compute_values": dp_split,
-    "train_step": dp_split,
-}
-
-
-def _sendable(value: Any) -> Any:
-    """Streams (generators, counting wrappers) become lists: they cannot be iterated remotely."""
+def _sendable(value: Any, by_reference: bool) -> Any:
+    """What an argument travels as: a :class:`RayFuture` as its object reference when ``by_reference``
+    and it has one (else its result); a stream (generator, counting wrapper) as a list."""
+    if isinstance(value, RayFuture):
+        ref = value.object_ref() if by_reference else None
+        return ref if ref is not None else value.result()
     if isinstance(value, Iterable) and not isinstance(value, (Batch, str, bytes, Mapping, Sequence, torch.Tensor)):
         return list(value)
     return value
 
 
-class RoleHandle:
-    """A role placed on a :class:`WorkerGroup`; has exactly the built object's public methods."""
+class RoleHandle(RemoteHandle):
+    """A role placed on a :class:`WorkerGroup`; has exactly the built object's public methods.
 
-    def __init__(self, role: str, group: WorkerGroup, methods: list[str]) -> None:
-        self._role, self._group, self._methods = role, group, frozenset(methods)
+    ``modes``: method name -> dispatch mode name, as declared by the built object.
+    """
+
+    def __init__(self, role: str, group: WorkerGroup, modes: dict[str, str], registry: Registry) -> None:
+        self._role, self._group = role, group
+        self._modes = {method: registry.build("dispatch_mode", mode) for method, mode in modes.items()}
+
+    @property
+    def _methods(self) -> frozenset[str]:
+        return frozenset(self._modes)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in self._methods:
+        if name.startswith("_") or name not in self._modes:
             raise AttributeError(f"the {self._role} role (Ray pool {self._group.pool!r}) has no method {name!r}")
-        return functools.partial(self._invoke, name)
+        return functools.partial(self._call_and_wait, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the built object itself (a reward function's ``reward_fn(batch)``) on the pool."""
-        if "__call__" not in self._methods:
+        if "__call__" not in self._modes:
             raise TypeError(f"the {self._role} role (Ray pool {self._group.pool!r}) is not callable")
-        return self._invoke("__call__", *args, **kwargs)
+        return self._call_and_wait("__call__", *args, **kwargs)
 
-    def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        dispatch = DISPATCH.get(method, one_to_all)
-        args = tuple(_sendable(arg) for arg in args)
-        kwargs = {key: _sendable(value) for key, value in kwargs.items()}
-        return dispatch(self._group, self._role, method, args, kwargs)
+    def _call_and_wait(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.submit_call(method, args, kwargs).result()
 
-
-class SyncHandle:
-    """The resharder, placed where the two roles are.
-
-    When train and rollout share a pool (colocated), every rank of it runs the resharder in-process
-    (``Worker.sync``), so weights never leave the process. Otherwise the resharder runs in the
-    controller on the two handles (e.g. ``resharder=safetensors``: rank 0's full weights are written
-    to the directory, then handed to the rollout role).
-    """
-
-    def __init__(self, spec: RoleSpec, local: Any) -> None:
-        self.spec, self.local = spec, local
-
-    def sync(self, train: Any, rollout: Any) -> SyncStats:
-        if isinstance(train, RoleHandle) and isinstance(rollout, RoleHandle) and train._group is rollout._group:
-            group = train._group
-            refs = [worker.sync.remote(self.spec, train._role, rollout._role) for worker in group.workers]
-            return group.wait("resharder", "sync", refs)[0]
-        return self.local.sync(train, rollout)
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> RayFuture:
+        if method not in self._modes:
+            raise AttributeError(f"the {self._role} role (Ray pool {self._group.pool!r}) has no method {method!r}")
+        mode = self._modes[method]
+        by_reference = isinstance(mode, OneToAll)  # other modes look into their arguments here
+        args = tuple(_sendable(arg, by_reference) for arg in args)
+        kwargs = {key: _sendable(value, by_reference) for key, value in kwargs.items()}
+        try:
+            calls = mode.scatter(args, kwargs, len(self._group.workers))
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{self._role}.{method} on Ray pool {self._group.pool!r}: {error}") from None
+        value_refs, span_refs = [], []
+        for worker, call in zip(self._group.workers, calls):
+            if call is None:
+                value_refs.append(None)
+                span_refs.append(None)
+                continue
+            value_ref, span_ref = worker.timed_call.options(num_returns=2).remote(
+                self._role, method, call.args, call.kwargs, call.keep_result)
+            value_refs.append(value_ref)
+            span_refs.append(span_ref)
+        return RayFuture(self._group, self._role, method, mode, args, kwargs, value_refs, span_refs)

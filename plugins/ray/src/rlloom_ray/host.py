@@ -19,16 +19,25 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlloom.controller.dispatch import declared_mode
 from rlloom.controller.local import RoleSpec
 from rlloom.plugins.registry import get_registry
 from rlloom.types import SyncStats
 
 FAULT_ENV = "RLLOOM_RAY_FAULT"
+
+
+def _fetched(value: Any) -> Any:
+    """A Ray object reference's value (fetched from the object store); anything else as it is."""
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
 
 class Worker:
@@ -56,28 +65,79 @@ class Worker:
         dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=self.rank,
                                 world_size=self.world_size)
 
-    def build(self, spec: RoleSpec) -> list[str]:
-        """Build ``spec.role`` here; returns the public method names of what was built (and
-        ``__call__`` when the object itself is callable, as a reward function is)."""
+    def build(self, spec: RoleSpec) -> dict[str, str]:
+        """Build ``spec.role`` here; returns the public methods of what was built (and ``__call__``
+        when the object itself is callable, as a reward function is), each with its dispatch mode
+        (:func:`rlloom.controller.dispatch.declared_mode`)."""
         built = spec.build(get_registry())
         self.roles[spec.role] = built
         methods = [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]
-        return methods + ["__call__"] if callable(built) else methods  # a reward function is called
+        if callable(built):
+            methods.append("__call__")
+        return {name: declared_mode(built, name) for name in methods}
 
     def call(self, role: str, method: str, args: tuple, kwargs: dict, keep_result: bool = True) -> Any:
-        """``roles[role].method(*args, **kwargs)``; iterators come back as lists; None unless ``keep_result``."""
+        """``roles[role].method(*args, **kwargs)``; object references among the arguments are
+        fetched first (another group's result passed on); iterators come back as lists; None unless
+        ``keep_result``."""
         self._maybe_fault(role, method)
+        args = tuple(_fetched(arg) for arg in args)
+        kwargs = {key: _fetched(value) for key, value in kwargs.items()}
         result = getattr(self.roles[role], method)(*args, **kwargs)
         if isinstance(result, Iterator):
             result = list(result)
         return result if keep_result else None
 
+    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict,
+                   keep_result: bool = True) -> tuple[Any, tuple[float, float]]:
+        """:meth:`call` and the ``time.time()`` interval it ran in (two Ray returns: value, span)."""
+        start = time.time()
+        result = self.call(role, method, args, kwargs, keep_result)
+        return result, (start, time.time())
+
     def sync(self, spec: RoleSpec, train_role: str, rollout_role: str) -> SyncStats:
         """Run the resharder ``spec`` here, between two roles of this process (colocated sync)."""
         self._maybe_fault("resharder", "sync")
+        return self._resharder(spec).sync(self.roles[train_role], self.roles[rollout_role])
+
+    def sync_connect(self, spec: RoleSpec, rank: int, world_size: int, host: str, port: int) -> None:
+        """Join the sync group of the distributed resharder ``spec`` as ``rank`` (split placement)."""
+        self._maybe_fault("resharder", "connect")
+        self._resharder(spec).connect(rank, world_size, host, port)
+
+    def sync_send(self, spec: RoleSpec, train_role: str) -> SyncStats:
+        """The distributed resharder's ``send`` of ``roles[train_role]`` (on every train rank)."""
+        self._maybe_fault("resharder", "send")
+        return self._resharder(spec).send(self.roles[train_role])
+
+    def sync_receive(self, spec: RoleSpec, rollout_role: str) -> SyncStats:
+        """The distributed resharder's ``receive`` into ``roles[rollout_role]`` (on every rollout rank)."""
+        self._maybe_fault("resharder", "receive")
+        return self._resharder(spec).receive(self.roles[rollout_role])
+
+    def put_weights(self, role: str, keep_result: bool) -> Any:
+        """``roles[role].named_weights()`` (a collective: every rank runs it) as a list in the Ray
+        object store; its ObjectRef when ``keep_result``, else None."""
+        import ray
+
+        self._maybe_fault(role, "named_weights")
+        weights = list(self.roles[role].named_weights())
+        return ray.put(weights) if keep_result else None
+
+    def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list) -> SyncStats:
+        """Run the resharder ``spec`` (``in_process``) here with ``weights``, (name, tensor) pairs
+        from another process, as the train side."""
+        from types import SimpleNamespace
+
+        self._maybe_fault("resharder", "load")
+        return self._resharder(spec).sync(SimpleNamespace(named_weights=lambda: iter(weights)),
+                                          self.roles[rollout_role])
+
+    def _resharder(self, spec: RoleSpec) -> Any:
+        """The resharder of this process, built from ``spec`` on first use."""
         if self.resharder is None:
             self.resharder = spec.build(get_registry())
-        return self.resharder.sync(self.roles[train_role], self.roles[rollout_role])
+        return self.resharder
 
     def _maybe_fault(self, role: str, method: str) -> None:
         fault = os.environ.get(FAULT_ENV)

@@ -4,7 +4,7 @@ Each pool (``launcher.resource_pools``, plus ``global`` of 1 process) becomes, w
 maps to it, a placement group of N bundles (``cpus_per_worker`` CPUs each, packed) and N
 :class:`~rlloom_ray.host.Worker` actors; with N > 1 they form one gloo process group. Roles
 mapped to one pool share its processes. A role's handle dispatches its methods to the pool (see
-:mod:`rlloom_ray.handles`); the resharder becomes a :class:`~rlloom_ray.handles.SyncHandle`.
+:mod:`rlloom_ray.handles`); the resharder becomes a :class:`~rlloom_ray.sync.SyncHandle`.
 
 Failures raise :class:`~rlloom_ray.errors.WorkerError`; :meth:`RayLauncher.shutdown` (called by the
 trainer also after an error) closes healthy roles, kills every worker, frees the placement groups
@@ -21,8 +21,9 @@ from rlloom.plugins.registry import Registry
 
 from rlloom_ray.config import RayLauncherConfig
 from rlloom_ray.group import WorkerGroup
-from rlloom_ray.handles import RoleHandle, SyncHandle
+from rlloom_ray.handles import RoleHandle
 from rlloom_ray.host import Worker
+from rlloom_ray.sync import SyncHandle
 
 CLOSE_TIMEOUT_S = 30.0
 
@@ -47,8 +48,8 @@ class RayLauncher:
             if spec.role == "resharder":
                 return SyncHandle(spec, spec.build(registry))
             group = self._group(self.cfg.pool_of(spec.role))
-            methods = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
-            handle = RoleHandle(spec.role, group, methods)
+            modes = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
+            handle = RoleHandle(spec.role, group, modes, registry)
             self.handles.append(handle)
             return handle
         except BaseException:

@@ -1,0 +1,144 @@
+"""Dispatch modes: how one call on a worker group of ``world_size`` ranks is spread over the ranks,
+and how the ranks' results become the caller's result.
+
+A mode is an object with two methods:
+
+- ``scatter(args, kwargs, world_size) -> list[RankCall | None]``: what rank ``i`` runs
+  (None: rank ``i`` sits the call out);
+- ``gather(results, args, kwargs) -> Any``: the caller's result; ``results[i]`` is rank ``i``'s
+  result, None for a rank that sat out or dropped its result (``RankCall.keep_result``).
+
+Built in (registered by the core under these names):
+
+- ``one_to_all``: every rank runs the call with the same arguments (collectives such as an FSDP
+  engine's full-weight gather need every rank); rank 0's result is kept, the others are dropped
+  where they were computed.
+- ``rank_zero``: only rank 0 runs the call.
+- ``dp_split``: the first argument, a :class:`~rlloom.batch.Batch` of ``n`` rows, is padded to a
+  multiple of ``world_size`` by repeating its last row and cut into equal consecutive pieces (rank
+  ``i`` gets piece ``i``); returned batches are concatenated in rank order and the padding rows
+  dropped, so the caller sees exactly ``n`` rows in order. For row-wise computations (log-probs,
+  values), where padding rows cost a little time and change nothing.
+- ``dp_split_uneven``: as ``dp_split`` but without padding: piece sizes differ by at most one row.
+  For train steps, where padding rows would change the loss normalisation; the engine must accept
+  ranks holding unequal row counts.
+
+For ``dp_split*`` a result that is not a batch (a train step's metrics, already all-reduced by the
+engine) comes from rank 0. A batch with fewer rows than ranks is refused.
+
+An engine declares a method's mode with :func:`dispatch` (``@dispatch("dp_split")``); a method that
+declares none falls back to :data:`DEFAULT_MODES` by name, then ``one_to_all``. Plugins add modes with
+the ``register_dispatch_modes`` hook (``register(name, factory)``, ``factory()`` returning the mode).
+A launcher that places a role on one process (the local launcher) calls methods directly and needs
+no mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from rlloom.batch import Batch
+
+DISPATCH_ATTRIBUTE = "rlloom_dispatch"
+ONE_TO_ALL = "one_to_all"
+
+# Modes of the protocol methods for engines that declare none.
+DEFAULT_MODES: dict[str, str] = {
+    "compute_log_probs": "dp_split",
+    "compute_values": "dp_split",
+    "train_step": "dp_split_uneven",
+}
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def dispatch(mode: str) -> Callable[[Method], Method]:
+    """Declare the dispatch mode of an engine method (see the module docstring for the modes)."""
+
+    def declare(method: Method) -> Method:
+        setattr(method, DISPATCH_ATTRIBUTE, mode)
+        return method
+
+    return declare
+
+
+def declared_mode(obj: Any, method: str) -> str:
+    """The mode of ``obj.method``: its :func:`dispatch` declaration, else :data:`DEFAULT_MODES`, else one_to_all."""
+    declared = getattr(getattr(obj, method, None), DISPATCH_ATTRIBUTE, None)
+    return declared or DEFAULT_MODES.get(method, ONE_TO_ALL)
+
+
+@dataclass(frozen=True)
+class RankCall:
+    """What one rank runs: ``method(*args, **kwargs)``; its result travels back only if ``keep_result``."""
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    keep_result: bool = True
+
+
+class DispatchMode(Protocol):
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        ...
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        ...
+
+
+class OneToAll:
+    """Every rank runs the call; rank 0's result is the result."""
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        return [RankCall(args, kwargs, keep_result=rank == 0) for rank in range(world_size)]
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        return results[0]
+
+
+class RankZero(OneToAll):
+    """Only rank 0 runs the call."""
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        return [RankCall(args, kwargs)] + [None] * (world_size - 1)
+
+
+class DataParallelSplit:
+    """Rank ``i`` gets the ``i``-th consecutive piece of the batch; batches come back concatenated.
+
+    ``pad``: pad to a multiple of the world size by repeating the last row (pieces of equal size)
+    and drop the padding from the concatenated result; without it pieces differ by at most one row.
+    """
+
+    def __init__(self, pad: bool = True) -> None:
+        self.pad = pad
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        batch, rest = args[0], args[1:]
+        if not isinstance(batch, Batch):
+            raise TypeError(f"a data-parallel split needs a Batch as first argument, got {type(batch).__name__}")
+        if not self.pad and len(batch) < world_size:
+            raise ValueError(f"a batch of {len(batch)} rows cannot feed {world_size} ranks without padding; "
+                             "every rank needs at least one row")
+        if self.pad and len(batch) % world_size:
+            padding = world_size - len(batch) % world_size
+            batch = batch.reorder(list(range(len(batch))) + [len(batch) - 1] * padding)
+        return [RankCall((piece, *rest), kwargs) for piece in batch.chunk(world_size)]
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        if not isinstance(results[0], Batch):
+            return results[0]
+        joined = Batch.concat(results)
+        rows = len(args[0])
+        return joined.slice(0, rows)
+
+
+def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
+    """The core's modes by name (registered through the ``register_dispatch_modes`` hook)."""
+    return {
+        ONE_TO_ALL: OneToAll,
+        "rank_zero": RankZero,
+        "dp_split": DataParallelSplit,
+        "dp_split_uneven": lambda: DataParallelSplit(pad=False),
+    }

@@ -1,0 +1,83 @@
+"""Futures: a role method's call submitted now, its result taken later.
+
+:func:`submit` is how the controller calls a role without waiting. A launcher whose handles run
+calls elsewhere (``launcher=ray``) makes them :class:`RemoteHandle`\\ s and returns real futures: the
+call starts at once and the controller blocks only in :meth:`Future.result`. For an in-process
+handle (the local launcher: the built object itself) the call runs inside :func:`submit` and a
+:class:`Completed` future carries its result.
+
+Every future knows its **span**: the wall-clock interval (``time.time()`` seconds) in which the call
+ran where it ran (from the first rank's start to the last rank's end). Spans of calls on different
+worker groups overlap when the calls really ran at the same time; :func:`overlap_s` measures it.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Future(Protocol):
+    def done(self) -> bool:
+        """Whether :meth:`result` would return (or raise) without waiting."""
+        ...
+
+    def result(self) -> Any:
+        """The call's result; raises what the call raised."""
+        ...
+
+    def span(self) -> tuple[float, float]:
+        """``(start, end)`` of the call where it ran; waits like :meth:`result`."""
+        ...
+
+
+class RemoteHandle(abc.ABC):
+    """A role handle whose calls run outside the controller and can be submitted without waiting."""
+
+    @abc.abstractmethod
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Future:
+        """Start ``method(*args, **kwargs)`` on the role; return its future at once."""
+
+
+class Completed:
+    """The future of a call that already ran in this process."""
+
+    def __init__(self, value: Any, start: float, end: float) -> None:
+        self._value, self._span = value, (start, end)
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self._value
+
+    def span(self) -> tuple[float, float]:
+        return self._span
+
+
+def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Future:
+    """``handle.method(*args, **kwargs)`` as a :class:`Future`; ``method="__call__"`` calls the handle.
+
+    A :class:`RemoteHandle` starts the call and returns at once; any other handle is called here and
+    now (an exception propagates from this call, as it would from a direct call).
+    """
+    if isinstance(handle, RemoteHandle):
+        return handle.submit_call(method, args, kwargs)
+    start = time.time()
+    value = handle(*args, **kwargs) if method == "__call__" else getattr(handle, method)(*args, **kwargs)
+    return Completed(value, start, time.time())
+
+
+def overlap_s(spans: Sequence[tuple[float, float]]) -> float:
+    """How much of the spans' summed length ran at the same time as another span:
+    ``sum(end - start) - length(union of the spans)`` (0 for calls that ran one after another)."""
+    total = sum(end - start for start, end in spans)
+    union, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            union += end - max(start, reach)
+            reach = end
+    return max(total - union, 0.0)

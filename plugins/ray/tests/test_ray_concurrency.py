@@ -1,0 +1,87 @@
+"""Futures under ``launcher=ray``: independent stages on different pools really run at the same time
+(measured from the workers' own running intervals), with the local launcher's results; and a future
+handed to another pool travels as an object reference, never fetched by the controller."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from ray_test_helpers import comparable, run_tiny
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+ray = pytest.importorskip("ray")
+
+from rlloom import Batch, EngineSpec, SamplingParams  # noqa: E402
+from rlloom.controller.futures import submit  # noqa: E402
+from rlloom.controller.local import RoleSpec  # noqa: E402
+from rlloom.plugins.registry import get_registry  # noqa: E402
+from rlloom_fsdp.config import FSDPConfig  # noqa: E402
+from rlloom_hf import HFRolloutConfig, HFRolloutEngine  # noqa: E402
+from rlloom_models.config import TinyModelConfig  # noqa: E402
+from rlloom_ray import RayLauncher, RayLauncherConfig  # noqa: E402
+
+# PPO with a reference model: reward, behaviour log-probs (actor), reference log-probs and values are
+# independent once the responses exist, and run in one `ctx.concurrently()` block.
+PPO = ["algorithm=ppo", "algorithm.use_kl_loss=true", "algorithm.critic_warmup=0"]
+OWN_POOLS = ["+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_pool",
+             "+launcher.resource_pools.critic_pool=1", "+launcher.mapping.critic=critic_pool"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    torch.set_num_threads(1)
+    ray.init(num_cpus=4, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("ray-cache"))
+
+
+@pytest.mark.slow
+def test_stages_on_separate_pools_overlap_and_match_local(cluster, cache, tmp_path):
+    local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO)
+    spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS)
+    # Each role in its own process, one thread, fp32: the same numbers as in one process.
+    assert comparable(spread) == comparable(local)
+    trained = [row for row in spread if row["step"] > 0]  # step 0 is the validation before training
+    assert len(trained) == 2
+    for row in local[1:]:
+        assert row["perf/concurrent_overlap_s"] == 0.0  # in-process: one call after another
+    for row in trained:
+        # ref and critic worked at the same time as the actor: their running intervals overlap
+        assert row["perf/concurrent_overlap_s"] > 0.0, row
+        stage_time = sum(row[f"timing_s/{stage}"] for stage in ("reward", "old_log_prob", "ref", "values"))
+        assert stage_time > row["timing_s/concurrent"] - 0.05  # more stage time than wall time (up to noise)
+
+
+def test_a_future_passed_to_another_pool_travels_by_reference(cluster, cache):
+    registry = get_registry()
+    trained = registry.build("model", "tiny", TinyModelConfig(seed=0, cache_dir=cache))
+    other = registry.build("model", "tiny", TinyModelConfig(seed=1, cache_dir=cache))
+    launcher = RayLauncher(RayLauncherConfig(resource_pools={"gen": 1}, mapping={"rollout": "gen"}, call_timeout_s=120))
+    try:
+        actor = launcher.start_role(
+            RoleSpec("actor", "train_engine", "fsdp", FSDPConfig(), EngineSpec(trained, "actor")), registry)
+        rollout = launcher.start_role(
+            RoleSpec("rollout", "rollout_engine", "hf", HFRolloutConfig(), EngineSpec(other, "rollout")), registry)
+        prompts = Batch({"prompts": torch.tensor([[5, 6, 7], [8, 9, 10]]),
+                         "prompt_mask": torch.ones(2, 3, dtype=torch.int64)}, batch_size=2)
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+        expected = HFRolloutEngine(HFRolloutConfig(), EngineSpec(trained, "rollout")).generate(prompts, greedy)
+        before = rollout.generate(prompts, greedy)
+        assert not torch.allclose(before["rollout_log_probs"], expected["rollout_log_probs"])
+
+        weights = submit(actor, "named_weights")
+        submit(rollout, "update_weights", weights).result()
+        assert weights.object_ref() is not None  # the controller never fetched the weights
+
+        after = rollout.generate(prompts, greedy)
+        assert torch.equal(after["responses"], expected["responses"])
+        torch.testing.assert_close(after["rollout_log_probs"], expected["rollout_log_probs"], atol=1e-5, rtol=0)
+    finally:
+        launcher.shutdown()

@@ -1,0 +1,85 @@
+"""Weight sync in split placement (rollout on its own pool) on a real local Ray cluster:
+``resharder=broadcast`` (a gloo sync group between the pools) and ``resharder=in_process`` (the
+weights go through the Ray object store) give the local launcher's metrics; a failing receiver
+surfaces as a WorkerError naming the rollout role and rank."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+import torch
+from ray_test_helpers import comparable, cpus_freed, run_tiny
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+ray = pytest.importorskip("ray")
+
+from rlloom_ray import WorkerError  # noqa: E402
+
+SPLIT = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    torch.set_num_threads(1)
+    ray.init(num_cpus=4, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("ray-sync-cache"))
+
+
+@pytest.fixture(scope="module")
+def local_rows(tmp_path_factory, cache):
+    return run_tiny(str(tmp_path_factory.mktemp("local")), cache, "launcher=local", "launcher.num_threads=1")
+
+
+def assert_same_sync_bytes(rows: list[dict], local: list[dict]) -> None:
+    # The local launcher's in_process resharder counts the same tensors: every step syncs them all.
+    synced = [row["perf/weight_sync_bytes"] for row in rows if row["step"] > 0]
+    assert synced and all(value > 0 for value in synced)
+    assert synced == [row["perf/weight_sync_bytes"] for row in local if row["step"] > 0]
+
+
+@pytest.mark.parametrize("resharder", ["broadcast", "in_process"])
+def test_split_equals_local(cluster, cache, local_rows, tmp_path, resharder):
+    # Rollout in its own process. broadcast: train rank 0 broadcasts the exact bytes of every tensor
+    # over a gloo group of its own; in_process: rank 0's tensors are pickled into the object store
+    # and loaded by the rollout process. Either way the rollout gets bit-identical weights, and the
+    # same seed and fp32 kernels on one thread give bit-equal metrics.
+    rows = run_tiny(str(tmp_path), cache, *SPLIT, f"resharder={resharder}")
+    assert comparable(rows) == comparable(local_rows)
+    assert_same_sync_bytes(rows, local_rows)
+    assert cpus_freed(4)
+
+
+def test_a_failing_receiver_names_the_rollout_role_and_rank(cluster, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLLOOM_RAY_FAULT", "resharder:receive:2:raise")  # the sync after step 1
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as caught:
+        run_tiny(str(tmp_path), cache, *SPLIT, "resharder=broadcast", steps=3)
+    assert (caught.value.role, caught.value.rank, caught.value.method) == ("rollout", 0, "sync_receive")
+    assert "RLLOOM_RAY_FAULT: injected failure in resharder.receive call 2" in str(caught.value)
+    assert time.monotonic() - start < 60  # the stuck sender is killed, not waited for
+    assert cpus_freed(4)
+
+
+@pytest.mark.slow
+def test_fsdp_world_size_2_with_broadcast_matches_local(cluster, cache, local_rows, tmp_path):
+    # Two actor ranks (gloo, one thread each): both gather the full weights, rank 0 broadcasts them
+    # to the rollout pool. Sharded gradients are reduced in another order than one process sums
+    # them: equal to fp32 rounding.
+    rows = run_tiny(str(tmp_path), cache, *SPLIT, "+launcher.resource_pools.global=2", "resharder=broadcast")
+    expected_rows = comparable(local_rows)
+    assert len(rows) == len(expected_rows)
+    for row, expected in zip(comparable(rows), expected_rows):
+        assert row.keys() == expected.keys()
+        for key, value in expected.items():
+            assert math.isclose(row[key], value, rel_tol=1e-4, abs_tol=1e-6), (row["step"], key, row[key], value)
+    assert_same_sync_bytes(rows, local_rows)
+    assert cpus_freed(4)
