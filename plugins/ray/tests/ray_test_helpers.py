@@ -15,6 +15,11 @@ def run_tiny(run_dir: str, cache_dir: str, *overrides: str, steps: int = 2) -> l
     """``preset=tiny`` for ``steps`` steps; returns the rows of ``metrics.jsonl``."""
     rlloom.train(["preset=tiny", f"trainer.total_steps={steps}", f"trainer.run_dir={run_dir}",
                   f"model.cache_dir={cache_dir}", "trainer.trackers=[jsonl]", *overrides])
+    return metric_rows(run_dir)
+
+
+def metric_rows(run_dir: str) -> list[dict]:
+    """The rows of ``<run_dir>/metrics.jsonl``."""
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 

@@ -6,7 +6,6 @@ head started here is stopped (no ``ray stop``, which would stop every Ray on the
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -21,17 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from ray_test_helpers import comparable, run_tiny
+from ray_test_helpers import comparable, metric_rows, run_tiny
 
 pytest.importorskip("ray")
 
 RAY = Path(sys.executable).parent / "ray"
 STEPS = 2
-
-
-def metric_rows(run_dir: str) -> list[dict]:
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
 
 
 def free_port() -> int:

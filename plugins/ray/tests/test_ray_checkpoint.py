@@ -31,17 +31,6 @@ FSDP2_SPLIT = [
 SHARD_FILES = {f"__{rank}_0.distcp" for rank in range(WORLD)}  # torch.distributed.checkpoint: one file per rank
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)  # 2 actor ranks + 1 rollout process, 1 CPU each
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ray-ckpt-cache"))
 
 
 @pytest.fixture(scope="module")

@@ -29,17 +29,6 @@ OWN_POOLS = ["+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_p
              "+launcher.resource_pools.critic_pool=1", "+launcher.mapping.critic=critic_pool"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ray-cache"))
 
 
 @pytest.mark.slow

@@ -21,11 +21,21 @@ def test_unmapped_roles_go_to_the_global_pool_of_one():
     ({"mapping": {"critc": "global"}}, "launcher.mapping.critc: unknown role"),
     ({"cpus_per_worker": 0.0}, "launcher.cpus_per_worker=0.0: must be > 0"),
     ({"threads_per_worker": 0}, "launcher.threads_per_worker=0: must be >= 1"),
+    ({"gpus_per_worker": -1.0}, "launcher.gpus_per_worker=-1.0: must be >= 0"),
     ({"call_timeout_s": 0.0}, "launcher.call_timeout_s=0.0: must be > 0"),
 ])
 def test_bad_values_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
         RayLauncherConfig(**kwargs)
+
+
+def test_cpu_workers_use_gloo_and_gpu_workers_reserve_a_gpu_and_use_nccl():
+    # The NCCL path itself cannot run here (no GPU): these are the reservations and backend it gets.
+    assert RayLauncherConfig(cpus_per_worker=2.0).bundle() == {"CPU": 2.0}
+    assert RayLauncherConfig().process_group_backend() == "gloo"
+    gpu = RayLauncherConfig(gpus_per_worker=1.0)
+    assert gpu.bundle() == {"CPU": 1.0, "GPU": 1.0}
+    assert gpu.process_group_backend() == "nccl"
 
 
 def test_pools_and_mapping_come_from_the_command_line():

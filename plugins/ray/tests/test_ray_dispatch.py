@@ -21,19 +21,16 @@ PROMPT, RESPONSE = 6, 5
 
 
 @pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    return get_registry().build("model", "tiny", TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("cache"))))
+def model_path(cache):
+    return get_registry().build("model", "tiny", TinyModelConfig(cache_dir=cache))
 
 
 @pytest.fixture(scope="module")
-def actor(model_path):
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)
+def actor(cluster, model_path):
     launcher = RayLauncher(RayLauncherConfig(resource_pools={"global": 2}, call_timeout_s=120))
     spec = RoleSpec("actor", "train_engine", "fsdp", FSDPConfig(), EngineSpec(model_path, "actor", 0, 1))
     yield launcher.start_role(spec, get_registry())
     launcher.shutdown()
-    ray.shutdown()
 
 
 def make_batch(rows: int, vocab: int) -> Batch:

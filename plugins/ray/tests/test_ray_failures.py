@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-import torch
 from ray_test_helpers import cpus_freed, run_tiny
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -17,13 +16,6 @@ ray = pytest.importorskip("ray")
 
 from rlloom_ray import WorkerError  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def test_a_raising_worker_names_role_rank_and_remote_traceback(cluster, tmp_path, monkeypatch):

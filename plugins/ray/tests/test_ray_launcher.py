@@ -7,7 +7,6 @@ import math
 import os
 
 import pytest
-import torch
 from ray_test_helpers import comparable, cpus_freed, run_tiny
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -16,17 +15,6 @@ ray = pytest.importorskip("ray")
 SPLIT = ["+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen", "resharder=safetensors"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ray-cache"))
 
 
 @pytest.fixture(scope="module")

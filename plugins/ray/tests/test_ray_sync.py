@@ -10,7 +10,6 @@ import os
 import time
 
 import pytest
-import torch
 from ray_test_helpers import comparable, cpus_freed, run_tiny
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -21,17 +20,6 @@ from rlloom_ray import WorkerError  # noqa: E402
 SPLIT = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ray-sync-cache"))
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,10 @@ class RayLauncherConfig:
       always exists unless redefined here; pools no role maps to start nothing.
     - ``mapping``: role (actor, ref, critic, rollout, reward) -> pool; unmapped roles go to ``global``.
       Roles mapped to the same pool share its processes (colocated); a pool of N processes forms
-      one torch.distributed gloo group of world size N.
+      one torch.distributed group of world size N (see ``gpus_per_worker``).
     - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.
+    - ``gpus_per_worker``: GPUs each worker reserves (0: a CPU-only pool). Pools of GPU workers form
+      their process group with NCCL, CPU pools with gloo.
     - ``threads_per_worker``: torch intra-op threads in each worker (keep workers x threads <= cores).
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
@@ -31,6 +33,7 @@ class RayLauncherConfig:
     resource_pools: dict[str, int] = field(default_factory=dict)
     mapping: dict[str, str] = field(default_factory=dict)
     cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
     threads_per_worker: int = 1
     call_timeout_s: float = 600.0
 
@@ -46,6 +49,8 @@ class RayLauncherConfig:
                 raise ValueError(f"launcher.mapping.{role}={pool}: no such pool; pools are {', '.join(sorted(pools))}")
         if self.cpus_per_worker <= 0:
             raise ValueError(f"launcher.cpus_per_worker={self.cpus_per_worker}: must be > 0")
+        if self.gpus_per_worker < 0:
+            raise ValueError(f"launcher.gpus_per_worker={self.gpus_per_worker}: must be >= 0")
         if self.threads_per_worker < 1:
             raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 1")
         if self.call_timeout_s <= 0:
@@ -54,6 +59,14 @@ class RayLauncherConfig:
     def pools(self) -> dict[str, int]:
         """Every pool: ``global`` (1 process) plus ``resource_pools``."""
         return {DEFAULT_POOL: 1, **self.resource_pools}
+
+    def bundle(self) -> dict[str, float]:
+        """The resources one worker reserves: its placement-group bundle."""
+        return {"CPU": self.cpus_per_worker, **({"GPU": self.gpus_per_worker} if self.gpus_per_worker else {})}
+
+    def process_group_backend(self) -> str:
+        """The torch.distributed backend of a pool's group: ``nccl`` for GPU workers, else ``gloo``."""
+        return "nccl" if self.gpus_per_worker else "gloo"
 
     def pool_of(self, role: str) -> str:
         return self.mapping.get(role, DEFAULT_POOL)

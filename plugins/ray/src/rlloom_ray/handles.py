@@ -6,9 +6,11 @@ the call over the pool's ranks by the method's dispatch mode (declared by the en
 plugins can add their own) and returns a :class:`RayFuture` at once. Calling a method on the handle
 (``handle.compute_log_probs(batch)``) submits and waits.
 
-A :class:`RayFuture` passed as an argument to another call travels as its Ray object reference when
-its result is one rank's whole result (``one_to_all``, ``rank_zero``): the receiving worker fetches it
-from the object store, and the controller never holds it. A result that must be put together from
+Arguments that several ranks share (a ``one_to_all`` call's) are put in the Ray object store once
+and every rank gets the reference. A :class:`RayFuture` passed as an argument to another call
+travels as its Ray object reference when its result is one rank's whole result (``one_to_all``,
+``rank_zero``): the receiving worker fetches it from the object store, and the controller never
+holds it. A result that must be put together from
 several ranks (``dp_split``) is put together in the controller first.
 """
 
@@ -135,6 +137,16 @@ class RoleHandle(RemoteHandle):
             calls = mode.scatter(args, kwargs, len(self._group.workers))
         except (TypeError, ValueError) as error:
             raise type(error)(f"{self._role}.{method} on Ray pool {self._group.pool!r}: {error}") from None
+        stored: dict[int, Any] = {}
+
+        def once(value: Any) -> Any:
+            """Arguments several ranks share go to the object store once, not once per rank."""
+            if len(calls) == 1:
+                return value
+            if id(value) not in stored:
+                stored[id(value)] = ray.put(value)
+            return stored[id(value)]
+
         value_refs, span_refs = [], []
         for worker, call in zip(self._group.workers, calls):
             if call is None:
@@ -142,7 +154,7 @@ class RoleHandle(RemoteHandle):
                 span_refs.append(None)
                 continue
             value_ref, span_ref = worker.timed_call.options(num_returns=2).remote(
-                self._role, method, call.args, call.kwargs, call.keep_result)
+                self._role, method, once(call.args), once(call.kwargs), call.keep_result)
             value_refs.append(value_ref)
             span_refs.append(span_ref)
         return RayFuture(self._group, self._role, method, mode, args, kwargs, value_refs, span_refs)

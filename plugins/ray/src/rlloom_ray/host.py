@@ -60,9 +60,12 @@ class Worker:
 
         return ray.util.get_node_ip_address(), port
 
-    def init_process_group(self, host: str, port: int) -> None:
-        """Join the pool's gloo group (the default group, which FSDP engines then shard over)."""
-        dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=self.rank,
+    def init_process_group(self, host: str, port: int, backend: str) -> None:
+        """Join the pool's group (the default group, which FSDP engines then shard over) with
+        ``backend`` (``gloo``; ``nccl`` for GPU workers, each on the one GPU Ray gave it)."""
+        if backend == "nccl":
+            torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPU
+        dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank,
                                 world_size=self.world_size)
 
     def build(self, spec: RoleSpec) -> dict[str, str]:

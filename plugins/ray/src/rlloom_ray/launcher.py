@@ -1,8 +1,9 @@
 """``launcher=ray``: roles run in Ray actors placed by resource pools.
 
 Each pool (``launcher.resource_pools``, plus ``global`` of 1 process) becomes, when a role first
-maps to it, a placement group of N bundles (``cpus_per_worker`` CPUs each, packed) and N
-:class:`~rlloom_ray.host.Worker` actors; with N > 1 they form one gloo process group. Roles
+maps to it, a placement group of N bundles (``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs
+each, packed) and N :class:`~rlloom_ray.host.Worker` actors; with N > 1 they form one process group
+(gloo, or NCCL for GPU workers). Roles
 mapped to one pool share its processes. A role's handle dispatches its methods to the pool (see
 :mod:`rlloom_ray.handles`); the resharder becomes a :class:`~rlloom_ray.sync.SyncHandle`.
 
@@ -64,22 +65,23 @@ class RayLauncher:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         size, cfg = self.cfg.pools()[pool], self.cfg
-        placement = placement_group([{"CPU": cfg.cpus_per_worker}] * size, strategy="PACK", name=f"rlloom-{pool}")
+        placement = placement_group([cfg.bundle()] * size, strategy="PACK", name=f"rlloom-{pool}")
         ready, _ = ray.wait([placement.ready()], timeout=cfg.call_timeout_s)
         if not ready:
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(placement)
             raise RuntimeError(
-                f"launcher.resource_pools.{pool}: could not reserve {size} x {cfg.cpus_per_worker:g} CPU within "
-                f"{cfg.call_timeout_s:g} s; the cluster has {ray.available_resources().get('CPU', 0):g} CPU free "
-                f"(lower launcher.cpus_per_worker or raise launcher.num_cpus)"
+                f"launcher.resource_pools.{pool}: could not reserve {size} x {cfg.bundle()} within "
+                f"{cfg.call_timeout_s:g} s; the cluster has {ray.available_resources().get('CPU', 0):g} CPU and "
+                f"{ray.available_resources().get('GPU', 0):g} GPU free (lower launcher.cpus_per_worker / "
+                f"launcher.gpus_per_worker or raise launcher.num_cpus)"
             )
         env = {key: value for key, value in os.environ.items() if key.startswith("RLLOOM_")}
         remote = ray.remote(Worker)
         workers = [
             remote.options(
-                num_cpus=cfg.cpus_per_worker, max_restarts=0,
+                num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(placement, placement_group_bundle_index=rank),
             ).remote(rank, size, cfg.threads_per_worker, env)
             for rank in range(size)
@@ -88,7 +90,7 @@ class RayLauncher:
         if size > 1:
             host, port = group.wait("pool " + pool, "rendezvous_address", [workers[0].rendezvous_address.remote()])[0]
             group.wait("pool " + pool, "init_process_group",
-                       [worker.init_process_group.remote(host, port) for worker in workers])
+                       [worker.init_process_group.remote(host, port, cfg.process_group_backend()) for worker in workers])
         return group
 
     def shutdown(self) -> None:
