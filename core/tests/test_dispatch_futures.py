@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlloom import Batch, RewardResult, SamplingParams, dispatch
-from rlloom.controller.dispatch import DataParallelSplit, OneToAll, RankZero, declared_mode
+from rlloom.controller.dispatch import DataParallelSplit, OneToAll, RankZero, RolloutSplit, declared_mode
 from rlloom.controller.futures import Completed, overlap_s, submit
 from rlloom.controller.step import Roles, StepContext
 from rlloom.plugins.registry import Registry
@@ -43,6 +43,22 @@ def test_dp_split_uneven_cuts_without_padding_and_refuses_too_few_rows():
         mode.scatter((rows(1),), {}, 2)
     with pytest.raises(TypeError, match="needs a Batch as first argument, got list"):
         mode.scatter(([1, 2],), {}, 2)
+
+
+def test_rollout_split_cuts_prompts_and_gives_each_rank_its_own_seed():
+    mode = RolloutSplit()
+    calls = mode.scatter((rows(3), SamplingParams(n=2, seed=5)), {}, 2)
+    assert pieces(calls) == [[0, 1], [2]]
+    assert calls[0].args[1].seed == 5  # rank 0 samples as one process would
+    assert calls[1].args[1].seed == (5 + 0x9E3779B97F4A7C15) % 2**63
+    assert all(call.args[1].n == 2 for call in calls)
+    lone = mode.scatter((rows(1), SamplingParams()), {}, 3)  # one prompt: two ranks sit out
+    assert pieces(lone) == [[0], None, None] and lone[0].args[1].seed is None
+    outputs = [Batch({"x": torch.tensor([0, 0, 1, 1])}, batch_size=4), None, Batch({"x": torch.tensor([2, 2])},
+                                                                                    batch_size=2)]
+    assert mode.gather(outputs, (rows(3), SamplingParams()), {})["x"].tolist() == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(TypeError, match="both arguments positional"):
+        mode.scatter((rows(3),), {"sampling": SamplingParams()}, 2)
 
 
 def test_one_to_all_keeps_rank_zero_and_rank_zero_runs_alone():
@@ -93,8 +109,8 @@ def test_a_plugin_registers_its_own_dispatch_mode(tmp_path, monkeypatch):
         registry = Registry([core, plugin])
         mode = registry.build("dispatch_mode", "last_rank")
         assert [call is None for call in mode.scatter((1,), {}, 3)] == [True, True, False]
-        assert registry.choices("dispatch_mode") == ["dp_split", "dp_split_uneven", "last_rank", "one_to_all",
-                                                     "rank_zero"]
+        assert registry.choices("dispatch_mode") == ["dp_split", "dp_split_rollout", "dp_split_uneven", "last_rank",
+                                                     "one_to_all", "rank_zero"]
     finally:
         sys.modules.pop("rlloom_test_modes", None)
 

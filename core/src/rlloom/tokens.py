@@ -1,6 +1,9 @@
-"""Token-layout helpers shared by every engine that runs a causal LM over prompt + response."""
+"""Token-layout helpers shared by every engine that runs a causal LM over prompt + response, and the
+prompt and stop-token conventions every rollout engine follows."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -41,3 +44,45 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     log_p = torch.log_softmax(logits, dim=-1)
     return -(log_p.exp() * log_p).sum(-1)
+
+
+def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """Ids that end a response: the model's ``generation_config.eos_token_id`` (an int or a list)
+    together with the tokenizer's ``eos_token_id``, sorted, without duplicates (maybe empty)."""
+    ids = generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted(set(ids))
+
+
+def pad_token_id(generation_config: Any, tokenizer: Any, stop_ids: list[int]) -> int:
+    """The id that right-pads responses: the tokenizer's pad token, else the generation config's,
+    else the first stop id."""
+    for candidate in (tokenizer.pad_token_id, generation_config.pad_token_id):
+        if candidate is not None:
+            return int(candidate)
+    if stop_ids:
+        return stop_ids[0]
+    raise ValueError("the model has no pad token: neither the tokenizer nor the generation config "
+                     "defines pad_token_id or eos_token_id")
+
+
+def check_left_padded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+    """Raise a ValueError unless ``prompts`` / ``prompt_mask`` are [B, P] with every mask row of the
+    form 0…0 1…1 holding at least one 1."""
+    if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(f"prompts {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} "
+                         "must both be [B, P]")
+    if prompt_ids.dtype != torch.long:
+        raise ValueError(f"prompts must be int64 token ids, got {prompt_ids.dtype}")
+    if len(prompt_mask) == 0:
+        return
+    bad_value = ~((prompt_mask == 0) | (prompt_mask == 1)).all(dim=1)
+    empty = prompt_mask[:, -1] != 1
+    not_left = (prompt_mask.diff(dim=1) < 0).any(dim=1)
+    for problem, rows in (("values other than 0/1", bad_value), ("no real token (or padding on the right)", empty),
+                          ("padding after a real token", not_left)):
+        if rows.any():
+            raise ValueError(f"prompt_mask must be left-padded; row(s) {rows.nonzero().flatten().tolist()} "
+                             f"have {problem}")

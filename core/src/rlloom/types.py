@@ -43,6 +43,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def policy_temperature(self) -> float:
+        """T of the sampling policy ``softmax(logits / T)``: the temperature, or 1 when greedy."""
+        return 1.0 if self.greedy else float(self.temperature)
+
 
 @dataclass
 class RewardResult:

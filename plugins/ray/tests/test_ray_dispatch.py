@@ -1,7 +1,8 @@
-"""Dispatch of a train engine's methods over a 2-process Ray pool (FSDP2 on gloo)."""
+"""Dispatch of engine methods over 2-process Ray pools: an FSDP2 actor (gloo) and an HF rollout."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
-from rlloom import Batch, EngineSpec  # noqa: E402
+from rlloom import Batch, EngineSpec, SamplingParams  # noqa: E402
 from rlloom.controller.local import RoleSpec  # noqa: E402
 from rlloom.plugins.registry import get_registry  # noqa: E402
 from rlloom_fsdp.config import FSDPConfig  # noqa: E402
@@ -93,3 +94,29 @@ def test_handle_has_exactly_the_engines_methods(actor):
     assert getattr(actor, "load_weights_from_dir", None) is None
     with pytest.raises(AttributeError, match="the actor role .* has no method 'generate'"):
         actor.generate
+
+
+def test_generation_is_split_over_a_rollout_pool_of_two(cluster, model_path):
+    from rlloom_hf import HFRolloutConfig, HFRolloutEngine
+
+    launcher = RayLauncher(RayLauncherConfig(resource_pools={"gen": 2}, mapping={"rollout": "gen"},
+                                             call_timeout_s=120))
+    try:
+        rollout = launcher.start_role(RoleSpec("rollout", "rollout_engine", "hf", HFRolloutConfig(),
+                                               EngineSpec(model_path, "rollout")), get_registry())
+        prompts = Batch({"prompts": torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13]]),
+                         "prompt_mask": torch.ones(3, 3, dtype=torch.int64)}, batch_size=3)
+        sampling = SamplingParams(n=2, max_new_tokens=4, seed=11)
+        out = rollout.generate(prompts, sampling)
+        # By hand: rank 0 samples prompts 0-1 with seed 11, rank 1 prompt 2 with its own seed.
+        local = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path, "rollout"))
+        first = local.generate(prompts.slice(0, 2), sampling)
+        second = local.generate(prompts.slice(2, 3),
+                                dataclasses.replace(sampling, seed=(11 + 0x9E3779B97F4A7C15) % 2**63))
+        assert len(out) == 6
+        for name in ("responses", "response_mask"):
+            assert torch.equal(out[name], torch.cat([first[name], second[name]])), name
+        torch.testing.assert_close(out["rollout_log_probs"],
+                                   torch.cat([first["rollout_log_probs"], second["rollout_log_probs"]]))
+    finally:
+        launcher.shutdown()

@@ -7,53 +7,11 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 from rlloom import Batch, EngineSpec, SamplingParams
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import HFRolloutConfig
 from rlloom_hf.decode import DecodedChunk, decode_chunk
-from rlloom_hf.sampling import policy_temperature
-
-
-def stop_token_ids(generation_config: GenerationConfig, tokenizer) -> list[int]:
-    """Ids that end a response: the model's ``generation_config.eos_token_id`` (an int or a list)
-    together with the tokenizer's ``eos_token_id``, sorted, without duplicates (maybe empty)."""
-    ids = generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return sorted(set(ids))
-
-
-def pad_token_id(generation_config: GenerationConfig, tokenizer, stop_ids: list[int]) -> int:
-    """The id that right-pads responses: the tokenizer's pad token, else the generation config's,
-    else the first stop id."""
-    for candidate in (tokenizer.pad_token_id, generation_config.pad_token_id):
-        if candidate is not None:
-            return int(candidate)
-    if stop_ids:
-        return stop_ids[0]
-    raise ValueError("the model has no pad token: neither the tokenizer nor the generation config "
-                     "defines pad_token_id or eos_token_id")
-
-
-def check_left_padded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
-    """Raise a ValueError unless ``prompts`` / ``prompt_mask`` are [B, P] with every mask row of the
-    form 0…0 1…1 holding at least one 1."""
-    if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
-        raise ValueError(f"prompts {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} "
-                         "must both be [B, P]")
-    if prompt_ids.dtype != torch.long:
-        raise ValueError(f"prompts must be int64 token ids, got {prompt_ids.dtype}")
-    if len(prompt_mask) == 0:
-        return
-    bad_value = ~((prompt_mask == 0) | (prompt_mask == 1)).all(dim=1)
-    empty = prompt_mask[:, -1] != 1
-    not_left = (prompt_mask.diff(dim=1) < 0).any(dim=1)
-    for problem, rows in (("values other than 0/1", bad_value), ("no real token (or padding on the right)", empty),
-                          ("padding after a real token", not_left)):
-        if rows.any():
-            raise ValueError(f"prompt_mask must be left-padded; row(s) {rows.nonzero().flatten().tolist()} "
-                             f"have {problem}")
 
 
 def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -128,7 +86,7 @@ class HFRolloutEngine:
 
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
-        out.meta["temperature"] = policy_temperature(sampling)
+        out.meta["temperature"] = sampling.policy_temperature
         return out
 
     # ------------------------------------------------------------------------------ weights

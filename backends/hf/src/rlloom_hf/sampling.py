@@ -13,11 +13,6 @@ import torch
 from rlloom import SamplingParams
 
 
-def policy_temperature(sampling: SamplingParams) -> float:
-    """T of the policy ``softmax(logits / T)``: the sampling temperature, or 1 when greedy."""
-    return 1.0 if sampling.greedy else float(sampling.temperature)
-
-
 def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Set to ``-inf`` the logits [N, V] outside the top-k set, then outside the top-p nucleus.
 
@@ -67,7 +62,7 @@ def next_tokens(
     ``log_probs`` is ``log_softmax(logits / T)`` at the picked token (see module doc). Random draws
     come from ``generator`` only, so a seeded generator makes the choice reproducible.
     """
-    scaled = logits.float() / policy_temperature(sampling)
+    scaled = logits.float() / sampling.policy_temperature
     log_probs = torch.log_softmax(scaled, dim=-1)
     if sampling.greedy:
         tokens = torch.argmax(scaled, dim=-1)

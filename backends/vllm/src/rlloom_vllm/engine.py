@@ -8,8 +8,7 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom_hf.engine import check_left_padded, pad_token_id, stop_token_ids
-from rlloom_hf.sampling import policy_temperature
+from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
@@ -154,7 +153,7 @@ class VLLMRolloutEngine:
         out["responses"], out["response_mask"], out["rollout_log_probs"] = collate_outputs(
             outputs, per_request, self.pad_id
         )
-        out.meta["temperature"] = policy_temperature(sampling)
+        out.meta["temperature"] = sampling.policy_temperature
         return out
 
     # ------------------------------------------------------------------------------ weights

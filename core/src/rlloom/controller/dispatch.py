@@ -23,6 +23,13 @@ Built in (registered by the core under these names):
   For train steps, where padding rows would change the loss normalisation; the engine must accept
   ranks holding unequal row counts.
 
+- ``dp_split_rollout``: for ``generate(prompts, sampling)``: the prompt rows are cut as in
+  ``dp_split_uneven``, except that ranks beyond the number of prompts sit out; rank ``i`` samples
+  with seed :func:`rank_seed` ``(sampling.seed, i)`` (rank 0 keeps ``sampling.seed``, so a pool of
+  one samples exactly as one process does); the responses (``n`` per prompt, interleaved) are
+  concatenated in rank order. With ``sampling.seed`` None each rank draws from its own engine's
+  generator.
+
 For ``dp_split*`` a result that is not a batch (a train step's metrics, already all-reduced by the
 engine) comes from rank 0. A batch with fewer rows than ranks is refused.
 
@@ -35,11 +42,13 @@ no mode.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from rlloom.batch import Batch
+from rlloom.types import SamplingParams
 
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"
 ONE_TO_ALL = "one_to_all"
@@ -49,6 +58,7 @@ DEFAULT_MODES: dict[str, str] = {
     "compute_log_probs": "dp_split",
     "compute_values": "dp_split",
     "train_step": "dp_split_uneven",
+    "generate": "dp_split_rollout",
 }
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -134,6 +144,31 @@ class DataParallelSplit:
         return joined.slice(0, rows)
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The sampling seed of rank ``rank`` for a call seeded ``seed``: ``seed`` itself on rank 0,
+    ``(seed + rank * 0x9E3779B97F4A7C15) mod 2**63`` (a golden-ratio stride) on the others."""
+    return (seed + rank * 0x9E3779B97F4A7C15) % 2**63
+
+
+class RolloutSplit:
+    """``generate(prompts, sampling)`` spread over the ranks by prompt rows (see ``dp_split_rollout``)."""
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        if len(args) != 2 or not isinstance(args[0], Batch) or not isinstance(args[1], SamplingParams):
+            raise TypeError("a rollout split needs generate(prompts: Batch, sampling: SamplingParams) "
+                            "with both arguments positional")
+        prompts, sampling = args
+        ranks = min(world_size, len(prompts)) or 1
+        calls: list[RankCall | None] = []
+        for rank, piece in enumerate(prompts.chunk(ranks) if len(prompts) else [prompts]):
+            seeded = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=rank_seed(sampling.seed, rank))
+            calls.append(RankCall((piece, seeded), kwargs))
+        return calls + [None] * (world_size - len(calls))
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        return Batch.concat([result for result in results if result is not None])
+
+
 def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
     """The core's modes by name (registered through the ``register_dispatch_modes`` hook)."""
     return {
@@ -141,4 +176,5 @@ def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
         "rank_zero": RankZero,
         "dp_split": DataParallelSplit,
         "dp_split_uneven": lambda: DataParallelSplit(pad=False),
+        "dp_split_rollout": RolloutSplit,
     }
