@@ -14,6 +14,7 @@ and workers, model build, checkpoint, shutdown) is ``other_s``.
 
     python bench/bench_launchers.py --steps 6                    # GRPO (actor + rollout)
     python bench/bench_launchers.py --steps 6 --algorithm ppo    # PPO with reference and critic
+    python bench/bench_launchers.py --algorithm ppo --size small --modes local ray-pools
 """
 
 from __future__ import annotations
@@ -37,14 +38,20 @@ MODES = {
     "ray-pools": ["launcher=ray", *SPLIT, "+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_pool",
                   "+launcher.resource_pools.critic_pool=1", "+launcher.mapping.critic=critic_pool"],
 }
+SIZES = {
+    "tiny": [],
+    # a model big enough that the reference and critic passes take longer than a dispatch
+    "small": ["model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "model.intermediate_size=768",
+              "sampling.max_new_tokens=16"],
+}
 ALGORITHMS = {
     "grpo": [],
     "ppo": ["algorithm=ppo", "algorithm.use_kl_loss=true", "algorithm.critic_warmup=0"],
 }
 
 
-def run(mode: str, algorithm: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
-    overrides = MODES[mode] + ALGORITHMS[algorithm]
+def run(mode: str, algorithm: str, size: str, steps: int, cache: str, num_cpus: int) -> dict[str, float]:
+    overrides = MODES[mode] + ALGORITHMS[algorithm] + SIZES[size]
     if mode != "local":
         overrides.append(f"launcher.num_cpus={num_cpus}")
     with tempfile.TemporaryDirectory() as run_dir:
@@ -69,11 +76,12 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray cluster")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--algorithm", default="grpo", choices=list(ALGORITHMS))
+    parser.add_argument("--size", default="tiny", choices=list(SIZES), help="model size (tiny preset or larger)")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as cache:
-        results = {mode: run(mode, args.algorithm, args.steps, cache, args.num_cpus) for mode in args.modes}
+        results = {mode: run(mode, args.algorithm, args.size, args.steps, cache, args.num_cpus) for mode in args.modes}
     print(f"{args.algorithm}: {'mode':<15}{'step_s':>10}{'controller_s':>14}{'overlap_s':>11}{'other_s':>11}")
     for mode, result in results.items():
         print(f"{'':<{len(args.algorithm) + 2}}{mode:<15}{result['step_s']:>10.3f}{result['controller_s']:>14.3f}"

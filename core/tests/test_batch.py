@@ -296,3 +296,23 @@ def test_pickle_round_trip(module):
     assert restored.meta == {"step": 3, "sampling": {"temperature": 0.5}}
     restored["new"] = torch.zeros(2)  # still a working batch
     assert "new" in restored
+
+
+def test_concat_pads_prompts_left_and_responses_right():
+    first = Batch(
+        {"prompts": torch.tensor([[5, 6]]), "prompt_mask": torch.tensor([[1, 1]]),
+         "responses": torch.tensor([[7]]), "response_mask": torch.tensor([[1]]), "scores": torch.tensor([0.5])},
+        {"uid": ["x"]},
+    )
+    second = Batch(
+        {"prompts": torch.tensor([[1, 2, 3]]), "prompt_mask": torch.tensor([[0, 1, 1]]),
+         "responses": torch.tensor([[8, 9, 4]]), "response_mask": torch.tensor([[1, 1, 0]]),
+         "scores": torch.tensor([1.0])},
+        {"uid": ["y"]},
+    )
+    out = Batch.concat_padded([first, second], pad_values={"prompts": 2, "responses": 3})
+    assert out["prompts"].tolist() == [[2, 5, 6], [1, 2, 3]]  # left, with the pad value given
+    assert out["prompt_mask"].tolist() == [[0, 1, 1], [0, 1, 1]]
+    assert out["responses"].tolist() == [[7, 3, 3], [8, 9, 4]]
+    assert out["response_mask"].tolist() == [[1, 0, 0], [1, 1, 0]]  # masks pad with 0
+    assert out["scores"].tolist() == [0.5, 1.0] and list(out["uid"]) == ["x", "y"]

@@ -45,15 +45,14 @@ def test_dp_split_uneven_cuts_without_padding_and_refuses_too_few_rows():
         mode.scatter(([1, 2],), {}, 2)
 
 
-def test_rollout_split_cuts_prompts_and_gives_each_rank_its_own_seed():
+def test_rollout_split_cuts_prompts_and_tells_each_rank_where_its_prompts_start():
     mode = RolloutSplit()
-    calls = mode.scatter((rows(3), SamplingParams(n=2, seed=5)), {}, 2)
+    calls = mode.scatter((rows(3), SamplingParams(n=2, seed=5, first_prompt=10)), {}, 2)
     assert pieces(calls) == [[0, 1], [2]]
-    assert calls[0].args[1].seed == 5  # rank 0 samples as one process would
-    assert calls[1].args[1].seed == (5 + 0x9E3779B97F4A7C15) % 2**63
-    assert all(call.args[1].n == 2 for call in calls)
+    assert [call.args[1].first_prompt for call in calls] == [10, 12]
+    assert all(call.args[1].seed == 5 and call.args[1].n == 2 for call in calls)
     lone = mode.scatter((rows(1), SamplingParams()), {}, 3)  # one prompt: two ranks sit out
-    assert pieces(lone) == [[0], None, None] and lone[0].args[1].seed is None
+    assert pieces(lone) == [[0], None, None] and lone[0].args[1].first_prompt == 0
     outputs = [Batch({"x": torch.tensor([0, 0, 1, 1])}, batch_size=4), None, Batch({"x": torch.tensor([2, 2])},
                                                                                     batch_size=2)]
     assert mode.gather(outputs, (rows(3), SamplingParams()), {})["x"].tolist() == [0, 0, 1, 1, 2, 2]

@@ -6,6 +6,7 @@ with eager attention, run without KV cache and without padding on each prompt + 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def test_output_layout_and_padding(model_dirs):
         response = real_response(out, row)
         stops = [i for i, t in enumerate(response) if t in (EOS, END)]
         assert stops == [] and len(response) == 12 or stops == [len(response) - 1]
-    assert out.meta == {"step": 3, "temperature": 1.0}
+    assert out.meta == {"step": 3, "temperature": 1.0, "pad_token_id": PAD}
 
 
 def test_empty_batch_gives_empty_responses(model_dirs):
@@ -281,6 +282,24 @@ def test_seed_makes_generation_reproducible(model_dirs):
     assert not torch.equal(a.generate(prompts, unseeded)["responses"], a_first["responses"])
 
 
+def test_a_response_samples_the_same_whatever_else_is_in_the_call(model_dirs):
+    # Each response draws from (seed, prompt index in the whole call, response index): a call split
+    # into pieces (each told where its prompts start) or decoded in other chunk sizes samples the same.
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=3, max_new_tokens=10, seed=21)
+    whole = engine.generate(left_padded(PROMPTS), sampling)
+    head = make_engine(model_dirs["main"], max_batch_rows=2).generate(left_padded(PROMPTS[:1]), sampling)
+    tail = make_engine(model_dirs["main"], max_batch_rows=5).generate(
+        left_padded(PROMPTS[1:]), dataclasses.replace(sampling, first_prompt=1))
+    responses = [real_response(part, row) for part in (head, tail) for row in range(len(part))]
+    assert responses == [real_response(whole, row) for row in range(len(whole))]
+    for part, rows in ((head, slice(0, 3)), (tail, slice(3, None))):
+        width = part["rollout_log_probs"].shape[1]
+        torch.testing.assert_close(part["rollout_log_probs"], whole["rollout_log_probs"][rows, :width], atol=1e-4, rtol=0)
+    shifted = engine.generate(left_padded(PROMPTS[1:]), sampling)  # prompt 1 counted as prompt 0: other draws
+    assert not torch.equal(shifted["responses"][:3], tail["responses"][:3])
+
+
 def test_n_responses_are_interleaved_with_their_prompt_fields(model_dirs):
     engine = make_engine(model_dirs["main"], max_batch_rows=4)
     uids = ["p0", "p1", "p2", "p3"]
@@ -338,7 +357,7 @@ def test_filter_top_k_top_p_by_hand():
 def test_sample_categorical_follows_the_distribution():
     probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0]).repeat(40000, 1)
     probs[::2] *= 3.0  # rows need not be normalised
-    draws = sample_categorical(probs, torch.Generator().manual_seed(0))
+    draws = sample_categorical(probs, torch.rand(len(probs), generator=torch.Generator().manual_seed(0)))
     counts = torch.bincount(draws, minlength=6).double() / len(draws)
     assert counts[[0, 2, 5]].eq(0).all()
     # binomial standard error at 40000 draws is <= 0.0025; allow 4 of them

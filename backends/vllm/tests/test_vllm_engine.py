@@ -6,6 +6,8 @@ facts computed here (shapes, masks, first stop token).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
@@ -99,6 +101,22 @@ def test_seeds(engines):
     assert not torch.equal(first, draw(8))
     # four samples of one prompt in one call: all different (no noise shared between requests)
     assert len({tuple(row.tolist()) for row in first}) == 4
+
+
+def test_a_call_split_by_prompts_samples_what_the_whole_call_does(engines):
+    # Request seeds are the call's seed sequence at each prompt's index in the whole call, so the
+    # second piece, told it starts at prompt 1, gets the seeds the whole call gave prompts 1 and 2.
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0], PROMPTS[0]])
+    sampling = SamplingParams(n=2, max_new_tokens=8, seed=5)
+    whole = rollout.generate(prompts, sampling)
+    tail = rollout.generate(prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0]]),
+                            dataclasses.replace(sampling, first_prompt=1))
+    width = tail["responses"].shape[1]
+    assert torch.equal(tail["response_mask"], whole["response_mask"][2:, :width])
+    assert torch.equal(tail["responses"] * tail["response_mask"], (whole["responses"] * whole["response_mask"])[2:, :width])
+    unshifted = rollout.generate(prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0]]), sampling)
+    assert torch.equal(unshifted["responses"][:2], whole["responses"][:2, :unshifted["responses"].shape[1]])
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])

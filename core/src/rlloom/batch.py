@@ -44,7 +44,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDict
+
+LEFT_PADDED = ("prompts", "prompt_mask")
+"""[B, P] fields padded on the left (the conventions above); other [B, L] fields pad on the right."""
 
 
 class BatchError(ValueError):
@@ -272,6 +276,31 @@ class Batch:
             tensors[name] = torch.cat(parts)
         objects = {name: np.concatenate([b._objects[name] for b in batches]) for name in first._objects}
         return Batch(tensors, objects, first.meta, batch_size=sum(len(b) for b in batches))
+
+    @staticmethod
+    def concat_padded(batches: Iterable[Batch], pad_values: Mapping[str, float] | None = None) -> Batch:
+        """:meth:`concat` of batches whose [B, L] tensors may differ in L (each piece of generation
+        pads prompts and responses to its own longest): each is padded to the longest —
+        :data:`LEFT_PADDED` fields on the left, the others on the right — with ``pad_values[name]``
+        (default 0). Masks pad with 0, so the added positions are padding."""
+        batches = list(batches)
+        pad_values = pad_values or {}
+        widths: dict[str, int] = {}
+        for batch in batches:
+            for name, value in batch._tensors.items():
+                if value.dim() == 2:
+                    widths[name] = max(widths.get(name, 0), value.shape[1])
+
+        def padded(batch: Batch) -> Batch:
+            tensors = {}
+            for name, value in batch._tensors.items():
+                if value.dim() == 2 and value.shape[1] < widths[name]:
+                    extra = widths[name] - value.shape[1]
+                    value = F.pad(value, (extra, 0) if name in LEFT_PADDED else (0, extra), value=pad_values.get(name, 0))
+                tensors[name] = value
+            return Batch(tensors, batch._objects, batch.meta, batch_size=len(batch))
+
+        return Batch.concat([padded(batch) for batch in batches])
 
     def repeat(self, n: int, interleave: bool = True) -> Batch:
         """Each row ``n`` times: ``[a, a, b, b]`` when ``interleave`` else ``[a, b, a, b]``."""

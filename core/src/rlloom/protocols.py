@@ -41,7 +41,12 @@ class RolloutEngine(Protocol):
         log-prob of each sampled token, log softmax(logits / T) with T = ``sampling.temperature``
         (T = 1 when greedy), top-p and top-k **not** applied; 0 where the mask is 0.
         R is the longest response in the batch (at most ``max_new_tokens``). The output's
-        ``meta["temperature"]`` is that T, so train engines compute the same policy.
+        ``meta["temperature"]`` is that T, so train engines compute the same policy, and
+        ``meta["pad_token_id"]`` the pad id.
+
+        Randomness: response ``j`` of prompt ``i`` depends only on (``sampling.seed``,
+        ``sampling.first_prompt + i``, ``j``) and the weights, so a call split by prompts over
+        several engines samples what the whole call does (see ``SamplingParams.first_prompt``).
         """
         ...
 

@@ -17,7 +17,10 @@ class SamplingParams:
     ``temperature == 0`` means greedy decoding (then ``top_p``/``top_k`` are ignored).
     ``top_k == -1`` disables top-k filtering; ``top_p == 1.0`` disables nucleus filtering.
     ``n`` responses are drawn for every prompt row. ``seed`` makes a call reproducible for a given
-    engine and batch (``None``: the engine's own generator state).
+    engine and batch (``None``: the engine's own generator state). ``first_prompt``: the index of
+    this batch's first prompt in the whole call it is a piece of: engines draw each response's
+    randomness from (seed, prompt index, response index), so a call split over ranks by prompts
+    (each piece with its ``first_prompt``) samples what the whole call would.
     """
 
     n: int = 1
@@ -26,6 +29,7 @@ class SamplingParams:
     top_k: int = -1
     max_new_tokens: int = 32
     seed: int | None = None
+    first_prompt: int = 0
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -38,6 +42,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.first_prompt < 0:
+            raise ValueError(f"SamplingParams.first_prompt must be >= 0, got {self.first_prompt}")
 
     @property
     def greedy(self) -> bool:

@@ -46,12 +46,25 @@ def test_reward_on_its_own_pool_equals_local(cluster, cache, local_rows, tmp_pat
 
 
 @pytest.mark.slow
+def test_fsdp_world_size_2_colocated_matches_local(cluster, cache, local_rows, tmp_path):
+    # Actor and rollout share a pool of 2 processes: each rank generates its half of the prompts
+    # (seeded by prompt index, so the samples are the local ones) and trains on its half of the rows.
+    rows = comparable(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2"))
+    assert_close_rows(rows, local_rows)
+
+
+@pytest.mark.slow
 def test_fsdp_world_size_2_matches_local(cluster, cache, local_rows, tmp_path):
     # Two actor ranks (gloo, one thread each) + rollout in its own process. Sharded gradients are
     # reduced across ranks in another order than one process sums them: equal to fp32 rounding.
     rows = comparable(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2", *SPLIT))
-    assert len(rows) == len(local_rows)
-    for row, expected in zip(rows, local_rows):
+    assert_close_rows(rows, local_rows)
+
+
+def assert_close_rows(rows: list[dict], expected_rows: list[dict]) -> None:
+    """Same steps and keys, values within fp32 reduction-order rounding."""
+    assert len(rows) == len(expected_rows)
+    for row, expected in zip(rows, expected_rows):
         assert row.keys() == expected.keys()
         for key, value in expected.items():
             assert math.isclose(row[key], value, rel_tol=1e-4, abs_tol=1e-6), (row["step"], key, row[key], value)

@@ -2,14 +2,13 @@
 
 from rlloom_dapo.algorithm import DAPO
 from rlloom_dapo.config import DAPOConfig
-from rlloom_dapo.sampling import concat_padded, varied_groups
+from rlloom_dapo.sampling import varied_groups
 from rlloom_dapo.shaping import apply_overlong_penalty, overlong_penalty
 
 __all__ = [
     "DAPO",
     "DAPOConfig",
     "apply_overlong_penalty",
-    "concat_padded",
     "overlong_penalty",
     "varied_groups",
 ]

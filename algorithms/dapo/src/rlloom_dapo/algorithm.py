@@ -8,7 +8,7 @@ import torch
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
 from rlloom_dapo.config import DAPOConfig
-from rlloom_dapo.sampling import concat_padded, varied_groups
+from rlloom_dapo.sampling import varied_groups
 from rlloom_dapo.shaping import apply_overlong_penalty
 from rlloom_grpo.algorithm import GRPO
 
@@ -68,5 +68,5 @@ class DAPO(GRPO):
         if penalties:
             ctx.metrics["dapo/overlong_penalty_mean"] = float(torch.cat(penalties).mean())
         if num_kept:
-            self.learn(ctx, concat_padded(kept), num_kept)
+            self.learn(ctx, Batch.concat_padded(kept), num_kept)
         return ctx.metrics

@@ -16,7 +16,7 @@ import torch
 from rlloom import SamplingParams
 from transformers import DynamicCache, PreTrainedModel
 
-from rlloom_hf.sampling import next_tokens
+from rlloom_hf.sampling import ResponseStreams, next_tokens
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,15 @@ def decode_chunk(
     sampling: SamplingParams,
     stop_ids: torch.Tensor,
     pad_id: int,
-    generator: torch.Generator,
+    streams: ResponseStreams | None,
 ) -> DecodedChunk:
     """Sample responses for ``copies[i]`` rows of each distinct prompt ``i``.
 
     ``prompt_ids`` / ``prompt_mask``: [U, P] left-padded, every row with at least one real token.
     ``copies``: [U] int64 >= 1; the output has ``copies.sum()`` rows, grouped by prompt in order.
     ``stop_ids``: 1-D int64 ids that end a response (may be empty: then only ``max_new_tokens``
-    does). All tensors live on the model's device, as does ``generator``.
+    does). ``streams``: the rows' random streams (None when greedy). All tensors live on the model's
+    device.
     """
     # Columns that are padding in every row carry no information: drop them.
     first_real = int(prompt_mask.any(dim=0).nonzero()[0])
@@ -78,7 +79,7 @@ def decode_chunk(
     finished = torch.zeros(rows, dtype=torch.bool, device=logits.device)
 
     for step in range(max_new):
-        picked, picked_log_probs = next_tokens(logits, sampling, generator)
+        picked, picked_log_probs = next_tokens(logits, sampling, streams)
         alive = ~finished
         tokens[:, step] = torch.where(alive, picked, pad_id)
         log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import HFRolloutConfig
 from rlloom_hf.decode import DecodedChunk, decode_chunk
+from rlloom_hf.sampling import ResponseStreams
 
 
 def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -56,23 +57,29 @@ class HFRolloutEngine:
 
         Output rows ``i*n … i*n+n-1`` answer prompt ``i`` and carry its fields (``Batch.repeat``).
         Rows are decoded ``cfg.max_batch_rows`` at a time; each chunk prefills each of its distinct
-        prompts once. With ``sampling.seed`` set, the same engine weights and input give the same
-        output.
+        prompts once. Response ``j`` of prompt ``i`` draws from its own stream seeded with
+        (seed, ``sampling.first_prompt`` + i, j) (:class:`~rlloom_hf.sampling.ResponseStreams`):
+        with ``sampling.seed`` set, the same weights and prompt give the same response whatever
+        else is in the batch, the chunk size, or how a call was split; without it the seed is
+        drawn from the engine's generator (seeded with ``spec.seed``).
         """
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
         prompt_ids, prompt_mask = prompts["prompts"], prompts["prompt_mask"]
         check_left_padded(prompt_ids, prompt_mask)
-        generator = self._generator
-        if sampling.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        seed = sampling.seed
+        if seed is None:
+            seed = int(torch.randint(2**62, (), generator=self._generator))
         stop_ids = torch.tensor(self.stop_ids, dtype=torch.long, device=self.device)
 
         total = len(prompts) * sampling.n
         chunks: list[DecodedChunk] = []
         for start in range(0, total, self.config.max_batch_rows):
-            owners = torch.arange(start, min(start + self.config.max_batch_rows, total)) // sampling.n
+            rows = torch.arange(start, min(start + self.config.max_batch_rows, total))
+            owners = rows // sampling.n
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
+            streams = None if sampling.greedy else ResponseStreams(
+                seed, sampling.first_prompt + owners, rows % sampling.n, self.device)
             chunks.append(decode_chunk(
                 model,
                 prompt_ids[unique].to(self.device),
@@ -81,12 +88,13 @@ class HFRolloutEngine:
                 sampling,
                 stop_ids,
                 self.pad_id,
-                generator,
+                streams,
             ))
 
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
         out.meta["temperature"] = sampling.policy_temperature
+        out.meta["pad_token_id"] = self.pad_id
         return out
 
     # ------------------------------------------------------------------------------ weights

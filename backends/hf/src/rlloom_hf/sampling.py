@@ -5,10 +5,15 @@ token is drawn from that policy after top-k, then top-p filtering (top-p on the 
 top-k filter left, renormalised), or is the argmax when greedy. The reported log-prob is always
 ``log_softmax(logits / T)[token]`` of the **unfiltered** policy, the quantity train engines
 recompute.
+
+Randomness is drawn per response (:class:`ResponseStreams`), so a response's tokens depend on the
+call's seed, its prompt's index and its own index only: not on the rows batched with it, the chunk
+size, or the rank a split call put it on.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from rlloom import SamplingParams
 
@@ -36,31 +41,52 @@ def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.
     return scaled
 
 
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of ``probs`` [N, V] (non-negative, rows need not sum exactly to 1), index
-    ``i`` drawn with probability ``probs[:, i] / probs.sum(-1)``; returns [N] int64.
+class ResponseStreams:
+    """One random stream per response row: the response ``copy`` of prompt ``prompt`` draws from a
+    generator seeded with numpy's ``SeedSequence([seed, prompt, copy])``.
 
-    Inverse CDF: the first ``i`` whose cumulative sum exceeds ``u * total`` with ``u ~ U[0, 1)``.
-    It draws one random number per row (``torch.multinomial`` costs ~20x more on CPU for a 50k
-    vocabulary). A zero-probability index is never returned: its cumulative sum equals its
+    ``prompts`` / ``copies``: [N] int64, each row's prompt index in the whole call
+    (``SamplingParams.first_prompt`` + the row's prompt within the batch) and its response index.
+    """
+
+    def __init__(self, seed: int, prompts: torch.Tensor, copies: torch.Tensor, device: torch.device) -> None:
+        self.device = device
+        self.generators = [
+            torch.Generator(device=device).manual_seed(
+                int(np.random.SeedSequence([seed, prompt, copy]).generate_state(1, np.uint64)[0]) >> 1)
+            for prompt, copy in zip(prompts.tolist(), copies.tolist())
+        ]
+
+    def uniform(self, dtype: torch.dtype) -> torch.Tensor:
+        """The next U[0, 1) draw of every row's stream: [N]."""
+        return torch.cat([torch.rand(1, generator=g, device=self.device, dtype=dtype) for g in self.generators])
+
+
+def sample_categorical(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``probs`` [N, V] (non-negative, rows need not sum exactly to 1), index
+    ``i`` drawn with probability ``probs[:, i] / probs.sum(-1)``, using ``uniform`` [N] ~ U[0, 1);
+    returns [N] int64.
+
+    Inverse CDF: the first ``i`` whose cumulative sum exceeds ``u * total``: one random number per
+    row (``torch.multinomial`` costs ~20x more on CPU for a 50k vocabulary). A zero-probability index is never returned: its cumulative sum equals its
     predecessor's, and a ``u * total`` rounded up to ``total`` is mapped to the last index with
     positive probability.
     """
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:].contiguous()
-    target = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
+    target = uniform.to(probs.dtype).unsqueeze(-1) * total
     picked = torch.searchsorted(cdf, target, right=True)
     last_positive = torch.searchsorted(cdf, total, right=False)
     return torch.minimum(picked, last_positive).squeeze(-1)
 
 
 def next_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+    logits: torch.Tensor, sampling: SamplingParams, streams: ResponseStreams | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of ``logits`` [N, V]; return ``(tokens [N] int64, log_probs [N] float32)``.
 
     ``log_probs`` is ``log_softmax(logits / T)`` at the picked token (see module doc). Random draws
-    come from ``generator`` only, so a seeded generator makes the choice reproducible.
+    come from ``streams`` only (one per row; None when greedy, which draws nothing).
     """
     scaled = logits.float() / sampling.policy_temperature
     log_probs = torch.log_softmax(scaled, dim=-1)
@@ -68,5 +94,5 @@ def next_tokens(
         tokens = torch.argmax(scaled, dim=-1)
     else:
         filtered = filter_top_k_top_p(scaled, sampling.top_k, sampling.top_p)
-        tokens = sample_categorical(torch.softmax(filtered, dim=-1), generator)
+        tokens = sample_categorical(torch.softmax(filtered, dim=-1), streams.uniform(torch.float32))
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

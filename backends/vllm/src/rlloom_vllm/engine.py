@@ -147,13 +147,16 @@ class VLLMRolloutEngine:
         per_request = 1 if sampling.greedy else sampling.n
         copies = sampling.n // per_request
         requests = [{"prompt_token_ids": ids} for ids in token_lists for _ in range(copies)]
-        params = [self.vllm_sampling(sampling, per_request, s) for s in request_seeds(seed, len(requests))]
+        skipped = sampling.first_prompt * copies  # requests of the call's earlier pieces
+        seeds = request_seeds(seed, skipped + len(requests))[skipped:]
+        params = [self.vllm_sampling(sampling, per_request, s) for s in seeds]
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], out["rollout_log_probs"] = collate_outputs(
             outputs, per_request, self.pad_id
         )
         out.meta["temperature"] = sampling.policy_temperature
+        out.meta["pad_token_id"] = self.pad_id
         return out
 
     # ------------------------------------------------------------------------------ weights

@@ -24,11 +24,12 @@ Built in (registered by the core under these names):
   ranks holding unequal row counts.
 
 - ``dp_split_rollout``: for ``generate(prompts, sampling)``: the prompt rows are cut as in
-  ``dp_split_uneven``, except that ranks beyond the number of prompts sit out; rank ``i`` samples
-  with seed :func:`rank_seed` ``(sampling.seed, i)`` (rank 0 keeps ``sampling.seed``, so a pool of
-  one samples exactly as one process does); the responses (``n`` per prompt, interleaved) are
-  concatenated in rank order. With ``sampling.seed`` None each rank draws from its own engine's
-  generator.
+  ``dp_split_uneven``, except that ranks beyond the number of prompts sit out; each piece is
+  generated with ``sampling.first_prompt`` set to its first prompt's index in the whole call, so
+  engines (which draw each response's randomness from seed, prompt index and response index)
+  sample exactly what one process would; the responses (``n`` per prompt, interleaved) are
+  concatenated in rank order, right-padded to the longest with the engine's
+  ``meta["pad_token_id"]``.
 
 For ``dp_split*`` a result that is not a batch (a train step's metrics, already all-reduced by the
 engine) comes from rank 0. A batch with fewer rows than ranks is refused.
@@ -144,12 +145,6 @@ class DataParallelSplit:
         return joined.slice(0, rows)
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """The sampling seed of rank ``rank`` for a call seeded ``seed``: ``seed`` itself on rank 0,
-    ``(seed + rank * 0x9E3779B97F4A7C15) mod 2**63`` (a golden-ratio stride) on the others."""
-    return (seed + rank * 0x9E3779B97F4A7C15) % 2**63
-
-
 class RolloutSplit:
     """``generate(prompts, sampling)`` spread over the ranks by prompt rows (see ``dp_split_rollout``)."""
 
@@ -160,13 +155,16 @@ class RolloutSplit:
         prompts, sampling = args
         ranks = min(world_size, len(prompts)) or 1
         calls: list[RankCall | None] = []
-        for rank, piece in enumerate(prompts.chunk(ranks) if len(prompts) else [prompts]):
-            seeded = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=rank_seed(sampling.seed, rank))
-            calls.append(RankCall((piece, seeded), kwargs))
+        first = sampling.first_prompt
+        for piece in prompts.chunk(ranks) if len(prompts) else [prompts]:
+            calls.append(RankCall((piece, dataclasses.replace(sampling, first_prompt=first)), kwargs))
+            first += len(piece)
         return calls + [None] * (world_size - len(calls))
 
     def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
-        return Batch.concat([result for result in results if result is not None])
+        pieces = [result for result in results if result is not None]
+        pad_id = pieces[0].meta.get("pad_token_id", 0)
+        return Batch.concat_padded(pieces, {"responses": pad_id})
 
 
 def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
