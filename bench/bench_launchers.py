@@ -7,7 +7,7 @@ the first step (warm-up) is left out of the medians. Per mode it prints the medi
 waiting on workers (generate, update, weight sync, and the stages of the step's concurrent block —
 reward and log-probs — by the block's wall time ``timing_s/concurrent``), i.e. decoding,
 advantages, batch bookkeeping and, under Ray, the serialisation and dispatch of each call; and
-``overlap_s``, how much of the concurrent block's stages ran at the same time
+``concurrent_s``, the wall time of that block, and ``overlap_s``, how much of its stages ran at the same time
 (``perf/concurrent_overlap_s``: 0 in one process; with ``ray-pools`` the reference model and the
 critic work beside the actor). Everything outside the steps (start-up of Ray, placement groups
 and workers, model build, checkpoint, shutdown) is ``other_s``.
@@ -30,7 +30,7 @@ import rlloom
 import torch
 
 WAITED_STAGES = ("gen", "concurrent", "update_actor", "update_critic", "update_weights")
-SPLIT = ["+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen", "resharder=safetensors"]
+SPLIT = ["+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen", "resharder=broadcast"]
 MODES = {
     "local": ["launcher=local", "launcher.num_threads=1"],
     "ray-colocated": ["launcher=ray"],
@@ -66,6 +66,7 @@ def run(mode: str, algorithm: str, size: str, steps: int, cache: str, num_cpus: 
     step = [row["timing_s/step"] for row in rows]
     own = [row["timing_s/step"] - sum(row.get(f"timing_s/{stage}", 0.0) for stage in WAITED_STAGES) for row in rows]
     return {"step_s": statistics.median(step), "controller_s": statistics.median(own),
+            "concurrent_s": statistics.median(row["timing_s/concurrent"] for row in rows),
             "overlap_s": statistics.median(row["perf/concurrent_overlap_s"] for row in rows),
             "other_s": total - sum(row["timing_s/step"] for row in every)}
 
@@ -82,10 +83,11 @@ def main() -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as cache:
         results = {mode: run(mode, args.algorithm, args.size, args.steps, cache, args.num_cpus) for mode in args.modes}
-    print(f"{args.algorithm}: {'mode':<15}{'step_s':>10}{'controller_s':>14}{'overlap_s':>11}{'other_s':>11}")
+    print(f"{args.algorithm}: {'mode':<15}{'step_s':>10}{'controller_s':>14}{'concurrent_s':>14}{'overlap_s':>11}"
+          f"{'other_s':>11}")
     for mode, result in results.items():
         print(f"{'':<{len(args.algorithm) + 2}}{mode:<15}{result['step_s']:>10.3f}{result['controller_s']:>14.3f}"
-              f"{result['overlap_s']:>11.3f}{result['other_s']:>11.1f}")
+              f"{result['concurrent_s']:>14.3f}{result['overlap_s']:>11.3f}{result['other_s']:>11.1f}")
     if "local" in results:
         for mode in results:
             if mode != "local":
