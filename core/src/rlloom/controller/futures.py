@@ -21,10 +21,6 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class Future(Protocol):
-    def done(self) -> bool:
-        """Whether :meth:`result` would return (or raise) without waiting."""
-        ...
-
     def result(self) -> Any:
         """The call's result; raises what the call raised."""
         ...
@@ -47,9 +43,6 @@ class Completed:
 
     def __init__(self, value: Any, start: float, end: float) -> None:
         self._value, self._span = value, (start, end)
-
-    def done(self) -> bool:
-        return True
 
     def result(self) -> Any:
         return self._value

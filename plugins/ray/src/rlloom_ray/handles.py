@@ -53,20 +53,6 @@ class RayFuture:
     def _live(self) -> list[Any]:
         return [ref for ref in self.value_refs if ref is not None]
 
-    def done(self) -> bool:
-        if self._value is not _UNSET:
-            return True
-        live = self._live()
-        ready, _ = ray.wait(live, num_returns=len(live), timeout=0)
-        if len(ready) == len(live) or time.monotonic() - self.submitted > self.group.timeout_s:
-            return True
-        for ref in ready:  # a failed rank ends the call even while its peers wait in a collective
-            try:
-                ray.get(ref, timeout=0)
-            except Exception:  # noqa: BLE001 - result() raises it as a WorkerError
-                return True
-        return False
-
     def result(self) -> Any:
         if self._value is _UNSET:
             values = iter(self.group.wait(self.role, self.method, self._live(), started=self.submitted))
