@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,15 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from rlloom import testing
+
 RLLOOM = Path(sys.executable).parent / "rlloom"
 # 6 steps, checkpoints after steps 2, 4 and 6, validation at steps 0, 3 and 6.
 SCHEDULE = [
     "preset=tiny", "trainer.total_steps=6", "trainer.save_freq=2", "trainer.test_freq=3", "launcher.num_threads=1",
     "trainer.dump_rollouts=8",
 ]
-VOLATILE = ("timing_s/", "perf/", "training/wall_clock_s")
-
-
 def train_command(run_dir: str, cache_dir: str, *extra: str) -> list[str]:
     return [str(RLLOOM), "train", *SCHEDULE, f"trainer.run_dir={run_dir}", f"model.cache_dir={cache_dir}", *extra]
 
@@ -35,9 +33,7 @@ def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.Com
 
 def metric_rows(run_dir: str) -> list[dict]:
     """metrics.jsonl without the values that measure time or memory (they differ between runs)."""
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle]
-    return [{k: v for k, v in row.items() if not k.startswith(VOLATILE)} for row in rows]
+    return testing.comparable_rows(testing.metric_rows(run_dir))
 
 
 def kill_when_logged(command: list[str], run_dir: str, step: int) -> int:

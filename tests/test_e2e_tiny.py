@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import torch
 
 import rlloom
-
-
-def read_metrics(run_dir: str) -> list[dict]:
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+from rlloom.testing import metric_rows, training_rows
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("tiny-run"))
     cache = str(tmp_path_factory.mktemp("cache"))
+    # rlloom.train itself, not rlloom.testing.train_tiny: the final metrics it returns are checked too
     final = rlloom.train(["preset=tiny", f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}"])
     return run_dir, final
 
@@ -27,8 +23,8 @@ def tiny_run(tmp_path_factory):
 @pytest.mark.slow
 def test_reward_rises(tiny_run):
     run_dir, final = tiny_run
-    rows = read_metrics(run_dir)
-    train = [row for row in rows if "critic/score/mean" in row and row["step"] > 0]
+    rows = metric_rows(run_dir)
+    train = training_rows(rows)
     assert [row["step"] for row in train] == list(range(1, 21))
     first = sum(row["critic/score/mean"] for row in train[:3]) / 3
     last = sum(row["critic/score/mean"] for row in train[-3:]) / 3
@@ -42,7 +38,7 @@ def test_reward_rises(tiny_run):
 @pytest.mark.slow
 def test_every_step_logs_the_rollout_trainer_gap(tiny_run):
     run_dir, _ = tiny_run
-    train = [row for row in read_metrics(run_dir) if row["step"] > 0]
+    train = [row for row in metric_rows(run_dir) if row["step"] > 0]
     for row in train:
         assert row["training/rollout_probs_diff_mean"] < 1e-3
         for key in ("timing_s/gen", "timing_s/update_actor", "timing_s/update_weights", "actor/pg_loss",

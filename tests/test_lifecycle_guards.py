@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 from lifecycle_helpers import RLLOOM, run, run_env
+from rlloom.testing import metric_rows
 
 PLUGIN = """
 from dataclasses import dataclass
@@ -134,8 +135,7 @@ def test_failing_trackers_are_dropped_and_the_run_goes_on(aborted_run):
     run_dir, result = aborted_run
     assert "tracker fails_to_start failed to start and is disabled: no server" in result.stderr
     assert "tracker FailsToLog failed and is disabled: tracker backend unreachable" in result.stderr
-    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
-        rows = [json.loads(line) for line in handle]
+    rows = metric_rows(run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]  # the jsonl tracker after the failing one kept logging
     assert all(row["actor/skipped_update"] == 1.0 and row["critic/score/mean"] is None for row in rows)
 
@@ -152,6 +152,5 @@ def test_algorithm_state_survives_a_kill_and_resume(tmp_path, plugin_env):
     assert killed.returncode == -9
     resumed = run(command, plugin_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
-        counts = [(row["step"], row["algo/steps_taken"]) for row in map(json.loads, handle)]
+    counts = [(row["step"], row["algo/steps_taken"]) for row in metric_rows(run_dir)]
     assert counts == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]  # a fresh algorithm would restart at 1

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import rlloom
+from rlloom.testing import train_tiny
 
 FLAKY = str(Path(__file__).with_name("rewards_flaky_fn.py"))
 ROWS_PER_STEP = 4 * 8  # preset=tiny: 4 prompts x algorithm.n=8
@@ -15,14 +14,10 @@ ROWS_PER_STEP = 4 * 8  # preset=tiny: 4 prompts x algorithm.n=8
 def test_a_run_with_a_raising_reward_completes_and_counts_its_errors(tmp_path, monkeypatch, tiny_model_path):
     log = tmp_path / "calls.log"
     monkeypatch.setenv("RLLOOM_TEST_REWARD_LOG", str(log))
-    run_dir = tmp_path / "run"
-    rlloom.train([
-        "preset=tiny", "reward=python", f"reward.function={FLAKY}:flaky", "reward.error_score=-1.0",
-        "trainer.total_steps=3", "trainer.val_before_train=false", f"trainer.run_dir={run_dir}",
-        f"model.cache_dir={os.path.dirname(tiny_model_path)}",
-    ])
-    with open(run_dir / "metrics.jsonl", encoding="utf-8") as f:
-        train = [row for row in map(json.loads, f) if "reward/errors" in row]
+    rows = train_tiny(tmp_path / "run", "reward=python", f"reward.function={FLAKY}:flaky", "reward.error_score=-1.0",
+                      "trainer.total_steps=3", "trainer.val_before_train=false",
+                      cache_dir=os.path.dirname(tiny_model_path))
+    train = [row for row in rows if "reward/errors" in row]
     assert [row["step"] for row in train] == [1, 2, 3]
     # The training steps scored the first 3 * 32 calls, in order (in-process scoring), then validation.
     raised = [int(line) for line in log.read_text().split()]

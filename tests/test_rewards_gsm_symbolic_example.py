@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rlloom.testing import metric_rows
 
 RUN_SH = Path(__file__).parents[1] / "examples" / "gsm_symbolic" / "run.sh"
 
@@ -22,7 +22,7 @@ def test_the_example_command_runs_one_step(tmp_path):
     done = subprocess.run(["bash", str(RUN_SH), *small], env=env, capture_output=True, text=True, timeout=900,
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = metric_rows(tmp_path)
     (step,) = [row for row in rows if row["step"] == 1]
     assert step["reward/errors"] == 0 and step["reward/timeouts"] == 0
     assert 0.0 <= step["reward/correct/mean"] <= step["reward/extracted/mean"] <= 1.0

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 
 import pytest
 import torch
 from rlloom import Batch
+from rlloom.testing import train_tiny, training_rows
 from rlloom_models.tiny import build_tokenizer
 from rlloom_rewards.model import ModelReward, ModelRewardConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
@@ -130,13 +130,9 @@ def sampled_digit_share(model_folder: str, samples: int = 64) -> float:
 
 
 def test_grpo_on_the_reward_model_moves_the_policy_toward_its_preference(reward_model, tmp_path, tiny_model_path):
-    import rlloom
-
     run_dir = str(tmp_path / "run")
-    rlloom.train(["preset=tiny", "reward=model", f"reward.path={reward_model}", f"trainer.run_dir={run_dir}",
-                  f"model.cache_dir={os.path.dirname(tiny_model_path)}", "trainer.total_steps=15"])
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        train = [row for row in map(json.loads, f) if row["step"] > 0 and "critic/score/mean" in row]
+    train = training_rows(train_tiny(run_dir, "reward=model", f"reward.path={reward_model}", "trainer.total_steps=15",
+                                     cache_dir=os.path.dirname(tiny_model_path)))
     first = sum(row["critic/score/mean"] for row in train[:3]) / 3
     last = sum(row["critic/score/mean"] for row in train[-3:]) / 3
     assert last > first + 2.0, (first, last)  # the reward model's own score rises

@@ -3,30 +3,21 @@ trainer's; the default (SmolLM2) config completes a short run."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 
 import rlloom
+from rlloom.testing import metric_rows, train_tiny, training_rows
 
-# vLLM's CPU attention has no kernel for head size 16 (the tiny preset's 64 / 4 heads): use 2 heads.
-TINY_VLLM = ["preset=tiny", "rollout=vllm", "model.num_heads=2", "model.num_kv_heads=1", "rollout.max_model_len=256"]
-
-
-def read_metrics(run_dir: str) -> list[dict]:
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+# On top of preset=tiny. vLLM's CPU attention has no kernel for head size 16 (the tiny preset's 64 / 4
+# heads): use 2 heads.
+TINY_VLLM = ["rollout=vllm", "model.num_heads=2", "model.num_kv_heads=1", "rollout.max_model_len=256"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("resharder", ["in_process", "safetensors"])
 def test_tiny_run_learns_with_vllm(tmp_path, resharder):
-    run_dir = str(tmp_path / "run")
-    rlloom.train([*TINY_VLLM, f"resharder={resharder}", f"trainer.run_dir={run_dir}",
-                  f"model.cache_dir={tmp_path / 'cache'}"])
-    rows = read_metrics(run_dir)
-    train = [row for row in rows if "critic/score/mean" in row and row["step"] > 0]
+    train = training_rows(train_tiny(tmp_path / "run", *TINY_VLLM, f"resharder={resharder}",
+                                     cache_dir=tmp_path / "cache"))
     assert [row["step"] for row in train] == list(range(1, 21))
     first = sum(row["critic/score/mean"] for row in train[:3]) / 3
     last = sum(row["critic/score/mean"] for row in train[-3:]) / 3
@@ -45,6 +36,5 @@ def test_default_config_completes_with_vllm(tmp_path):
     final = rlloom.train(["rollout=vllm", "trainer.total_steps=2", "trainer.train_batch_size=2", "algorithm.n=2",
                           "trainer.val_max_prompts=4", "trainer.val_n=1", "trainer.test_freq=0",
                           "sampling.max_new_tokens=8", f"trainer.run_dir={run_dir}"])
-    rows = read_metrics(run_dir)
-    assert [row["step"] for row in rows if "critic/score/mean" in row and row["step"] > 0] == [1, 2]
+    assert [row["step"] for row in training_rows(metric_rows(run_dir))] == [1, 2]
     assert final["training/rollout_probs_diff_mean"] < 1e-3

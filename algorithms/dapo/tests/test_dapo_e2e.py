@@ -1,21 +1,17 @@
 """``algorithm=dapo`` on the tiny preset: reward rises, dynamic sampling refills, overlong shaping logs."""
 
-import json
-
 import pytest
 
-import rlloom
+from rlloom.testing import train_tiny, training_rows
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("dapo-run")
     # n = 4: groups of a random-init model often all score 0, so dynamic sampling must refill.
-    rlloom.train(["preset=tiny", "algorithm=dapo", "algorithm.n=4", "algorithm.overlong_buffer_enable=true",
-                  "algorithm.overlong_buffer_len=2", "algorithm.overlong_penalty_factor=0.5",
-                  f"trainer.run_dir={run_dir}", f"model.cache_dir={tmp_path_factory.mktemp('cache')}"])
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [row for row in map(json.loads, lines) if row["step"] > 0 and "dapo/gen_rounds" in row]
+    rows = train_tiny(tmp_path_factory.mktemp("dapo-run"), "algorithm=dapo", "algorithm.n=4",
+                      "algorithm.overlong_buffer_enable=true", "algorithm.overlong_buffer_len=2",
+                      "algorithm.overlong_penalty_factor=0.5", cache_dir=tmp_path_factory.mktemp("cache"))
+    return training_rows(rows, key="dapo/gen_rounds")
 
 
 @pytest.mark.slow

@@ -1,11 +1,9 @@
 """DAPOConfig defaults and validation, Hydra round trip, registration through the entry point."""
 
-import importlib.metadata
-
 import pytest
 from omegaconf import OmegaConf
 
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry
 from rlloom_dapo import DAPO, DAPOConfig
 
 
@@ -33,9 +31,7 @@ def test_hydra_round_trip_and_entry_point():
     node = OmegaConf.structured(DAPOConfig)
     node.merge_with_dotlist(["max_gen_rounds=5", "overlong_buffer_enable=true"])
     assert OmegaConf.to_object(node) == DAPOConfig(max_gen_rounds=5, overlong_buffer_enable=True)
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "dapo"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("dapo")
     component = registry.get("algorithm", "dapo")
     assert component.config is DAPOConfig and component.distribution == "rlloom-dapo"
     assert isinstance(registry.build("algorithm", "dapo", DAPOConfig()), DAPO)

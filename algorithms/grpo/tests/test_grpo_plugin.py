@@ -1,11 +1,9 @@
 """GRPOConfig validation, Hydra structured-config round trip and registration through the entry point."""
 
-import importlib.metadata
-
 import pytest
 from omegaconf import OmegaConf
 
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry
 from rlloom_grpo import GRPO, GRPOConfig
 
 
@@ -40,9 +38,7 @@ def test_hydra_structured_config_round_trip():
 
 
 def test_entry_point_registers_grpo():
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "grpo"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("grpo")
     component = registry.get("algorithm", "grpo")
     assert component.config is GRPOConfig and component.distribution == "rlloom-grpo"
     algorithm = registry.build("algorithm", "grpo", GRPOConfig(use_kl_loss=True))

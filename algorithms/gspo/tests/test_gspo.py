@@ -1,16 +1,12 @@
 """GSPO's loss function (value and gradient vs numpy), defaults, registration, end to end."""
 
-import importlib.metadata
-import json
-
 import numpy as np
 import pytest
 import torch
 
-import rlloom
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_gspo import GSPO, GSPOConfig, make_gspo_loss_fn
 
 
@@ -52,20 +48,16 @@ def test_without_old_log_probs_the_ratio_is_one():
 def test_defaults_and_entry_point():
     cfg = GSPOConfig()
     assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode) == (3e-4, 4e-4, "seq-mean-token-mean")
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "gspo"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("gspo")
     assert isinstance(registry.build("algorithm", "gspo", cfg), GSPO)
 
 
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("gspo-run")
     # two optimizer steps per step (mini-batches of 2 prompts), so the sequence ratio leaves 1 and clips
-    rlloom.train(["preset=tiny", "algorithm=gspo", "algorithm.ppo_mini_batch_size=2", f"trainer.run_dir={run_dir}",
-                  f"model.cache_dir={tmp_path_factory.mktemp('cache')}"])
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [row for row in rows if row["step"] > 0 and "critic/score/mean" in row]
+    rows = train_tiny(tmp_path_factory.mktemp("gspo-run"), "algorithm=gspo", "algorithm.ppo_mini_batch_size=2",
+                      cache_dir=tmp_path_factory.mktemp("cache"))
+    return training_rows(rows)
 
 
 @pytest.mark.slow

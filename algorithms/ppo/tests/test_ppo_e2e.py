@@ -3,18 +3,14 @@ and critic) on the tiny model, shared by every assertion below."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 import torch
 
-import rlloom
+from rlloom.testing import train_tiny, training_rows
 
 STEPS, N, PROMPTS, WARMUP = 20, 16, 4, 2
 ACTOR_LR, CRITIC_LR, KL_COEF, KL_HORIZON = 1.5e-3, 1e-2, 1e-3, 10000
-OVERRIDES = [
-    "preset=tiny",
+OVERRIDES = [  # on top of preset=tiny
     "algorithm=ppo",
     f"algorithm.n={N}",  # 64 responses a step: enough for the critic to learn within 20 steps
     "algorithm.ppo_epochs=2",
@@ -33,17 +29,13 @@ OVERRIDES = [
 
 @pytest.fixture(scope="module")
 def ppo_rows(tmp_path_factory):
-    run_dir = str(tmp_path_factory.mktemp("ppo-run"))
-    cache = str(tmp_path_factory.mktemp("cache"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rlloom.train([*OVERRIDES, f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}"])
+        rows = train_tiny(tmp_path_factory.mktemp("ppo-run"), *OVERRIDES, cache_dir=tmp_path_factory.mktemp("cache"))
     finally:
         torch.set_num_threads(threads)
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    return [row for row in rows if row["step"] > 0 and "critic/score/mean" in row]
+    return training_rows(rows)
 
 
 def mean(values):

@@ -1,16 +1,12 @@
 """REINFORCE++ / REINFORCE++-baseline advantages vs numpy, KL-in-reward, registration, end to end."""
 
-import importlib.metadata
-import json
-
 import numpy as np
 import pytest
 import torch
 
-import rlloom
 from rlloom.batch import Batch
 from rlloom.losses import kl_penalized_rewards
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_reinforce_pp import (
     ReinforcePP,
     ReinforcePPBaseline,
@@ -77,25 +73,27 @@ def test_kl_in_reward_uses_old_or_rollout_log_probs_and_needs_a_reference():
         ReinforcePPConfig(kl_penalty="k9")
 
 
+def test_a_one_update_step_computes_old_log_probs_only_when_the_rollout_reported_none():
+    batch = Batch({"response_mask": torch.ones(2, 2)})
+    with_rollout = Batch({"response_mask": torch.ones(2, 2), "rollout_log_probs": torch.zeros(2, 2)})
+    kl_in_reward = ReinforcePP(ReinforcePPConfig(use_kl_in_reward=True))
+    assert kl_in_reward.needs_old_log_probs(batch, num_prompts=2)  # e.g. vLLM with top-k: no rollout log-probs
+    assert not kl_in_reward.needs_old_log_probs(with_rollout, num_prompts=2)
+    assert not ReinforcePP(ReinforcePPConfig()).needs_old_log_probs(batch, num_prompts=2)  # no KL in the reward
+    assert ReinforcePP(ReinforcePPConfig(ppo_epochs=2)).needs_old_log_probs(with_rollout, num_prompts=2)
+
+
 def test_entry_point_registers_both_names():
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "reinforce_pp"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("reinforce_pp")
     assert type(registry.build("algorithm", "reinforce_pp", ReinforcePPConfig())) is ReinforcePP
     assert type(registry.build("algorithm", "reinforce_pp_baseline", ReinforcePPConfig())) is ReinforcePPBaseline
-
-
-def train_scores(tmp_path_factory, name):
-    run_dir = tmp_path_factory.mktemp(f"{name}-run")
-    rlloom.train(["preset=tiny", f"algorithm={name}", f"trainer.run_dir={run_dir}",
-                  f"model.cache_dir={tmp_path_factory.mktemp('cache')}"])
-    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [row["critic/score/mean"] for row in rows if row["step"] > 0 and "critic/score/mean" in row]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["reinforce_pp", "reinforce_pp_baseline"])
 def test_reward_rises(tmp_path_factory, name):
-    scores = train_scores(tmp_path_factory, name)
+    rows = train_tiny(tmp_path_factory.mktemp(f"{name}-run"), f"algorithm={name}",
+                      cache_dir=tmp_path_factory.mktemp("cache"))
+    scores = [row["critic/score/mean"] for row in training_rows(rows)]
     assert len(scores) == 20
     assert sum(scores[-3:]) / 3 > sum(scores[:3]) / 3 + 0.4, scores

@@ -1,13 +1,9 @@
 """ReMax advantages by hand, registration, and a tiny end-to-end run with its greedy baseline."""
 
-import importlib.metadata
-import json
-
 import pytest
 import torch
 
-import rlloom
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_remax import ReMax, ReMaxConfig, remax_advantages
 
 
@@ -23,9 +19,7 @@ def test_reward_to_go_minus_greedy_score():
 
 
 def test_entry_point_registers_remax():
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "remax"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("remax")
     assert registry.get("algorithm", "remax").config is ReMaxConfig
     assert isinstance(registry.build("algorithm", "remax", ReMaxConfig()), ReMax)
 
@@ -42,10 +36,7 @@ def runs(tmp_path_factory):
     runs = {}
     for seed in SEEDS:
         run_dir = tmp_path_factory.mktemp(f"remax-run-{seed}")
-        rlloom.train(["preset=tiny", "algorithm=remax", f"trainer.run_dir={run_dir}", f"trainer.seed={seed}",
-                      f"model.cache_dir={cache}"])
-        rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-        runs[seed] = [row for row in rows if row["step"] > 0 and "critic/score/mean" in row]
+        runs[seed] = training_rows(train_tiny(run_dir, "algorithm=remax", f"trainer.seed={seed}", cache_dir=cache))
     return runs
 
 

@@ -1,14 +1,10 @@
 """RLOO advantages vs a direct leave-one-out computation, registration, and a tiny end-to-end run."""
 
-import importlib.metadata
-import json
-
 import numpy as np
 import pytest
 import torch
 
-import rlloom
-from rlloom.plugins.registry import Registry
+from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_rloo import RLOO, RLOOConfig, rloo_advantages
 
 
@@ -28,20 +24,15 @@ def test_leave_one_out_baseline():
 
 
 def test_entry_point_registers_rloo():
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="rlloom") if ep.name == "rloo"]
-    registry = Registry(entry_points[:1])
-    assert [s.status for s in registry.statuses] == ["loaded"], registry.statuses[0].traceback
+    registry = entry_point_registry("rloo")
     assert registry.get("algorithm", "rloo").config is RLOOConfig
     assert isinstance(registry.build("algorithm", "rloo", RLOOConfig()), RLOO)
 
 
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("rloo-run")
-    rlloom.train(["preset=tiny", "algorithm=rloo", f"trainer.run_dir={run_dir}",
-                  f"model.cache_dir={tmp_path_factory.mktemp('cache')}"])
-    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [row["critic/score/mean"] for row in rows if row["step"] > 0 and "critic/score/mean" in row]
+    rows = train_tiny(tmp_path_factory.mktemp("rloo-run"), "algorithm=rloo", cache_dir=tmp_path_factory.mktemp("cache"))
+    return [row["critic/score/mean"] for row in training_rows(rows)]
 
 
 @pytest.mark.slow

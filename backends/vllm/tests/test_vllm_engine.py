@@ -119,6 +119,16 @@ def test_a_call_split_by_prompts_samples_what_the_whole_call_does(engines):
     assert torch.equal(unshifted["responses"][:2], whole["responses"][:2, :unshifted["responses"].shape[1]])
 
 
+@pytest.mark.parametrize("top_k, top_p", [(3, 1.0), (-1, 0.5)])
+def test_filtered_sampling_reports_no_rollout_log_probs(engines, top_k, top_p):
+    # vLLM can only report the filtered distribution's log-probs, not the contract's: none rather than wrong.
+    rollout, _, _ = engines
+    out = rollout.generate(prompt_batch(rollout.tokenizer),
+                           SamplingParams(n=2, temperature=0.7, top_k=top_k, top_p=top_p, max_new_tokens=6, seed=3))
+    assert "rollout_log_probs" not in out
+    assert out["response_mask"].sum(dim=1).min() >= 1 and len(out) == 2 * len(PROMPTS)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_log_probs_match_the_train_engine(engines, temperature):
     rollout, actor, _ = engines

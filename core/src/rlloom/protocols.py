@@ -40,6 +40,9 @@ class RolloutEngine(Protocol):
         stops at EOS or ``max_new_tokens``) and ``rollout_log_probs`` [B*n, R] float32: the policy
         log-prob of each sampled token, log softmax(logits / T) with T = ``sampling.temperature``
         (T = 1 when greedy), top-p and top-k **not** applied; 0 where the mask is 0.
+        An engine that cannot report that exact quantity for the sampling asked (vLLM when
+        ``sampling.filtered``) leaves ``rollout_log_probs`` out rather than report another one;
+        consumers then use the train engine's log-probs.
         R is the longest response in the batch (at most ``max_new_tokens``). The output's
         ``meta["temperature"]`` is that T, so train engines compute the same policy, and
         ``meta["pad_token_id"]`` the pad id.

@@ -50,6 +50,11 @@ class SamplingParams:
         return self.temperature == 0.0
 
     @property
+    def filtered(self) -> bool:
+        """Whether sampling draws from a top-k / top-p filtered distribution (never when greedy)."""
+        return not self.greedy and (self.top_k != -1 or self.top_p < 1.0)
+
+    @property
     def policy_temperature(self) -> float:
         """T of the sampling policy ``softmax(logits / T)``: the temperature, or 1 when greedy."""
         return 1.0 if self.greedy else float(self.temperature)

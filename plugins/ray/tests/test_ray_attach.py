@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from ray_test_helpers import comparable, metric_rows, run_tiny
+from ray_test_helpers import run_tiny
+from rlloom.testing import comparable_rows
+from rlloom.testing import metric_rows
 
 pytest.importorskip("ray")
 
@@ -154,4 +156,4 @@ def test_run_attaches_to_a_running_cluster_and_leaves_it_running(head, tmp_path)
                      steps=STEPS)
     rows = metric_rows(str(run_dir))
     assert [row["step"] for row in rows] == list(range(STEPS + 1))
-    assert comparable(rows) == comparable(local)
+    assert comparable_rows(rows) == comparable_rows(local)

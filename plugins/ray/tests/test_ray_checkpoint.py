@@ -11,12 +11,14 @@ import time
 
 import pytest
 import torch
-from ray_test_helpers import comparable, cpus_freed, run_tiny
+from ray_test_helpers import cpus_freed, run_tiny
+from rlloom.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from rlloom.checkpoint import MANIFEST, Checkpoint, CheckpointManager, read_step  # noqa: E402
+from rlloom.testing import metric_rows  # noqa: E402
 from rlloom_ray import WorkerError  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
@@ -123,8 +125,7 @@ def test_killed_worker_leaves_the_checkpoint_intact_and_resume_finishes_the_run(
     assert str(error).startswith(f"Ray worker for role 'actor' rank {error.rank} died during train_step():")
     assert elapsed < 90, elapsed
     assert cpus_freed(4)  # the dead pool's placement group and the healthy rollout worker are released
-    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
-        killed_rows = [json.loads(line) for line in handle]
+    killed_rows = metric_rows(run_dir)
     assert [row["step"] for row in killed_rows] == [0, 1, 2]  # it died inside step 3
 
     # The last checkpoint is complete, named by `latest`, and holds what the uninterrupted run saved.
@@ -155,7 +156,7 @@ def test_killed_worker_leaves_the_checkpoint_intact_and_resume_finishes_the_run(
     rows = run_tiny(run_dir, cache, *FSDP2_SPLIT, "trainer.resume=auto", steps=STEPS)
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
     assert rows[:3] == killed_rows
-    assert comparable(rows) == comparable(ref_rows)
+    assert comparable_rows(rows) == comparable_rows(ref_rows)
     assert sorted(os.listdir(root)) == ["global_step_2", "global_step_4", "latest"]
     ours = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
     theirs = load_file(os.path.join(ref_dir, "final_model", "model.safetensors"))

@@ -8,7 +8,8 @@ import os
 
 import pytest
 import torch
-from ray_test_helpers import comparable, run_tiny
+from ray_test_helpers import run_tiny
+from rlloom.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
@@ -36,7 +37,7 @@ def test_stages_on_separate_pools_overlap_and_match_local(cluster, cache, tmp_pa
     local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO)
     spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS)
     # Each role in its own process, one thread, fp32: the same numbers as in one process.
-    assert comparable(spread) == comparable(local)
+    assert comparable_rows(spread) == comparable_rows(local)
     trained = [row for row in spread if row["step"] > 0]  # step 0 is the validation before training
     assert len(trained) == 2
     for row in local[1:]:

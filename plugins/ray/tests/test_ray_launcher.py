@@ -7,7 +7,8 @@ import math
 import os
 
 import pytest
-from ray_test_helpers import comparable, cpus_freed, run_tiny
+from ray_test_helpers import cpus_freed, run_tiny
+from rlloom.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
@@ -19,13 +20,13 @@ SPLIT = ["+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen", "res
 
 @pytest.fixture(scope="module")
 def local_rows(tmp_path_factory, cache):
-    return comparable(run_tiny(str(tmp_path_factory.mktemp("local")), cache, "launcher=local", "launcher.num_threads=1"))
+    return comparable_rows(run_tiny(str(tmp_path_factory.mktemp("local")), cache, "launcher=local", "launcher.num_threads=1"))
 
 
 def test_colocated_equals_local(cluster, cache, local_rows, tmp_path):
     # One worker process hosts actor and rollout; the in_process resharder runs inside it. Same seed,
     # same fp32 kernels on one thread, tensors moved by pickling only: the metrics are bit-equal.
-    rows = comparable(run_tiny(str(tmp_path), cache, "launcher=ray"))
+    rows = comparable_rows(run_tiny(str(tmp_path), cache, "launcher=ray"))
     assert [row["step"] for row in rows] == [row["step"] for row in local_rows] == [0, 1, 2]
     assert rows == local_rows
     assert cpus_freed(4)  # the run's placement group and worker are gone
@@ -34,7 +35,7 @@ def test_colocated_equals_local(cluster, cache, local_rows, tmp_path):
 def test_split_with_safetensors_equals_local(cluster, cache, local_rows, tmp_path):
     # Rollout in its own process; weights travel as safetensors files. Bit-equal as above.
     rows = run_tiny(str(tmp_path), cache, "launcher=ray", *SPLIT)
-    assert comparable(rows) == local_rows
+    assert comparable_rows(rows) == local_rows
     assert all(row["perf/weight_sync_bytes"] > 0 for row in rows if row["step"] > 0)
 
 
@@ -42,14 +43,14 @@ def test_reward_on_its_own_pool_equals_local(cluster, cache, local_rows, tmp_pat
     # The reward function is a role like the engines: here it runs in its own Ray worker process
     # (as a reward model would on its own pool), called with the batch; same scores as in-process.
     rows = run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.rm=1", "+launcher.mapping.reward=rm")
-    assert comparable(rows) == local_rows
+    assert comparable_rows(rows) == local_rows
 
 
 @pytest.mark.slow
 def test_fsdp_world_size_2_colocated_matches_local(cluster, cache, local_rows, tmp_path):
     # Actor and rollout share a pool of 2 processes: each rank generates its half of the prompts
     # (seeded by prompt index, so the samples are the local ones) and trains on its half of the rows.
-    rows = comparable(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2"))
+    rows = comparable_rows(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2"))
     assert_close_rows(rows, local_rows)
 
 
@@ -57,7 +58,7 @@ def test_fsdp_world_size_2_colocated_matches_local(cluster, cache, local_rows, t
 def test_fsdp_world_size_2_matches_local(cluster, cache, local_rows, tmp_path):
     # Two actor ranks (gloo, one thread each) + rollout in its own process. Sharded gradients are
     # reduced across ranks in another order than one process sums them: equal to fp32 rounding.
-    rows = comparable(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2", *SPLIT))
+    rows = comparable_rows(run_tiny(str(tmp_path), cache, "launcher=ray", "+launcher.resource_pools.global=2", *SPLIT))
     assert_close_rows(rows, local_rows)
 
 

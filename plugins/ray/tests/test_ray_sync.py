@@ -10,7 +10,8 @@ import os
 import time
 
 import pytest
-from ray_test_helpers import comparable, cpus_freed, run_tiny
+from ray_test_helpers import cpus_freed, run_tiny
+from rlloom.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
@@ -41,7 +42,7 @@ def test_split_equals_local(cluster, cache, local_rows, tmp_path, resharder):
     # and loaded by the rollout process. Either way the rollout gets bit-identical weights, and the
     # same seed and fp32 kernels on one thread give bit-equal metrics.
     rows = run_tiny(str(tmp_path), cache, *SPLIT, f"resharder={resharder}")
-    assert comparable(rows) == comparable(local_rows)
+    assert comparable_rows(rows) == comparable_rows(local_rows)
     assert_same_sync_bytes(rows, local_rows)
     assert cpus_freed(4)
 
@@ -63,9 +64,9 @@ def test_fsdp_world_size_2_with_broadcast_matches_local(cluster, cache, local_ro
     # to the rollout pool. Sharded gradients are reduced in another order than one process sums
     # them: equal to fp32 rounding.
     rows = run_tiny(str(tmp_path), cache, *SPLIT, "+launcher.resource_pools.global=2", "resharder=broadcast")
-    expected_rows = comparable(local_rows)
+    expected_rows = comparable_rows(local_rows)
     assert len(rows) == len(expected_rows)
-    for row, expected in zip(comparable(rows), expected_rows):
+    for row, expected in zip(comparable_rows(rows), expected_rows):
         assert row.keys() == expected.keys()
         for key, value in expected.items():
             assert math.isclose(row[key], value, rel_tol=1e-4, abs_tol=1e-6), (row["step"], key, row[key], value)

@@ -63,10 +63,15 @@ class GRPO:
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
         steps (or ``recompute_old_log_probs``); see :func:`rlloom_grpo.loss.make_policy_loss_fn`."""
-        if self.cfg.recompute_old_log_probs or not self._one_update(num_prompts):
+        if self.needs_old_log_probs(batch, num_prompts):
             ctx.old_log_probs(batch)
         if self.needs_reference:
             ctx.ref_log_probs(batch)
+
+    def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
+        """Whether the step needs a separate behaviour-log-prob pass: several optimizer steps, or
+        ``cfg.recompute_old_log_probs``."""
+        return self.cfg.recompute_old_log_probs or not self._one_update(num_prompts)
 
     def _mini_batch_prompts(self, num_prompts: int) -> int:
         return self.cfg.ppo_mini_batch_size or num_prompts

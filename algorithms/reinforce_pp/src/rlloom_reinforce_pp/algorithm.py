@@ -24,6 +24,12 @@ class ReinforcePP(GRPO):
     def needs_reference(self) -> bool:
         return self.cfg.use_kl_loss or self.cfg.use_kl_in_reward
 
+    def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
+        """GRPO's rule, and also when the KL penalty in the reward needs behaviour log-probs and the
+        rollout engine reported none (vLLM with top-k / top-p)."""
+        missing = self.cfg.use_kl_in_reward and "rollout_log_probs" not in batch
+        return missing or super().needs_old_log_probs(batch, num_prompts)
+
     def token_level_rewards(self, batch: Batch) -> torch.Tensor:
         """Sets and returns ``token_level_rewards``: ``token_level_scores``, minus the KL penalty
         when ``use_kl_in_reward`` (behaviour log-probs: ``old_log_probs`` when the step computed

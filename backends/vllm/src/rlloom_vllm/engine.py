@@ -110,7 +110,8 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------------------ generation
     def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
         """vLLM ``SamplingParams`` for one request: ``n`` samples, stop on the stop ids (kept in the
-        output), the sampled token's log-prob only, no detokenisation."""
+        output), the sampled token's log-prob only (none when ``sampling.filtered``: see
+        :mod:`rlloom_vllm.outputs`), no detokenisation."""
         return self._sampling_type(
             n=n,
             temperature=sampling.temperature,
@@ -118,7 +119,7 @@ class VLLMRolloutEngine:
             top_k=sampling.top_k,
             max_tokens=sampling.max_new_tokens,
             stop_token_ids=self.stop_ids,
-            logprobs=0,
+            logprobs=None if sampling.filtered else 0,
             seed=seed,
             detokenize=False,
         )
@@ -130,6 +131,7 @@ class VLLMRolloutEngine:
         samples (greedy: ``n`` requests of one sample, since vLLM refuses greedy ``n > 1``). Every
         request gets its own seed derived from ``sampling.seed`` (or from the engine's generator when
         it is None), so the same engine weights, input and seed give the same output.
+        ``rollout_log_probs`` is left out when ``sampling.filtered`` (see :mod:`rlloom_vllm.outputs`).
         """
         self._ready("generate")
         prompts.require("prompts", "prompt_mask")
@@ -152,9 +154,11 @@ class VLLMRolloutEngine:
         params = [self.vllm_sampling(sampling, per_request, s) for s in seeds]
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
         out = prompts.repeat(sampling.n)
-        out["responses"], out["response_mask"], out["rollout_log_probs"] = collate_outputs(
-            outputs, per_request, self.pad_id
+        out["responses"], out["response_mask"], log_probs = collate_outputs(
+            outputs, per_request, self.pad_id, with_log_probs=not sampling.filtered
         )
+        if log_probs is not None:
+            out["rollout_log_probs"] = log_probs
         out.meta["temperature"] = sampling.policy_temperature
         out.meta["pad_token_id"] = self.pad_id
         return out

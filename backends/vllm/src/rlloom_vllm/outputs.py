@@ -3,8 +3,10 @@
 Log-probs: the engine runs with ``logprobs_mode="processed_logprobs"`` and asks for the sampled
 token's log-prob only (``logprobs=0``). vLLM then reports ``log_softmax(logits / T)`` of the sampled
 token (``log_softmax(logits)`` when greedy), which is rlloom's ``rollout_log_probs`` contract as long
-as top-k and top-p are off. With top-k or top-p on, vLLM reports the log-prob under the filtered,
-renormalised distribution instead (higher than the contract's by ``-log`` of the kept mass).
+as top-k and top-p are off. With top-k or top-p on, vLLM would report the log-prob under the
+filtered, renormalised distribution instead (higher than the contract's by ``-log`` of the kept
+mass), and no ``logprobs_mode`` gives the tempered, unfiltered one: the engine then asks for no
+log-probs and leaves ``rollout_log_probs`` out.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ def request_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
 
 
-def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int,
+                    with_log_probs: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """vLLM ``RequestOutput``s (one per prompt, each with ``n`` completions) as interleaved rows
     ``i*n + j`` = completion ``j`` of prompt ``i``: ``(responses [B*n, R] int64 right-padded with
     pad_id, response_mask [B*n, R] int64, rollout_log_probs [B*n, R] float32, 0 on padding)``,
-    R = the longest completion."""
+    R = the longest completion; ``rollout_log_probs`` is None unless ``with_log_probs``."""
     rows = []
     for output in outputs:
         completions = sorted(output.outputs, key=lambda c: c.index)
@@ -42,13 +45,15 @@ def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int) -> tuple[torch.
     length = max((len(c.token_ids) for c in rows), default=0)
     responses = torch.full((len(rows), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), length), dtype=torch.long)
-    log_probs = torch.zeros((len(rows), length), dtype=torch.float32)
+    log_probs = torch.zeros((len(rows), length), dtype=torch.float32) if with_log_probs else None
     for i, completion in enumerate(rows):
         ids = list(completion.token_ids)
-        if completion.logprobs is None or len(completion.logprobs) != len(ids):
-            raise RuntimeError("vLLM returned no log-prob for some sampled tokens (SamplingParams.logprobs unset?)")
         responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         mask[i, : len(ids)] = 1
+        if log_probs is None:
+            continue
+        if completion.logprobs is None or len(completion.logprobs) != len(ids):
+            raise RuntimeError("vLLM returned no log-prob for some sampled tokens (SamplingParams.logprobs unset?)")
         log_probs[i, : len(ids)] = torch.tensor(
             [step[token].logprob for token, step in zip(ids, completion.logprobs)], dtype=torch.float32
         )
