@@ -55,6 +55,14 @@ def add_workload_args(parser: argparse.ArgumentParser, prompts: int, max_new_tok
     parser.add_argument("--repeats", type=int, default=5)
 
 
+def random_prompts(count: int, vocab: int) -> Batch:
+    """``count`` left-padded prompts of 40-64 random token ids in [1, vocab - 1)."""
+    lengths = torch.randint(40, 65, (count,))
+    ids = torch.randint(1, vocab - 1, (count, int(lengths.max())))
+    mask = (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths[:, None]).long()
+    return Batch({"prompts": ids * mask, "prompt_mask": mask})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_workload_args(parser, prompts=4, max_new_tokens=16)
@@ -67,10 +75,7 @@ def main() -> None:
                                 args.kv_heads)
         print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
         engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path=path, role="rollout"))
-        lengths = torch.randint(40, 65, (args.prompts,))
-        ids = torch.randint(1, args.vocab - 1, (args.prompts, int(lengths.max())))
-        mask = (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths[:, None]).long()
-        prompts = Batch({"prompts": ids * mask, "prompt_mask": mask})
+        prompts = random_prompts(args.prompts, args.vocab)
         sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
 
         def time_it(fn) -> str:

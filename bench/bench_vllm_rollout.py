@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from bench_hf_rollout import add_workload_args, build_model_dir
+from bench_hf_rollout import add_workload_args, build_model_dir, random_prompts
 
 
 class StateDictTrainer:
@@ -51,7 +51,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    from rlloom import Batch, EngineSpec, SamplingParams
+    from rlloom import EngineSpec, SamplingParams
     from rlloom_hf import HFRolloutConfig, HFRolloutEngine
     from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
 
@@ -63,17 +63,14 @@ def main() -> None:
                                 args.kv_heads)
         num_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M ({num_bytes / 1e6:.1f} MB)")
-        lengths = torch.randint(40, 65, (args.prompts,))
-        ids = torch.randint(1, args.vocab - 1, (args.prompts, int(lengths.max())))
-        mask = (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths[:, None]).long()
-        prompts = Batch({"prompts": ids * mask, "prompt_mask": mask})
+        prompts = random_prompts(args.prompts, args.vocab)
         sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
         tokens = args.prompts * args.n * args.max_new_tokens
 
         vllm_engine = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=256, omp_threads_bind="nobind"),
                                         EngineSpec(model_path=path, role="rollout"))
         torch.set_num_threads(args.threads)
-        requests = [{"prompt_token_ids": row} for row in prompt_token_lists(ids * mask, mask)]
+        requests = [{"prompt_token_ids": row} for row in prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])]
         params = [vllm_engine.vllm_sampling(sampling, args.n, s) for s in request_seeds(0, len(requests))]
         ours = median_seconds(lambda: vllm_engine.generate(prompts, sampling), args.repeats)
         raw = median_seconds(lambda: vllm_engine.llm.generate(requests, params, use_tqdm=False), args.repeats)
