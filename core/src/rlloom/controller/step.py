@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator
@@ -140,7 +141,8 @@ class StepContext:
             self._add_time(stage, span[1] - span[0])
             spans.append(span)
         self._add_time("concurrent", time.perf_counter() - start)
-        self.metrics["perf/concurrent_overlap_s"] = self.metrics.get("perf/concurrent_overlap_s", 0.0) + overlap_s(spans)
+        overlap = self.metrics.get("perf/concurrent_overlap_s", 0.0)
+        self.metrics["perf/concurrent_overlap_s"] = overlap + overlap_s(spans)
 
     def _run(self, stage: str, handle: Any, method: str, args: tuple, kwargs: dict,
              finish: Callable[[Any], None]) -> None:
@@ -177,7 +179,7 @@ class StepContext:
         Without token-level rewards from the reward function, each score sits on the response's last
         token (an empty response has no token and contributes nothing to the loss).
         """
-        self._run("reward", self.roles.reward_fn, "__call__", (batch,), {}, lambda result: self._add_scores(batch, result))
+        self._run("reward", self.roles.reward_fn, "__call__", (batch,), {}, functools.partial(self._add_scores, batch))
         return batch
 
     def _add_scores(self, batch: Batch, result: RewardResult) -> None:
@@ -216,7 +218,7 @@ class StepContext:
         |exp(rollout_log_probs) − exp(old_log_probs)| (probability, not log-prob, difference).
         """
         self._run("old_log_prob", self.roles.actor, "compute_log_probs", (batch,), {"entropy": True},
-                  lambda out: self._add_old_log_probs(batch, out))
+                  functools.partial(self._add_old_log_probs, batch))
         return batch
 
     def _add_old_log_probs(self, batch: Batch, out: Batch) -> None:
