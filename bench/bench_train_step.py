@@ -6,9 +6,12 @@ model). Baseline: the same model loaded with transformers, one forward over the 
 response tokens (logits only for the response slice), a token-mean policy-gradient loss, backward,
 ``AdamW.step``: what a trainer without prompt sharing computes. The engine runs with its defaults
 (FSDP2 at world size 1, micro-batches, ``share_prompt_prefix``: each distinct prompt once);
-``--no-share`` measures its overhead on the same work as the baseline instead.
+``--no-share`` measures its overhead on the same work as the baseline instead. ``--device cuda``:
+both on the GPU in the engine's default precision there (bf16 compute; the baseline autocasts to
+bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
 
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
+    python bench/bench_train_step.py --device cuda --model smollm2-135m
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
+from rlloom.devices import resolve_device, resolve_dtype, synchronize
 from rlloom.tokens import token_log_probs
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
@@ -54,34 +58,38 @@ def pg_loss(micro, outputs, stats):
     return -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens, {}
 
 
-def time_engine(path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int) -> list[float]:
+def time_engine(path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int,
+                device: torch.device) -> list[float]:
     config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, share_prompt_prefix=share)
-    engine = FSDPTrainEngine(config,
-                             EngineSpec(path, "actor", 0, repeats + 1))
+    engine = FSDPTrainEngine(config, EngineSpec(path, "actor", 0, repeats + 1, str(device)))
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        engine.train_step(batch, pg_loss)
+        engine.train_step(batch, pg_loss)  # returns floats: the device work is done
         times.append(time.perf_counter() - start)
     engine.close()
     return times[1:]
 
 
-def time_plain(path: str, batch: Batch, repeats: int) -> list[float]:
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+def time_plain(path: str, batch: Batch, repeats: int, device: torch.device) -> list[float]:
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    batch = batch.to(device)
     input_ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
     response_len = batch["responses"].shape[1]
+    dtype = resolve_dtype("auto", device, "--device")
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        logits = model(input_ids, logits_to_keep=response_len + 1).logits[:, :-1]
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            logits = model(input_ids, logits_to_keep=response_len + 1).logits[:, :-1]
         log_probs = token_log_probs(logits, batch["responses"])
         loss = -(batch["advantages"] * log_probs).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return times[1:]
 
@@ -97,16 +105,19 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device, "--device")
     path = model_path(args.model)
     vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab)
-    plain = statistics.median(time_plain(path, batch, args.repeats))
-    engine = statistics.median(time_engine(path, batch, args.micro_batch_size, not args.no_share, args.repeats))
+    plain = statistics.median(time_plain(path, batch, args.repeats, device))
+    engine = statistics.median(time_engine(path, batch, args.micro_batch_size, not args.no_share, args.repeats,
+                                           device))
     tokens = args.rows * (args.prompt_len + args.response_len)
-    print(f"model={args.model} rows={args.rows} n={args.n} tokens/step={tokens} threads={args.threads} "
-          f"share_prompt_prefix={not args.no_share}")
+    print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens/step={tokens} "
+          f"threads={args.threads} share_prompt_prefix={not args.no_share}")
     print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
     print(f"rlloom FSDP2 train engine  : {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
     print(f"ratio engine / plain       : {engine / plain:.2f}")

@@ -1,4 +1,5 @@
-"""``rlloom train preset=tiny``: a real GRPO run (hf rollout, FSDP2 actor) on the tiny model."""
+"""``rlloom train preset=tiny``: a real GRPO run (hf rollout, FSDP2 actor) on the tiny model, on the
+CPU and (where there is one) on a GPU in bf16."""
 
 from __future__ import annotations
 
@@ -8,21 +9,25 @@ import pytest
 import torch
 
 import rlloom
-from rlloom.testing import metric_rows, training_rows
+from rlloom.testing import device_params, metric_rows, training_rows
+
+# Mean |p_rollout - p_trainer| per token: float32 on the CPU; bf16 in both engines on a GPU.
+PROBS_DIFF_BOUND = {"cpu": 1e-3, "cuda": 1e-2}
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    run_dir = str(tmp_path_factory.mktemp("tiny-run"))
+@pytest.fixture(scope="module", params=device_params("preset=tiny trained on the GPU (bf16, NCCL group)"))
+def tiny_run(request, tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp(f"tiny-run-{request.param}"))
     cache = str(tmp_path_factory.mktemp("cache"))
     # rlloom.train itself, not rlloom.testing.train_tiny: the final metrics it returns are checked too
-    final = rlloom.train(["preset=tiny", f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}"])
-    return run_dir, final
+    final = rlloom.train(["preset=tiny", f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}",
+                          f"trainer.device={request.param}"])
+    return run_dir, final, request.param
 
 
 @pytest.mark.slow
 def test_reward_rises(tiny_run):
-    run_dir, final = tiny_run
+    run_dir, final, _ = tiny_run
     rows = metric_rows(run_dir)
     train = training_rows(rows)
     assert [row["step"] for row in train] == list(range(1, 21))
@@ -37,10 +42,11 @@ def test_reward_rises(tiny_run):
 
 @pytest.mark.slow
 def test_every_step_logs_the_rollout_trainer_gap(tiny_run):
-    run_dir, _ = tiny_run
+    run_dir, _, device = tiny_run
     train = [row for row in metric_rows(run_dir) if row["step"] > 0]
     for row in train:
-        assert row["training/rollout_probs_diff_mean"] < 1e-3
+        assert row["training/rollout_probs_diff_mean"] < PROBS_DIFF_BOUND[device]
+        assert ("perf/max_memory_allocated_gb" in row) == (device == "cuda")
         for key in ("timing_s/gen", "timing_s/update_actor", "timing_s/update_weights", "actor/pg_loss",
                     "actor/grad_norm", "response_length/mean", "perf/throughput"):
             assert key in row, key
@@ -50,7 +56,7 @@ def test_every_step_logs_the_rollout_trainer_gap(tiny_run):
 def test_final_policy_is_saved_in_hf_format(tiny_run):
     from transformers import AutoModelForCausalLM
 
-    run_dir, _ = tiny_run
+    run_dir, _, _ = tiny_run
     model = AutoModelForCausalLM.from_pretrained(os.path.join(run_dir, "final_model"), dtype=torch.float32)
     ids = torch.tensor([[ord(c) for c in "Q: pick a digit\nA:"]])
     next_token = int(model(ids).logits[0, -1].argmax())

@@ -151,3 +151,27 @@ def test_importing_rlloom_pulls_no_heavy_backend():
     assert heavy & after_all == set()
     assert "transformers" not in after_package  # promised by rlloom/__init__.py
     assert {"rlloom", "torch"} <= after_all  # the check saw real imports
+
+
+def test_an_engine_that_cannot_start_is_one_paragraph(tmp_path):
+    """A real run (the installed plugins) whose rollout engine fails to build: exit 2, one line
+    naming the role, the option and the cause; the traceback only with RLLOOM_DEBUG=1."""
+    args = ("train", "preset=tiny", "rollout.attn_implementation=no_such_attention",
+            f"trainer.run_dir={tmp_path / 'run'}")
+    result = run_rlloom(*args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]  # not progress bars
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert errors[0].startswith("rlloom: error: the rollout role (rollout=hf) could not start: ")
+    assert "no_such_attention" in errors[0] and errors[0].endswith("(set RLLOOM_DEBUG=1 for the traceback)")
+    debug = run_rlloom(*args, env={"RLLOOM_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_a_missing_model_folder_is_one_paragraph(tmp_path):
+    result = run_rlloom("train", "preset=tiny", "model=hf", f"model.path={tmp_path / 'no_such_folder'}",
+                        f"trainer.run_dir={tmp_path / 'run'}")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith("rlloom: error: the model source (model=hf) could not start: ")
+    assert "no_such_folder" in result.stderr
+    assert "Traceback" not in result.stderr

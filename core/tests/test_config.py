@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from rlloom.config import ConfigError, compose_config
@@ -273,3 +274,18 @@ def test_unknown_preset_lists_presets(registry):
 def test_plugin_post_init_error_names_the_group(registry):
     assert error_for(["data=digits", "data.num_digits=0"], registry) == (
         "data=digits: num_digits must be >= 1, got 0")
+
+
+# ------------------------------------------------------------------------------ devices
+def test_trainer_device_is_checked_before_anything_starts(registry):
+    assert error_for(["trainer.device=gpu"], registry) == (
+        "trainer.device='gpu': choose one of ['auto', 'cpu', 'cuda'] (or cuda:<index>)")
+    assert compose_config(["trainer.device=cpu"], registry).sections["trainer"].device == "cpu"
+    assert compose_config([], registry).sections["trainer"].device == "auto"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_trainer_device_cuda_without_a_gpu_is_a_config_error(registry):
+    message = error_for(["trainer.device=cuda"], registry)
+    assert message.startswith("trainer.device=cuda: this machine has no usable CUDA device")
+    assert message.endswith("use trainer.device=cpu or trainer.device=auto")

@@ -139,7 +139,10 @@ def test_critic_micro_batch_size_does_not_change_results(model_dir, engines):  #
     )
     small_metrics, large_metrics = small.train_step(batch, mse_loss), large.train_step(batch, mse_loss)
     assert small_metrics["grad_norm"] == pytest.approx(large_metrics["grad_norm"], rel=1e-5)
-    assert_weights_close(dict(small.named_weights()), dict(large.named_weights()), atol=1e-6)
+    # The second AdamW step divides gradients that differ by float32 summation order (~1e-7
+    # relative) by their running RMS, then scales by CRITIC_LR: measured 1.1e-6 apart with
+    # torch 2.13 + transformers 5.19 on one thread; a real difference would be ~CRITIC_LR.
+    assert_weights_close(dict(small.named_weights()), dict(large.named_weights()), atol=3e-6)
 
 
 # ---------------------------------------------------------------------------------- roles, checkpoints, config

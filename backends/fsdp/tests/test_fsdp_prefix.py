@@ -32,15 +32,16 @@ def grouped_batch(groups: int = 3, n: int = 3) -> Batch:
 
 
 def count_forward_rows(engine) -> list[int]:
-    """Record the number of rows of every model forward the engine makes."""
+    """Record the number of rows of every base-transformer forward the engine makes."""
     rows: list[int] = []
-    forward = engine.model.forward
+    base = engine.model.base_model
+    forward = base.forward
 
     def recording_forward(*args, **kwargs):
         rows.append(int(kwargs["input_ids"].shape[0]))
         return forward(*args, **kwargs)
 
-    engine.model.forward = recording_forward
+    base.forward = recording_forward
     return rows
 
 

@@ -1,8 +1,9 @@
 """``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, ``plot`` a run's
 metrics, ``export`` a checkpoint as a Hugging Face folder.
 
-User errors (bad config, missing plugin, a resume whose config changed) print one paragraph and exit
-with status 2, no traceback. A run that stops itself (too many non-finite steps) or cannot write a
+User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
+cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
+the traceback of an engine that cannot start). A run that stops itself (too many non-finite steps) or cannot write a
 checkpoint prints why and exits with status 1.
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from rlloom.checkpoint import CheckpointError
 from rlloom.config import ConfigError, compose_config
+from rlloom.controller.local import RoleStartError
 from rlloom.guards import TrainingAborted
 from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry
 
@@ -114,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except RoleStartError as error:
+        if os.environ.get("RLLOOM_DEBUG"):
+            raise
+        print(f"rlloom: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
     except (ConfigError, UnknownPluginError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return USAGE_ERROR

@@ -4,7 +4,9 @@
 - :func:`metric_rows` reads a run's ``metrics.jsonl``; :func:`training_rows` keeps its training steps;
   :func:`comparable_rows` drops what differs between two runs of one seed (timings, memory);
 - :func:`entry_point_registry` loads one installed plugin on its own and fails the test, with the
-  plugin's traceback, if it does not load.
+  plugin's traceback, if it does not load;
+- :func:`device_params` parametrizes a test over ``cpu`` and ``cuda``, the CUDA case skipped with
+  its reason on a machine without a GPU.
 
 Importing this module is as cheap as importing :mod:`rlloom`: it imports nothing heavier.
 """
@@ -18,8 +20,18 @@ import os
 import rlloom
 from rlloom.plugins.registry import Registry
 
-__all__ = ["MEASURED_PREFIXES", "comparable_rows", "entry_point_registry", "metric_rows", "train_tiny",
-           "training_rows"]
+__all__ = ["MEASURED_PREFIXES", "comparable_rows", "device_params", "entry_point_registry", "metric_rows",
+           "train_tiny", "training_rows"]
+
+
+def device_params(what: str) -> list:
+    """``["cpu", pytest.param("cuda", marks=skipif(no CUDA))]`` for ``@pytest.mark.parametrize``
+    and parametrized fixtures; ``what`` says what the CUDA case checks, for the skip reason."""
+    import pytest
+    import torch
+
+    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=f"needs a CUDA GPU: {what}")
+    return ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
 
 def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict]:

@@ -27,7 +27,7 @@ from rlloom.checkpoint import (
     TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
-from rlloom.controller.local import RoleSpec
+from rlloom.controller.local import RoleSpec, RoleStartError
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
@@ -102,7 +102,10 @@ class Trainer:
     def _setup(self, resume_from: Checkpoint | None) -> None:
         """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
         registry, sections, choices = self.registry, self.resolved.sections, self.resolved.choices
-        self.model_path = registry.build("model", choices["model"], sections["model"])
+        try:
+            self.model_path = registry.build("model", choices["model"], sections["model"])
+        except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
+            raise RoleStartError("model", f"model={choices['model']}", error) from error
         dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
 
         from transformers import AutoTokenizer
@@ -120,7 +123,7 @@ class Trainer:
         sampling_cfg = sections["sampling"]
         self.sampling = SamplingParams(
             temperature=sampling_cfg.temperature, top_p=sampling_cfg.top_p, top_k=sampling_cfg.top_k,
-            max_new_tokens=sampling_cfg.max_new_tokens,
+            max_new_tokens=sampling_cfg.max_new_tokens, ignore_eos=sampling_cfg.ignore_eos,
         )
         self.roles = self._start_roles()
         self.guard = NonFiniteGuard(self.cfg.max_nonfinite_steps, self.run_dir)
@@ -212,9 +215,12 @@ class Trainer:
         self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
 
         def start(role: str, kind: str, group: str, engine: bool = True) -> Any:
-            spec = RoleSpec(role, kind, choices[group], sections[group],
-                            EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps) if engine else None)
-            return self.launcher.start_role(spec, registry)
+            engine_spec = EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps, self.cfg.device)
+            spec = RoleSpec(role, kind, choices[group], sections[group], engine_spec if engine else None)
+            try:
+                return self.launcher.start_role(spec, registry)
+            except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
+                raise RoleStartError(role, f"{group}={choices[group]}", error) from error
 
         actor = start("actor", "train_engine", "train_engine")
         ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
@@ -228,6 +234,7 @@ class Trainer:
             reward_fn=start("reward", "reward_fn", "reward", engine=False),
             resharder=start("resharder", "resharder", "resharder", engine=False),
             sleep_rollout=self.cfg.sleep_rollout,
+            offload_train_engines=self.cfg.offload_train_engines,
         )
 
     def _start_trackers(self) -> list[Any]:

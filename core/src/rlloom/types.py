@@ -20,7 +20,8 @@ class SamplingParams:
     engine and batch (``None``: the engine's own generator state). ``first_prompt``: the index of
     this batch's first prompt in the whole call it is a piece of: engines draw each response's
     randomness from (seed, prompt index, response index), so a call split over ranks by prompts
-    (each piece with its ``first_prompt``) samples what the whole call would.
+    (each piece with its ``first_prompt``) samples what the whole call would. ``ignore_eos``: stop
+    tokens do not end a response; every response has ``max_new_tokens`` tokens (benchmarks).
     """
 
     n: int = 1
@@ -30,6 +31,7 @@ class SamplingParams:
     max_new_tokens: int = 32
     seed: int | None = None
     first_prompt: int = 0
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -109,12 +111,16 @@ class EngineSpec:
     - ``role``: ``"actor"``, ``"ref"``, ``"critic"`` or ``"rollout"``.
     - ``seed``: base seed of the run.
     - ``total_train_steps``: optimizer steps the run will take (for LR schedules); 0 when unknown.
+    - ``device``: the run's device setting (``trainer.device``: ``auto``, ``cpu``, ``cuda``,
+      ``cuda:N``); an engine resolves it where it runs with :func:`rlloom.devices.role_device`,
+      and its own config's ``device`` (when set) wins.
     """
 
     model_path: str
     role: str
     seed: int = 0
     total_train_steps: int = 0
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def test_cpu_workers_use_gloo_and_gpu_workers_reserve_a_gpu_and_use_nccl():
     assert RayLauncherConfig().process_group_backend() == "gloo"
     gpu = RayLauncherConfig(gpus_per_worker=1.0)
     assert gpu.bundle() == {"CPU": 1.0, "GPU": 1.0}
-    assert gpu.process_group_backend() == "nccl"
+    assert gpu.process_group_backend() == "cpu:gloo,cuda:nccl"
 
 
 def test_pools_and_mapping_come_from_the_command_line():

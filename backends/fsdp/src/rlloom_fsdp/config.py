@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlloom.devices import DTYPE_CHOICES, check_device_name
+
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -31,6 +33,13 @@ class FSDPConfig:
     micro-batch that share a prompt (the n responses of a group) run the prompt once and their
     responses on its KV cache (:mod:`rlloom_fsdp.prefix`); same numbers, fewer tokens. It falls back
     to the plain forward when no prompt repeats or when gradient checkpointing disables the cache.
+
+    ``device``: where the engine runs (``cpu``, ``cuda``, ``cuda:N``, ``auto``); ``None`` follows
+    the run's ``trainer.device``. ``dtype``: the compute dtype of forward and backward (``auto``:
+    bfloat16 on CUDA, float32 on CPU; ``float32``, ``bfloat16``, ``float16``); master weights,
+    gradient reduction and optimizer state are float32 whatever it is. ``head_chunk_rows``: response
+    tokens per chunk of the LM head in the log-prob and entropy computation
+    (:func:`rlloom.head.chunked_log_probs`; 0: :func:`rlloom.head.default_chunk_rows`).
     """
 
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
@@ -48,6 +57,9 @@ class FSDPConfig:
     reshard_after_forward: bool = True
     train_entropy: bool = True
     share_prompt_prefix: bool = True
+    device: str | None = None
+    dtype: str = "auto"
+    head_chunk_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:
@@ -72,6 +84,12 @@ class FSDPConfig:
             raise ValueError(f"FSDPConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.micro_batch_size < 1:
             raise ValueError(f"FSDPConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.device is not None:
+            check_device_name("train_engine.device", self.device)
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"FSDPConfig.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+        if self.head_chunk_rows < 0:
+            raise ValueError(f"FSDPConfig.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")
         if self.log_prob_micro_batch_size is not None and self.log_prob_micro_batch_size < 1:
             raise ValueError(
                 f"FSDPConfig.log_prob_micro_batch_size must be >= 1 or None, got {self.log_prob_micro_batch_size}"

@@ -7,9 +7,18 @@ are collectives: every rank must call them together. Ranks may hold different nu
 a rank with fewer micro-batches runs extra forward (and backward) passes on one of its rows whose
 result is discarded (zero loss), so that the ranks' FSDP collectives stay in step.
 
-Model assumptions: a Hugging Face causal LM (``AutoModelForCausalLM``) whose forward accepts
-``position_ids`` and ``logits_to_keep`` and whose decoder-layer class is listed in
-``_no_split_modules`` (see :func:`rlloom_fsdp.model.decoder_layers`), as transformers' own models do.
+Devices: the engine runs on ``train_engine.device`` when set, else the run's ``trainer.device``
+(:func:`rlloom.devices.role_device`); on CUDA each rank uses the GPU of its ``LOCAL_RANK`` (the
+launcher's; Ray gives each worker one visible GPU) and the group's CUDA backend is NCCL. Parameters,
+gradients and optimizer state are float32 (master weights); forward and backward run in
+``train_engine.dtype`` (``auto``: bfloat16 on CUDA, float32 on CPU) through FSDP2's
+``MixedPrecisionPolicy``, with gradients reduced in float32. Batches arrive and results leave on
+the CPU.
+
+Model assumptions: a Hugging Face causal LM (``AutoModelForCausalLM``) with ``base_model`` and
+output embeddings (the LM head), whose base model's forward accepts ``position_ids`` and a KV
+cache, and whose decoder-layer class is listed in ``_no_split_modules`` (see
+:func:`rlloom_fsdp.model.decoder_layers`), as transformers' own models do.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Iterator
 
 import torch
@@ -27,13 +37,17 @@ from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom.devices import cuda_memory_metrics, resolve_dtype, role_device
+from rlloom.head import default_chunk_rows
 from rlloom.protocols import LossFn
-from rlloom.tokens import concat_prompt_response, response_logits, token_entropy, token_log_probs
+from rlloom.tokens import concat_prompt_response, response_logits
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
-from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
-from rlloom_fsdp.prefix import repeats_a_prompt, shared_prefix_response_logits
+from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, move_optimizer_state, shard_model
+from rlloom_fsdp.perf import mfu, train_flops
+from rlloom_fsdp.prefix import repeats_a_prompt
 from rlloom_fsdp.schedule import lr_factor
+from rlloom_fsdp.scoring import attach_scorer
 
 ROLES = ("actor", "ref", "critic")
 TRAINABLE_ROLES = ("actor", "critic")
@@ -49,7 +63,7 @@ class FSDPTrainEngine:
     ``train_step`` raises). ``spec.role == "critic"``: a :class:`rlloom_fsdp.model.CriticModel`
     (base transformer + zero-initialised ``Linear(hidden, 1)`` value head) trained like the actor
     but at ``cfg.critic_lr`` (``None``: ``cfg.lr``); it serves :meth:`compute_values`, not
-    :meth:`compute_log_probs`. Runs in float32 on CPU.
+    :meth:`compute_log_probs`. Device and precision: see the module docstring.
     """
 
     def __init__(self, cfg: FSDPConfig, spec: EngineSpec) -> None:
@@ -66,8 +80,13 @@ class FSDPTrainEngine:
         if self.trainable:
             # Fail now, not at the first train_step, if the schedule cannot be computed.
             self._lr(1)
-        mesh = process_group.acquire()
+        self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
+        self.compute_dtype = resolve_dtype(cfg.dtype, self.device, "train_engine.dtype")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        mesh = process_group.acquire(self.device)
         self._holds_group = True
+        self._offloaded = False
         try:
             if self.is_critic:
                 self.model = load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
@@ -75,7 +94,12 @@ class FSDPTrainEngine:
                 self.model = load_model(
                     spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
                 )
-            shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward)
+            self.vocab_size = None if self.is_critic else self.model.config.get_text_config().vocab_size
+            self.flops_per_token = train_flops(self.model)
+            shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward,
+                        compute_dtype=self.compute_dtype)
+            if not self.is_critic:
+                attach_scorer(self.model)
         except BaseException:
             self.close()
             raise
@@ -108,10 +132,10 @@ class FSDPTrainEngine:
         )
         return self.base_lr * factor
 
-    @staticmethod
-    def _all_reduce(values: list[float], op: dist.ReduceOp) -> list[float]:
-        """``values`` reduced with ``op`` over all ranks (a collective)."""
-        tensor = torch.tensor(values, dtype=torch.float64)
+    def _all_reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
+        """``values`` reduced with ``op`` over all ranks (a collective, on the engine's device so
+        that an NCCL-only group serves it too)."""
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor, op=op)
         return tensor.tolist()
 
@@ -128,10 +152,15 @@ class FSDPTrainEngine:
         if len(batch) == 0:
             raise ValueError(f"{method}: the batch is empty; every rank needs at least one row")
 
+    def _ready(self) -> None:
+        """Bring offloaded state back before any work (see :meth:`offload`)."""
+        if self._offloaded:
+            self.onload()
+
     def _micro_batches(self, batch: Batch, size: int) -> tuple[list[Batch], int]:
-        """``batch`` split into micro-batches of ``size`` rows, and how many padding passes this
-        rank must add to match the rank with the most micro-batches."""
-        micros = batch.split(size)
+        """``batch`` split into micro-batches of ``size`` rows on the engine's device, and how many
+        padding passes this rank must add to match the rank with the most micro-batches."""
+        micros = [micro.to(self.device) for micro in batch.split(size)]
         (most,) = self._all_reduce([len(micros)], dist.ReduceOp.MAX)
         return micros, int(most) - len(micros)
 
@@ -147,31 +176,17 @@ class FSDPTrainEngine:
     def _forward(
         self, micro: Batch, temperature: float, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding.
-
-        Only the R + 1 last positions go through the LM head (``logits_to_keep``); the first R of
-        them predict the response tokens, so they are the response slice for a prompt of length 1.
+        """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding,
+        from :func:`rlloom_fsdp.scoring.score_responses`: only real response tokens go through the
+        LM head, in chunks of ``cfg.head_chunk_rows`` rows (0: :func:`rlloom.head.default_chunk_rows`).
         With ``cfg.share_prompt_prefix``, rows that share a prompt run it once
         (:mod:`rlloom_fsdp.prefix`; see :meth:`_share_prefix`).
         """
-        responses = micro["responses"]
-        response_length = responses.shape[1]
-        logits = shared_prefix_response_logits(self.model, micro) if self._share_prefix(micro) else None
-        if logits is None:
-            input_ids, attention_mask, position_ids = concat_prompt_response(micro)
-            output = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=False,
-                logits_to_keep=response_length + 1,
-            )
-            logits = response_logits(output.logits, 1, response_length)
-        logits = logits / temperature
-        padding = micro["response_mask"] == 0
-        log_probs = token_log_probs(logits, responses).masked_fill(padding, 0.0)
-        entropies = token_entropy(logits).masked_fill(padding, 0.0) if entropy else None
-        return log_probs, entropies
+        return self.model.score_responses(
+            micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
+            temperature, entropy, self._share_prefix(micro),
+            self.cfg.head_chunk_rows or default_chunk_rows(self.vocab_size),
+        )
 
     def _values_forward(self, micro: Batch) -> torch.Tensor:
         """Critic values [b, R], 0 on padding: the value for response token t is read at the hidden
@@ -230,6 +245,7 @@ class FSDPTrainEngine:
         """
         self._require_critic("compute_log_probs", wanted=False)
         self._check_inputs(batch, "compute_log_probs")
+        self._ready()
         temperature = self._temperature(batch)
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
         micros, padding_passes = self._micro_batches(batch, size)
@@ -241,10 +257,10 @@ class FSDPTrainEngine:
                 log_probs.append(micro_log_probs)
                 entropies.append(micro_entropy)
             for _ in range(padding_passes):
-                self._forward(batch.slice(0, 1), temperature, False)
-        fields = {"log_probs": torch.cat(log_probs)}
+                self._forward(micros[0].slice(0, 1), temperature, False)
+        fields = {"log_probs": torch.cat(log_probs).cpu()}
         if entropy:
-            fields["entropy"] = torch.cat(entropies)
+            fields["entropy"] = torch.cat(entropies).cpu()
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split")
@@ -258,14 +274,15 @@ class FSDPTrainEngine:
         """
         self._require_critic("compute_values", wanted=True)
         self._check_inputs(batch, "compute_values")
+        self._ready()
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
         micros, padding_passes = self._micro_batches(batch, size)
         self.model.eval()
         with torch.no_grad():
             values = [self._values_forward(micro) for micro in micros]
             for _ in range(padding_passes):
-                self._values_forward(batch.slice(0, 1))
-        return Batch({"values": torch.cat(values)}, meta=batch.meta, batch_size=len(batch))
+                self._values_forward(micros[0].slice(0, 1))
+        return Batch({"values": torch.cat(values).cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_uneven")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
@@ -288,10 +305,14 @@ class FSDPTrainEngine:
 
         Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
         must report the same metric names), ``grad_norm`` (before clipping), ``lr`` (the LR this
-        step used) and ``skipped_update`` (1.0 when the update was skipped, else 0.0).
+        step used) and ``skipped_update`` (1.0 when the update was skipped, else 0.0). On CUDA also
+        ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (this process's peaks so
+        far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu`, when the GPU's peak is known).
         """
         self._require_trainable("train_step")
         self._check_inputs(batch, "train_step")
+        self._ready()
+        started = time.perf_counter()
         temperature = self._temperature(batch)
         stats = self._mini_batch_stats(batch)
         micros, padding_passes = self._micro_batches(batch, self.cfg.micro_batch_size)
@@ -303,7 +324,7 @@ class FSDPTrainEngine:
             for name, value in metrics.items():
                 metric_sums[name] = metric_sums.get(name, 0.0) + float(value)
         for _ in range(padding_passes):
-            outputs = self._train_outputs(batch.slice(0, 1), temperature)
+            outputs = self._train_outputs(micros[0].slice(0, 1), temperature)
             (sum(output.sum() for output in outputs.values()) * 0.0).backward()
 
         names = sorted(metric_sums)
@@ -320,6 +341,12 @@ class FSDPTrainEngine:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        if self.device.type == "cuda":
+            tokens = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+            result.update(cuda_memory_metrics(self.device))
+            utilisation = mfu(self.flops_per_token * tokens, time.perf_counter() - started, self.device)
+            if utilisation is not None:
+                result[f"perf/mfu/{self.spec.role}"] = utilisation
         return result
 
     def _clip_gradients(self) -> float:
@@ -333,7 +360,9 @@ class FSDPTrainEngine:
         return float(norm)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full weights on CPU under the Hugging Face ``state_dict`` names, one tensor at a time.
+        """Full float32 weights on the engine's device (a GPU's stay there: an in-process sync to a
+        rollout engine on the same GPU never goes through host memory) under the Hugging Face
+        ``state_dict`` names, one tensor at a time.
 
         With tied embeddings ``lm_head.weight`` is not yielded (it is ``model.embed_tokens.weight``),
         matching ``save_pretrained``. A critic yields its base model's weights (causal-LM names, no
@@ -341,12 +370,14 @@ class FSDPTrainEngine:
         ``load`` include the head under the same names. All ranks must consume the iterator together; every rank gets
         every full tensor.
         """
+        self._ready()
         yield from full_named_tensors(self.model)
 
     def save(self, path: str) -> None:
         """Write a ``torch.distributed.checkpoint`` of the model (and optimizer) shards to ``path``,
         plus ``engine_state.json`` with the step counter (which fixes the LR schedule position).
         ``path`` must be a directory every rank can write to (shared storage at world size > 1)."""
+        self._ready()
         os.makedirs(path, exist_ok=True)
         dcp.save(self._checkpoint_state(), checkpoint_id=path)
         if dist.get_rank() == 0:
@@ -370,8 +401,9 @@ class FSDPTrainEngine:
                 f"{path!r} was saved by an engine with role {saved_role!r}{no_optimizer}; an engine with "
                 f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint"
             )
+        self._ready()
         state = self._checkpoint_state()
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, checkpoint_id=path)  # reads into this engine's tensors: saved on either device
         set_state_dict(
             self.model,
             self.optimizer or [],
@@ -389,10 +421,26 @@ class FSDPTrainEngine:
         return state
 
     def offload(self) -> None:
-        """No-op: the engine keeps parameters and optimizer state on CPU already."""
+        """Move parameter shards, gradients and optimizer state to host memory and return the
+        GPU's cached blocks, so a colocated rollout engine can use the memory (no-op on CPU).
+        The next call that needs them (or :meth:`onload`) brings them back; FSDP2 re-points its
+        sharded parameters when the module moves (``FSDPModule._apply``)."""
+        if self.device.type == "cpu" or self._offloaded:
+            return
+        self.model.to("cpu")
+        if self.optimizer is not None:
+            move_optimizer_state(self.optimizer, torch.device("cpu"))
+        self._offloaded = True
+        torch.cuda.empty_cache()
 
     def onload(self) -> None:
-        """No-op: see :meth:`offload`."""
+        """Undo :meth:`offload` (no-op when nothing is offloaded)."""
+        if not self._offloaded:
+            return
+        self.model.to(self.device)
+        if self.optimizer is not None:
+            move_optimizer_state(self.optimizer, self.device)
+        self._offloaded = False
 
     def close(self) -> None:
         """Drop the model and optimizer and release the process group (destroyed if this package
@@ -402,4 +450,18 @@ class FSDPTrainEngine:
         self.model = None
         self.optimizer = None
         self._holds_group = False
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
         process_group.release()
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """On CUDA without an explicit index, the GPU of this rank: ``LOCAL_RANK`` (set by torchrun
+    and similar launchers) when it names a visible device, else the current one (Ray makes a
+    worker's single GPU device 0)."""
+    if device.type != "cuda" or device.index is not None:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    if 0 <= local_rank < torch.cuda.device_count():
+        return torch.device("cuda", local_rank)
+    return torch.device("cuda", torch.cuda.current_device())

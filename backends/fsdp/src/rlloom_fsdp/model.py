@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
@@ -63,7 +63,8 @@ class CriticModel(nn.Module):
         ).last_hidden_state
         # h · w + b as a matrix-vector product: a fresh [B, T] tensor, not a view of [B, T, 1]
         # (FSDP warns that in-place ops on a view returned by a sharded module skip its hooks).
-        return hidden.float() @ self.value_head.weight[0] + self.value_head.bias
+        head = self.value_head
+        return hidden.float() @ head.weight[0].float() + head.bias.float()
 
 
 def load_critic(path: str, *, gradient_checkpointing: bool) -> CriticModel:
@@ -87,16 +88,37 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
-def shard_model(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool) -> None:
+def shard_model(
+    model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool, compute_dtype: torch.dtype
+) -> None:
     """Apply FSDP2 in place: one ``fully_shard`` unit per decoder layer, then the root (embeddings,
-    final norm, LM head). Parameter names (``state_dict`` keys) do not change."""
+    final norm, LM head), on ``mesh``'s device (parameters move there). Parameter names
+    (``state_dict`` keys) do not change.
+
+    Parameters stay in their loaded dtype (float32: the master weights the optimizer updates);
+    with a ``compute_dtype`` other than float32 FSDP2 all-gathers them cast to it, runs forward and
+    backward in it and reduce-scatters gradients in float32 (``MixedPrecisionPolicy``)."""
+    policy = MixedPrecisionPolicy() if compute_dtype == torch.float32 else MixedPrecisionPolicy(
+        param_dtype=compute_dtype, reduce_dtype=torch.float32
+    )
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move the optimizer's per-parameter state tensors (AdamW's moments) to ``device`` in place of
+    the old ones. Scalar state (AdamW's ``step`` counter) stays where the optimizer keeps it: on
+    the CPU unless the optimizer is ``capturable``."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                state[key] = value.to(device, non_blocking=True)
 
 
 def full_named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, full tensor on CPU)`` for every entry of ``model.state_dict()``, one at a time.
+    """``(name, full tensor)`` for every entry of ``model.state_dict()``, one at a time, on the
+    device the parameters live on.
 
     Names are the unsharded model's ``state_dict`` keys. A tensor shared under two names (tied
     input embedding and LM head) is yielded once, under its first name (``model.embed_tokens.weight``;
@@ -109,4 +131,4 @@ def full_named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             continue
         seen.add(id(tensor))
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-        yield name, full.detach().to("cpu", copy=True)
+        yield name, full.detach().clone()

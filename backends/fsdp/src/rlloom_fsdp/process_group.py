@@ -1,10 +1,11 @@
 """The process group FSDP engines shard over, shared by every engine in the process.
 
 :func:`acquire` uses the default ``torch.distributed`` process group when one exists (world size
-N, set up by a launcher such as Ray); otherwise it creates a single-rank gloo group in-process
-(rendezvous through a ``FileStore`` in a fresh temporary directory, so no port is needed). Every
-engine calls :func:`acquire` once and :func:`release` once; the group is destroyed when the last
-user releases it, and only if it was created here.
+N, set up by a launcher such as Ray or torchrun); otherwise it creates a single-rank group
+in-process (rendezvous through a ``FileStore`` in a fresh temporary directory, so no port is
+needed): gloo on CPU, and on CUDA gloo for CPU tensors plus NCCL for CUDA tensors. Every engine
+calls :func:`acquire` once and :func:`release` once; the group is destroyed when the last user
+releases it, and only if it was created here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -19,16 +21,22 @@ _users = 0
 _created_store_dir: str | None = None  # set while a group created by this module is alive
 
 
-def acquire() -> DeviceMesh:
-    """Count one more user of the default process group (creating it if needed); its 1-D CPU mesh."""
+def backend_for(device: torch.device) -> str:
+    """The backend string of a group created here: ``gloo`` on CPU, ``cpu:gloo,cuda:nccl`` on CUDA."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+def acquire(device: torch.device) -> DeviceMesh:
+    """Count one more user of the default process group (creating it if needed); its 1-D mesh on
+    ``device``'s type (every rank uses its current device of that type)."""
     global _users, _created_store_dir
     if not dist.is_initialized():
         store_dir = tempfile.mkdtemp(prefix="rlloom-fsdp-pg-")
         store = dist.FileStore(f"{store_dir}/store", 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group(backend_for(device), store=store, rank=0, world_size=1)
         _created_store_dir = store_dir
     _users += 1
-    return DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    return DeviceMesh.from_group(dist.group.WORLD, device.type)
 
 
 def release() -> None:

@@ -21,6 +21,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from rlloom.devices import DeviceError, check_device_name, resolve_device
 from rlloom.config.schema import DEFAULT_CHOICES, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
 
@@ -225,6 +226,12 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key}={value}: must be >= 1.")
+    try:
+        check_device_name("trainer.device", trainer.device)
+        if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
+            resolve_device(trainer.device)
+    except DeviceError as error:
+        raise ConfigError(str(error)) from None
     mini = getattr(algorithm, "ppo_mini_batch_size", 0)
     if registry is not None:
         for name in trainer.trackers:

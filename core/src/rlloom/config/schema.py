@@ -34,6 +34,7 @@ class SamplingConfig:
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 16
+    ignore_eos: bool = False  # every response runs to max_new_tokens (throughput benchmarks)
 
 
 @dataclass
@@ -43,6 +44,8 @@ class TrainerConfig:
     total_steps: int = 15
     train_batch_size: int = 4  # prompts per step; responses per step = train_batch_size * algorithm.n
     seed: int = 0
+    device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:N; every role follows unless its config sets device
+    offload_train_engines: bool = False  # move train engines' weights and optimizer state to host memory while generating
     max_prompt_length: int = 256  # prompts with more tokens are dropped (counted in data/prompts_dropped)
     val_before_train: bool = True
     test_freq: int = 5  # validate every k steps (0: only before and after training)

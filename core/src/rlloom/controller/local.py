@@ -32,6 +32,20 @@ class RoleSpec:
         return registry.build(self.kind, self.name, *args)
 
 
+class RoleStartError(RuntimeError):
+    """A role's engine, reward function or resharder could not be built; the message is one
+    paragraph naming the role, the config choice and the cause (its first line), and the cause is
+    chained for ``RLLOOM_DEBUG=1``."""
+
+    def __init__(self, role: str, choice: str, cause: BaseException) -> None:
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        what = "the model source" if role == "model" else f"the {role} role"
+        super().__init__(
+            f"{what} ({choice}) could not start: {type(cause).__name__}: {first_line} "
+            f"(set RLLOOM_DEBUG=1 for the traceback)"
+        )
+
+
 @dataclass
 class LocalLauncherConfig:
     """``num_threads``: torch intra-op threads for this process (0: leave torch's default, one per core)."""

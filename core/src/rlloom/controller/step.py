@@ -39,6 +39,16 @@ class Roles:
     critic: TrainEngine | None = None
     sleep_rollout: bool = False
     rollout_asleep: bool = False
+    offload_train_engines: bool = False
+
+    def offload_train_engines_if_asked(self) -> None:
+        """Before generating, with ``offload_train_engines``: move the train engines' weights and
+        optimizer state to host memory (:meth:`TrainEngine.offload`); each engine brings them back
+        at its next call."""
+        if self.offload_train_engines:
+            for engine in (self.actor, self.ref, self.critic):
+                if engine is not None:
+                    engine.offload()
 
     def wake_rollout(self) -> None:
         """Before generating or loading weights: undo :meth:`sleep_rollout_if_asked`."""
@@ -162,6 +172,7 @@ class StepContext:
         if self.seed is not None and params.seed is None:
             call = self._calls[stage] = self._calls.get(stage, -1) + 1
             params = dataclasses.replace(params, seed=derive_seed(self.seed, self.step, stage, call))
+        self.roles.offload_train_engines_if_asked()
         self.roles.wake_rollout()
         with self.timed(stage):
             batch = self.roles.rollout.generate(prompts, params)
@@ -280,6 +291,8 @@ class StepContext:
         with self.timed("update_weights"):
             stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
         self.metrics["perf/weight_sync_bytes"] = float(stats.num_bytes)
+        if stats.seconds > 0:
+            self.metrics["perf/weight_sync_gb_per_s"] = stats.num_bytes / stats.seconds / 1e9
         engine_metrics = getattr(self.roles.rollout, "metrics", None)
         if callable(engine_metrics):
             self.metrics.update(engine_metrics())

@@ -22,7 +22,7 @@ class RayLauncherConfig:
       one torch.distributed group of world size N (see ``gpus_per_worker``).
     - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.
     - ``gpus_per_worker``: GPUs each worker reserves (0: a CPU-only pool). Pools of GPU workers form
-      their process group with NCCL, CPU pools with gloo.
+      their process group with NCCL for CUDA tensors (and gloo for CPU ones), CPU pools with gloo.
     - ``threads_per_worker``: torch intra-op threads in each worker (keep workers x threads <= cores).
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
@@ -65,8 +65,9 @@ class RayLauncherConfig:
         return {"CPU": self.cpus_per_worker, **({"GPU": self.gpus_per_worker} if self.gpus_per_worker else {})}
 
     def process_group_backend(self) -> str:
-        """The torch.distributed backend of a pool's group: ``nccl`` for GPU workers, else ``gloo``."""
-        return "nccl" if self.gpus_per_worker else "gloo"
+        """The torch.distributed backend of a pool's group: for GPU workers NCCL for CUDA tensors
+        and gloo for CPU ones (``cpu:gloo,cuda:nccl``), else ``gloo``."""
+        return "cpu:gloo,cuda:nccl" if self.gpus_per_worker else "gloo"
 
     def pool_of(self, role: str) -> str:
         return self.mapping.get(role, DEFAULT_POOL)

@@ -62,8 +62,8 @@ class Worker:
 
     def init_process_group(self, host: str, port: int, backend: str) -> None:
         """Join the pool's group (the default group, which FSDP engines then shard over) with
-        ``backend`` (``gloo``; ``nccl`` for GPU workers, each on the one GPU Ray gave it)."""
-        if backend == "nccl":
+        ``backend`` (``gloo``; ``cpu:gloo,cuda:nccl`` for GPU workers, each on the one GPU Ray gave it)."""
+        if "nccl" in backend:
             torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPU
         dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank,
                                 world_size=self.world_size)
@@ -119,12 +119,13 @@ class Worker:
         return self._resharder(spec).receive(self.roles[rollout_role])
 
     def put_weights(self, role: str, keep_result: bool) -> Any:
-        """``roles[role].named_weights()`` (a collective: every rank runs it) as a list in the Ray
-        object store; its ObjectRef when ``keep_result``, else None."""
+        """``roles[role].named_weights()`` (a collective: every rank runs it) as a list of host
+        tensors in the Ray object store (a GPU engine's are copied to host memory, so a process
+        without that GPU can read them); its ObjectRef when ``keep_result``, else None."""
         import ray
 
         self._maybe_fault(role, "named_weights")
-        weights = list(self.roles[role].named_weights())
+        weights = [(name, tensor.cpu()) for name, tensor in self.roles[role].named_weights()]
         return ray.put(weights) if keep_result else None
 
     def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list) -> SyncStats:

@@ -1,0 +1,133 @@
+"""``rlloom.head.chunked_log_probs`` against the plain computation (full logits, autograd)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rlloom.head import chunked_log_probs, default_chunk_rows
+from rlloom.testing import device_params
+from rlloom.tokens import token_entropy, token_log_probs
+
+
+def inputs(rows=7, hidden=5, vocab=11, dtype=torch.float64, bias=False, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(rows, hidden, generator=g, dtype=torch.float64)
+    w = torch.randn(vocab, hidden, generator=g, dtype=torch.float64)
+    b = torch.randn(vocab, generator=g, dtype=torch.float64) if bias else None
+    t = torch.randint(0, vocab, (rows,), generator=g)
+    move = lambda x: None if x is None else x.to(device=device, dtype=dtype).requires_grad_()  # noqa: E731
+    return move(h), move(w), move(b), t.to(device)
+
+
+def plain(h, w, b, t, temperature):
+    logits = torch.nn.functional.linear(h.double(), w.double(), None if b is None else b.double()) / temperature
+    return token_log_probs(logits[None], t[None])[0].double(), token_entropy(logits[None])[0].double()
+
+
+def consumer_loss(log_probs, entropy, advantages):
+    """What a policy loss does with them: −Σ A·log π − 0.01 Σ H."""
+    return -(log_probs * advantages).sum() - 0.01 * entropy.sum()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7, 100])
+@pytest.mark.parametrize("bias", [False, True])
+def test_float64_values_and_gradients_equal_the_plain_computation(chunk_rows, bias):
+    h, w, b, t = inputs(bias=bias)
+    advantages = torch.randn(len(t), dtype=torch.float64)
+    log_probs, entropy = chunked_log_probs(h, w, t, 0.7, entropy=True, chunk_rows=chunk_rows, bias=b)
+    expected_lp, expected_ent = plain(h, w, b, t, 0.7)
+    # The chunked function computes in float32 whatever the input dtype.
+    torch.testing.assert_close(log_probs.double(), expected_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy.double(), expected_ent, atol=1e-5, rtol=0)
+    params = [p for p in (h, w, b) if p is not None]
+    got = torch.autograd.grad(consumer_loss(log_probs.double(), entropy.double(), advantages), params)
+    want = torch.autograd.grad(consumer_loss(expected_lp, expected_ent, advantages), params)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_gradients_pass_gradcheck_in_the_float32_computation():
+    """Finite differences on float64 inputs (the function computes in float32, so a loose tolerance)."""
+    h, w, _, t = inputs(rows=4, hidden=3, vocab=5)
+
+    def both(hidden, weight):
+        return chunked_log_probs(hidden, weight, t, 1.3, entropy=True, chunk_rows=3)
+
+    assert torch.autograd.gradcheck(both, (h, w), eps=1e-3, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("which", ["log_probs", "entropy"])
+def test_one_output_alone_gets_its_own_gradient(which):
+    h, w, _, t = inputs()
+    log_probs, entropy = chunked_log_probs(h, w, t, 1.0, entropy=True, chunk_rows=2)
+    expected_lp, expected_ent = plain(h, w, None, t, 1.0)
+    out, ref = (log_probs, expected_lp) if which == "log_probs" else (entropy, expected_ent)
+    got = torch.autograd.grad(out.double().sum(), (h, w))
+    want = torch.autograd.grad(ref.sum(), (h, w))
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_without_entropy_and_with_no_rows():
+    h, w, _, t = inputs()
+    log_probs, entropy = chunked_log_probs(h.float(), w.float(), t, 1.0, entropy=False, chunk_rows=4)
+    assert entropy is None and log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.double(), plain(h, w, None, t, 1.0)[0], atol=1e-5, rtol=0)
+    empty_lp, empty_ent = chunked_log_probs(h[:0], w, t[:0], 1.0, entropy=True, chunk_rows=4)
+    assert empty_lp.shape == empty_ent.shape == (0,)
+    (grad_w,) = torch.autograd.grad(empty_lp.sum() + empty_ent.sum(), (w,), allow_unused=True)
+    assert grad_w is None or torch.all(grad_w == 0)
+
+
+def test_bfloat16_inputs_get_bfloat16_gradients_close_to_float32():
+    h, w, _, t = inputs(dtype=torch.bfloat16)
+    log_probs, entropy = chunked_log_probs(h, w, t, 1.0, entropy=True, chunk_rows=3)
+    expected_lp, _ = plain(h.detach().double(), w.detach().double(), None, t, 1.0)
+    torch.testing.assert_close(log_probs.double(), expected_lp, atol=1e-4, rtol=0)  # fp32 math on bf16 values
+    grad_h, grad_w = torch.autograd.grad(log_probs.sum() + entropy.sum(), (h, w))
+    assert grad_h.dtype == grad_w.dtype == torch.bfloat16
+
+
+class LargestAllocation(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an op returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(tensor, torch.Tensor):
+                self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def test_no_tensor_as_large_as_the_full_logits_exists():
+    rows, vocab, hidden, chunk = 64, 1000, 8, 16
+    h, w, _, t = inputs(rows=rows, hidden=hidden, vocab=vocab, dtype=torch.float32)
+    with LargestAllocation() as forward:
+        log_probs, entropy = chunked_log_probs(h, w, t, 1.0, entropy=True, chunk_rows=chunk)
+    with LargestAllocation() as backward:
+        (log_probs.sum() + entropy.sum()).backward()
+    assert forward.largest == backward.largest == chunk * vocab  # one chunk of logits, never rows × vocab
+    with LargestAllocation() as reference:
+        plain(h.detach(), w.detach(), None, t, 1.0)
+    assert reference.largest >= rows * vocab  # the check sees a full logits tensor when there is one
+
+
+def test_default_chunk_rows_bounds_one_chunk_of_logits():
+    assert default_chunk_rows(49152) == 341 and default_chunk_rows(151936) == 110
+    assert default_chunk_rows(10**9) == 1
+
+
+@pytest.mark.parametrize("device", device_params("bf16 chunked head on the GPU vs float64 CPU reference"))
+def test_on_each_device_against_the_cpu_reference(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    h, w, _, t = inputs(rows=40, hidden=16, vocab=300, dtype=dtype, device=device)
+    log_probs, entropy = chunked_log_probs(h, w, t, 0.9, entropy=True, chunk_rows=7)
+    expected_lp, expected_ent = plain(h.detach().cpu().double(), w.detach().cpu().double(), None, t.cpu(), 0.9)
+    torch.testing.assert_close(log_probs.cpu().double(), expected_lp, atol=1e-4, rtol=0)
+    torch.testing.assert_close(entropy.cpu().double(), expected_ent, atol=1e-4, rtol=0)
