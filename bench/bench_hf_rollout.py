@@ -1,10 +1,16 @@
-"""Time ``HFRolloutEngine.generate`` on a random Qwen2 (default ~5M parameters; CPU, float32).
+"""Time ``HFRolloutEngine.generate`` on a random Qwen2 (default ~5M parameters) against
+``model.generate`` on the same rows, in the same run.
 
 Workload: B prompts of 40-64 tokens (left-padded), n completions each, ``max_new_tokens`` new
-tokens with no early stop (the stop id is outside the sampled range). For comparison it also times
-``model.generate`` on the same rows (prompts repeated n times, ``output_logits=True``).
+tokens with no early stop (the stop id is outside the sampled range). The reference is
+transformers' ``model.generate`` on the same rows (prompts repeated n times, ``output_logits=True``
+since the engine reports log-probs), with its default dynamic cache. ``--decode`` picks the
+engine's loop (default ``auto``: CUDA graphs on CUDA, the eager loop on CPU); ``--device cuda``
+runs both in bf16 (``--dtype``).
 
     python bench/bench_hf_rollout.py --prompts 4 --n 8 --max-new-tokens 16
+    python bench/bench_hf_rollout.py --device cuda --prompts 8 --n 8 --max-new-tokens 256 \
+        --vocab 49152 --hidden 896 --intermediate 4864 --layers 24 --heads 14 --kv-heads 2   # 0.5B shape
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import time
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom.devices import resolve_device, resolve_dtype, synchronize
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -66,7 +73,11 @@ def random_prompts(count: int, vocab: int) -> Batch:
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_workload_args(parser, prompts=4, max_new_tokens=16)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
+    parser.add_argument("--decode", default="auto", help="the engine's rollout.decode: auto, eager, static, graphs")
     args = parser.parse_args()
+    device = resolve_device(args.device, "--device")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
@@ -74,32 +85,40 @@ def main() -> None:
         model = build_model_dir(path, args.vocab, args.hidden, args.intermediate, args.layers, args.heads,
                                 args.kv_heads)
         print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
-        engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path=path, role="rollout"))
+        engine = HFRolloutEngine(HFRolloutConfig(dtype=args.dtype, decode=args.decode),
+                                 EngineSpec(model_path=path, role="rollout", device=str(device)))
+        print(f"device={device} dtype={resolve_dtype(args.dtype, device, '--dtype')} decode={args.decode}")
         prompts = random_prompts(args.prompts, args.vocab)
         sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
 
         def time_it(fn) -> str:
             """Median wall and CPU time over the repeats (CPU time is steadier on a shared machine)."""
-            fn()
+            fn()  # warm-up (the first call also captures the CUDA graphs)
             wall, cpu = [], []
             for _ in range(args.repeats):
+                synchronize(device)
                 start_wall, start_cpu = time.perf_counter(), time.process_time()
                 fn()
+                synchronize(device)
                 wall.append(time.perf_counter() - start_wall)
                 cpu.append(time.process_time() - start_cpu)
-            return f"{statistics.median(wall) * 1e3:.0f} ms wall, {statistics.median(cpu) * 1e3:.0f} ms CPU"
+            return statistics.median(wall), statistics.median(cpu)
 
         rows = args.prompts * args.n
-        engine_time = time_it(lambda: engine.generate(prompts, sampling))
-        print(f"HFRolloutEngine.generate: {rows} rows x {args.max_new_tokens} tokens: {engine_time}")
+        tokens = rows * args.max_new_tokens
+        engine_wall, engine_cpu = time_it(lambda: engine.generate(prompts, sampling))
+        print(f"HFRolloutEngine.generate: {rows} rows x {args.max_new_tokens} tokens: {engine_wall * 1e3:.0f} ms wall, "
+              f"{engine_cpu * 1e3:.0f} ms CPU, {tokens / engine_wall:.0f} tokens/s")
 
-        repeated = prompts.repeat(args.n)
+        repeated = prompts.repeat(args.n).to(device)
         reference = engine.model
-        hf_time = time_it(lambda: reference.generate(
+        hf_wall, hf_cpu = time_it(lambda: reference.generate(
             input_ids=repeated["prompts"], attention_mask=repeated["prompt_mask"], do_sample=True,
             temperature=1.0, top_k=0, max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=0))
-        print(f"model.generate (reference):        {rows} rows x {args.max_new_tokens} tokens: {hf_time}")
+        print(f"model.generate (reference):        {rows} rows x {args.max_new_tokens} tokens: {hf_wall * 1e3:.0f} ms wall, "
+              f"{hf_cpu * 1e3:.0f} ms CPU, {tokens / hf_wall:.0f} tokens/s")
+        print(f"speed-up engine / model.generate: {hf_wall / engine_wall:.2f}x")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from rlloom.devices import DTYPE_CHOICES, check_device_name
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+DECODE_MODES = ("auto", "eager", "static", "graphs")
+SLEEP_LEVELS = (0, 1, 2)
 
 
 @dataclass
@@ -19,25 +16,44 @@ class HFRolloutConfig:
 
     - ``max_batch_rows``: most response rows decoded together in one KV-cache loop; a
       ``generate`` call of ``B * n`` rows runs in ``ceil(B * n / max_batch_rows)`` chunks.
-    - ``dtype``: weight and activation dtype, one of ``float32``, ``bfloat16``, ``float16``
-      (on CPU keep ``float32``: the half types are many times slower there). Sampling math and the
-      reported log-probs are float32 whatever this is.
-    - ``device``: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, …). Results are
-      returned on the CPU.
+    - ``device``: where the model runs (``cpu``, ``cuda``, ``cuda:N``, ``auto``); ``None`` follows
+      the run's ``trainer.device``. Results are returned on the CPU.
+    - ``dtype``: weight and activation dtype: ``auto`` (bfloat16 on CUDA, float32 on CPU, where the
+      half types are many times slower), ``float32``, ``bfloat16``, ``float16``. Sampling math and
+      the reported log-probs are float32 whatever this is.
+    - ``decode``: the decoding loop. ``eager``: a dynamic KV cache, one model call per token
+      (:mod:`rlloom_hf.decode`); ``static``: preallocated caches in bucketed shapes
+      (:mod:`rlloom_hf.static_decode`), token draws from counter-based streams; ``graphs``:
+      ``static`` with each bucket's decode step captured in a CUDA graph (CUDA only); ``auto``:
+      ``graphs`` on CUDA, ``eager`` elsewhere. ``eager`` and ``static`` sample different (equally
+      distributed) tokens for one seed: they draw from different generators.
+    - ``eos_check_interval``: with ``static``/``graphs``, tokens decoded between two checks whether
+      every row has stopped (each check waits for the device); the output does not depend on it.
+    - ``sleep_level``: what :meth:`~rlloom_hf.engine.HFRolloutEngine.sleep` frees on an
+      accelerator while the trainer works: 0 nothing (fastest: captured graphs stay), 1 the
+      static caches and graphs (recaptured at the next ``generate``), 2 that and the weights
+      (moved to host memory). On the CPU sleep frees nothing.
     - ``attn_implementation``: the transformers attention backend (``"sdpa"`` or ``"eager"``).
     """
 
     max_batch_rows: int = 64
-    dtype: str = "float32"
-    device: str = "cpu"
+    device: str | None = None
+    dtype: str = "auto"
+    decode: str = "auto"
+    eos_check_interval: int = 8
+    sleep_level: int = 0
     attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1:
             raise ValueError(f"HFRolloutConfig.max_batch_rows must be >= 1, got {self.max_batch_rows}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"HFRolloutConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        if self.device is not None:
+            check_device_name("rollout.device", self.device)
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"HFRolloutConfig.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+        if self.decode not in DECODE_MODES:
+            raise ValueError(f"HFRolloutConfig.decode must be one of {list(DECODE_MODES)}, got {self.decode!r}")
+        if self.eos_check_interval < 1:
+            raise ValueError(f"HFRolloutConfig.eos_check_interval must be >= 1, got {self.eos_check_interval}")
+        if self.sleep_level not in SLEEP_LEVELS:
+            raise ValueError(f"HFRolloutConfig.sleep_level must be one of {list(SLEEP_LEVELS)}, got {self.sleep_level}")

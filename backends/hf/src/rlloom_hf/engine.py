@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
 from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom.devices import resolve_dtype, role_device
 from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import HFRolloutConfig
+from rlloom_hf.counter_rng import CounterStreams
 from rlloom_hf.decode import DecodedChunk, decode_chunk
 from rlloom_hf.sampling import ResponseStreams
+from rlloom_hf.static_decode import StaticDecoder
 
 
 def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -33,22 +37,27 @@ def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, tor
 class HFRolloutEngine:
     """Samples responses with a transformers causal LM; see :meth:`generate` for the contract.
 
-    Loads the model and tokenizer from ``spec.model_path``. ``tokenizer`` is public (the controller
-    decodes responses with it). Random draws come from a generator seeded with ``spec.seed``
-    unless a call gives ``sampling.seed``.
+    Loads the model and tokenizer from ``spec.model_path`` onto ``cfg.device`` (else the run's
+    device) in ``cfg.dtype``. ``tokenizer`` is public (the controller decodes responses with it).
+    The call's seed is drawn from a generator seeded with ``spec.seed`` unless a call gives
+    ``sampling.seed``. The decoding loop is ``cfg.decode`` (see :class:`HFRolloutConfig`).
     """
 
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
-        self.device = torch.device(cfg.device)
+        self.device = role_device(cfg.device, spec.device, "rollout.device")
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
         model = AutoModelForCausalLM.from_pretrained(
-            spec.model_path, dtype=cfg.torch_dtype, attn_implementation=cfg.attn_implementation
+            spec.model_path, dtype=resolve_dtype(cfg.dtype, self.device, "rollout.dtype"),
+            attn_implementation=cfg.attn_implementation,
         )
         self.model = model.to(self.device).eval()
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.pad_id = pad_token_id(self.model.generation_config, self.tokenizer, self.stop_ids)
-        self._generator = torch.Generator(device=self.device).manual_seed(spec.seed)
+        self._generator = torch.Generator().manual_seed(spec.seed)
+        mode = cfg.decode if cfg.decode != "auto" else ("graphs" if self.device.type == "cuda" else "eager")
+        self._static = None if mode == "eager" else StaticDecoder(
+            self.model, self.device, graphs=mode == "graphs", eos_check_interval=cfg.eos_check_interval)
         self._asleep = False
 
     # ------------------------------------------------------------------------------ generation
@@ -56,12 +65,14 @@ class HFRolloutEngine:
         """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
 
         Output rows ``i*n … i*n+n-1`` answer prompt ``i`` and carry its fields (``Batch.repeat``).
-        Rows are decoded ``cfg.max_batch_rows`` at a time; each chunk prefills each of its distinct
-        prompts once. Response ``j`` of prompt ``i`` draws from its own stream seeded with
-        (seed, ``sampling.first_prompt`` + i, j) (:class:`~rlloom_hf.sampling.ResponseStreams`):
-        with ``sampling.seed`` set, the same weights and prompt give the same response whatever
-        else is in the batch, the chunk size, or how a call was split; without it the seed is
-        drawn from the engine's generator (seeded with ``spec.seed``).
+        Rows are decoded ``cfg.max_batch_rows`` at a time (the eager loop prefills each distinct
+        prompt of a chunk once). Response ``j`` of prompt ``i`` draws from its own stream keyed by
+        (seed, ``sampling.first_prompt`` + i, j) (:class:`~rlloom_hf.sampling.ResponseStreams` in
+        the eager loop, :class:`~rlloom_hf.counter_rng.CounterStreams` in the static ones): with
+        ``sampling.seed`` set, the same weights and prompt give the same response whatever else is
+        in the batch, the chunk size, or how a call was split; without it the seed is drawn from
+        the engine's generator (seeded with ``spec.seed``). ``sampling.ignore_eos``: no stop id
+        ends a response.
         """
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
@@ -70,7 +81,9 @@ class HFRolloutEngine:
         seed = sampling.seed
         if seed is None:
             seed = int(torch.randint(2**62, (), generator=self._generator))
-        stop_ids = torch.tensor(self.stop_ids, dtype=torch.long, device=self.device)
+        stop_ids = torch.tensor([] if sampling.ignore_eos else self.stop_ids, dtype=torch.long, device=self.device)
+        decode, stream_type = (functools.partial(decode_chunk, model), ResponseStreams) if self._static is None else (
+            self._static.decode, CounterStreams)
 
         total = len(prompts) * sampling.n
         chunks: list[DecodedChunk] = []
@@ -78,10 +91,9 @@ class HFRolloutEngine:
             rows = torch.arange(start, min(start + self.config.max_batch_rows, total))
             owners = rows // sampling.n
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
-            streams = None if sampling.greedy else ResponseStreams(
+            streams = None if sampling.greedy else stream_type(
                 seed, sampling.first_prompt + owners, rows % sampling.n, self.device)
-            chunks.append(decode_chunk(
-                model,
+            chunks.append(decode(
                 prompt_ids[unique].to(self.device),
                 prompt_mask[unique].to(self.device),
                 copies.to(self.device),
@@ -124,26 +136,31 @@ class HFRolloutEngine:
     def sleep(self) -> None:
         """Enter the asleep state until :meth:`wake_up`; ``generate`` refuses to run meanwhile.
 
-        The KV cache lives only inside a ``generate`` call, so between calls the only memory held is
-        the weights. On an accelerator they are moved to host memory (and the CUDA cache emptied);
-        on the CPU nothing is freed, since the weights must stay somewhere and there is no other
-        state.
+        On an accelerator, frees what ``cfg.sleep_level`` says (1: the static decoder's caches and
+        CUDA graphs; 2: also the weights, moved to host memory) and empties the CUDA cache. On the
+        CPU nothing is freed: the weights must stay somewhere, and the eager loop's KV cache lives
+        only inside a ``generate`` call.
         """
         model = self._ready("sleep", allow_asleep=True)
-        if self.device.type != "cpu":
-            model.to("cpu")
+        if self.device.type != "cpu" and self.config.sleep_level > 0:
+            if self._static is not None:
+                self._static.release()  # graphs hold the weights' addresses: drop them first
+            if self.config.sleep_level > 1:
+                model.to("cpu")
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         self._asleep = True
 
     def wake_up(self) -> None:
-        """Leave the asleep state, moving the weights back to the configured device."""
+        """Leave the asleep state, moving the weights back to the configured device if they left."""
         self._ready("wake_up", allow_asleep=True).to(self.device)
         self._asleep = False
 
     def close(self) -> None:
-        """Drop the model (the tokenizer stays usable for decoding). Later calls raise."""
+        """Drop the model and decoding buffers (the tokenizer stays usable for decoding). Later
+        calls raise."""
         self.model = None
+        self._static = None
 
     def _ready(self, action: str, allow_asleep: bool = False):
         if self.model is None:

@@ -1,0 +1,201 @@
+"""Decoding with preallocated KV caches and, on CUDA, one CUDA graph replay per token.
+
+The eager loop (:mod:`rlloom_hf.decode`) launches every kernel of every layer for every token:
+on a GPU a small model's decode step is then bound by kernel launches (tens of ms per token
+whatever the batch). Here the decode step has static shapes, so it is captured once in a
+``torch.cuda.CUDAGraph`` and each token is one graph replay.
+
+Buckets. A call decodes N rows of P prompt tokens and up to M new tokens; it runs in the bucket
+(rows = the next power of two ≥ N, length = P + M rounded up to :data:`LENGTH_MULTIPLE`). Each
+bucket owns a transformers ``StaticCache`` of that size, the decode step's input buffers and, on
+CUDA, its captured graph; buckets live until :meth:`StaticDecoder.release`. Rows beyond N repeat
+row 0 and are discarded. Prompt lengths vary from call to call inside a bucket: positions, the
+cache write position and the attention mask are data, not shapes.
+
+Why manual capture and not ``torch.compile(mode="reduce-overhead")``: compiling a 135M model takes
+~10 s and a 0.5B one ~24 s (measured with ``generate``'s static cache on an H100,
+../shared/gpu/README.md) and recompiles for new shapes, against a few hundred milliseconds of
+capture per bucket; a quickstart run is ~15 steps of well under a second.
+
+Step semantics equal the eager loop's: the attention mask is a prepared 4-D boolean mask
+[rows, 1, q, length] (key j visible to query i when j is a real prompt token at or before i, or a
+generated position already written; every query also sees itself, so padded prompt positions
+never attend to nothing), position ids are ``cumsum(prompt_mask) - 1`` then the next positions,
+and the cache write position is set explicitly before every forward. Sampling
+(:func:`rlloom_hf.sampling.next_tokens`) runs eagerly on the device with counter-based streams
+(:mod:`rlloom_hf.counter_rng`); whether every row has stopped is read back every
+``eos_check_interval`` tokens only, and the result is trimmed to the longest response, so the
+output equals a check after every token.
+"""
+
+from __future__ import annotations
+
+import torch
+from rlloom import SamplingParams
+from transformers import PreTrainedModel, StaticCache
+
+from rlloom_hf.counter_rng import CounterStreams
+from rlloom_hf.decode import DecodedChunk
+from rlloom_hf.sampling import next_tokens
+
+LENGTH_MULTIPLE = 64
+
+
+def bucket_shape(rows: int, length: int) -> tuple[int, int]:
+    """(rows rounded up to a power of two, length rounded up to :data:`LENGTH_MULTIPLE`)."""
+    return 1 << max(rows - 1, 0).bit_length(), -(-length // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
+
+
+def _set_write_position(cache: StaticCache, position: torch.Tensor) -> None:
+    """Make every layer write its next keys/values at ``position`` (a 0-d int64 device tensor).
+
+    transformers' static layers write at their ``cumulative_length`` counter; setting it before
+    each forward (inside the captured region) keeps replays independent of warm-up runs."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            layer.cumulative_length.copy_(position)
+
+
+class _Bucket:
+    """The static cache, decode-step buffers and (CUDA) captured graph of one bucket shape."""
+
+    def __init__(self, model: PreTrainedModel, rows: int, length: int, device: torch.device) -> None:
+        self.model, self.rows, self.length = model, rows, length
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.input_ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.position_ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.write_at = torch.zeros((), dtype=torch.long, device=device)
+        self.mask = torch.zeros((rows, 1, 1, length), dtype=torch.bool, device=device)
+        self.logits: torch.Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def prefill(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Run the prompts [rows, P] into the cache from position 0; logits [rows, V] of the last
+        prompt position. Also resets the decode mask to the real prompt tokens."""
+        prompt_len = prompt_ids.shape[1]
+        device = prompt_ids.device
+        keys_real = torch.zeros((self.rows, self.length), dtype=torch.bool, device=device)
+        keys_real[:, :prompt_len] = prompt_mask.bool()
+        query = torch.arange(prompt_len, device=device)[:, None]
+        key = torch.arange(self.length, device=device)[None, :]
+        visible = ((key <= query)[None] & keys_real[:, None, :]) | (key == query)[None]
+        _set_write_position(self.cache, torch.zeros((), dtype=torch.long, device=device))
+        out = self.model(
+            input_ids=prompt_ids,
+            attention_mask=visible[:, None],
+            position_ids=(prompt_mask.cumsum(dim=1) - 1).clamp(min=0),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.mask.copy_(keys_real[:, None, None, :])
+        return out.logits[:, -1]
+
+    def _forward(self) -> torch.Tensor:
+        """One decode step from the buffers; writes and returns ``self.logits`` [rows, V]."""
+        _set_write_position(self.cache, self.write_at)
+        out = self.model(
+            input_ids=self.input_ids,
+            attention_mask=self.mask,
+            position_ids=self.position_ids,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        if self.logits is None:
+            self.logits = torch.empty_like(out.logits[:, -1])
+        self.logits.copy_(out.logits[:, -1])
+        return self.logits
+
+    def capture(self) -> None:
+        """Record :meth:`_forward` in a CUDA graph (after one warm-up run on a side stream, as
+        PyTorch requires). Must follow a :meth:`prefill`: the cache is allocated then. The
+        warm-up writes at the current ``write_at``, a position the next real step overwrites."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._forward()
+        self.graph = graph
+
+    def step(self, tokens: torch.Tensor, column: int, positions: torch.Tensor) -> torch.Tensor:
+        """Feed ``tokens`` [n ≤ rows] written at cache column ``column`` with ``positions``
+        [rows, 1]; the next logits [rows, V] (a buffer the next step overwrites)."""
+        self.input_ids[: len(tokens), 0].copy_(tokens)
+        self.position_ids.copy_(positions)
+        self.write_at.fill_(column)
+        self.mask[:, 0, 0, column] = True
+        if self.graph is None:
+            return self._forward()
+        self.graph.replay()
+        return self.logits
+
+
+class StaticDecoder:
+    """Decodes chunks like :func:`rlloom_hf.decode.decode_chunk`, in buckets (module doc).
+
+    ``graphs``: capture each bucket's decode step in a CUDA graph (CUDA only); without it the same
+    static-shape step runs eagerly (the CPU test path). ``eos_check_interval``: tokens between two
+    reads of "has every row stopped" from the device.
+    """
+
+    def __init__(self, model: PreTrainedModel, device: torch.device, graphs: bool, eos_check_interval: int) -> None:
+        if graphs and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+        self.model, self.device, self.graphs = model, device, graphs
+        self.eos_check_interval = eos_check_interval
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
+
+    def release(self) -> None:
+        """Drop every bucket's cache and graph (memory returns to the caching allocator)."""
+        self._buckets.clear()
+
+    def _bucket(self, rows: int, length: int) -> tuple[_Bucket, bool]:
+        shape = bucket_shape(rows, length)
+        fresh = shape not in self._buckets
+        if fresh:
+            self._buckets[shape] = _Bucket(self.model, *shape, self.device)
+        return self._buckets[shape], fresh
+
+    @torch.no_grad()
+    def decode(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        copies: torch.Tensor,
+        sampling: SamplingParams,
+        stop_ids: torch.Tensor,
+        pad_id: int,
+        streams: CounterStreams | None,
+    ) -> DecodedChunk:
+        """Same contract as :func:`rlloom_hf.decode.decode_chunk` (streams: counter-based)."""
+        owner = torch.repeat_interleave(torch.arange(len(copies), device=copies.device), copies)
+        rows, prompt_len, max_new = len(owner), prompt_ids.shape[1], sampling.max_new_tokens
+        bucket, fresh = self._bucket(rows, prompt_len + max_new)
+        fill = torch.zeros(bucket.rows - rows, dtype=torch.long, device=owner.device)
+        ids, mask_in = prompt_ids[torch.cat([owner, fill])], prompt_mask[torch.cat([owner, fill])]
+        logits = bucket.prefill(ids, mask_in)[:rows]
+        if fresh and self.graphs:
+            bucket.write_at.fill_(prompt_len)
+            bucket.capture()
+        next_position = mask_in.sum(dim=1, keepdim=True)
+
+        tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((rows, max_new), dtype=torch.long, device=self.device)
+        log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=self.device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        for step in range(max_new):
+            picked, picked_log_probs = next_tokens(logits, sampling, streams)
+            alive = ~finished
+            tokens[:, step] = torch.where(alive, picked, pad_id)
+            log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
+            mask[:, step] = alive.long()
+            finished |= torch.isin(picked, stop_ids)
+            if step + 1 == max_new or ((step + 1) % self.eos_check_interval == 0 and bool(finished.all())):
+                break
+            logits = bucket.step(tokens[:, step], prompt_len + step, next_position + step)[:rows]
+        length = int(mask.sum(dim=1).max())
+        return DecodedChunk(tokens[:, :length], mask[:, :length], log_probs[:, :length])
