@@ -104,3 +104,21 @@ def test_concurrent_processes_build_once(tmp_path):
     folder = Path(paths.pop())
     assert sorted(os.listdir(folder)) == [f"part{i}" for i in range(5)]
     assert [(folder / f"part{i}").read_text() for i in range(5)] == [str(i) for i in range(5)]
+
+
+def test_an_invalid_folder_is_rebuilt(tmp_path):
+    versions = []
+
+    def build(folder: Path) -> None:
+        versions.append(len(versions) + 1)
+        (folder / "version").write_text(str(versions[-1]))
+
+    def valid(folder: Path) -> bool:
+        return (folder / "version").read_text() == "2"
+
+    first = cached_folder("m", build, str(tmp_path))  # no check: version 1 stays
+    assert (Path(first) / "version").read_text() == "1"
+    again = cached_folder("m", build, str(tmp_path), valid=valid)  # version 1 is not valid: rebuilt
+    assert again == first and (Path(again) / "version").read_text() == "2"
+    cached_folder("m", build, str(tmp_path), valid=valid)
+    assert versions == [1, 2]

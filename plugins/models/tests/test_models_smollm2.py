@@ -108,7 +108,9 @@ def test_eos_and_chat_template(model, tokenizer):
     assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|im_end|>", 2)
     assert tokenizer.convert_ids_to_tokens(2) == "<|im_end|>"
     assert model.generation_config.eos_token_id == 2
-    assert tokenizer.pad_token_id is not None
+    # set explicitly (transformers 5.17 converts without one): <|im_end|>, as SmolLM2's own release
+    assert (tokenizer.pad_token, tokenizer.pad_token_id) == ("<|im_end|>", 2)
+    assert model.config.pad_token_id == model.generation_config.pad_token_id == 2
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,
                                              add_generation_prompt=True)
     assert rendered == (
@@ -128,3 +130,22 @@ def test_greedy_answer(model, tokenizer):
     assert int(new_tokens[-1]) == 2  # stopped at <|im_end|>: the generation config carries the EOS
     reply = tokenizer.decode(new_tokens, skip_special_tokens=True)
     assert "5" in reply, reply
+
+
+def test_a_cached_folder_without_a_pad_token_is_converted_again(tmp_path, monkeypatch):
+    """A folder an older transformers converted without a pad token is not used: it is rebuilt."""
+    monkeypatch.setattr(smollm2, "gguf_path", lambda: Path("unused.gguf"))
+    stale = tmp_path / "models" / smollm2.CACHE_NAME
+    stale.mkdir(parents=True)
+    (stale / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": None}))
+    built = []
+
+    def convert(gguf, folder):
+        built.append(folder)
+        (folder / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<|im_end|>"}))
+
+    monkeypatch.setattr(smollm2, "convert", convert)
+    path = smollm2.smollm2_path(str(tmp_path))
+    assert path == str(stale) and len(built) == 1
+    assert smollm2.has_pad_token(stale)
+    assert smollm2.smollm2_path(str(tmp_path)) == path and len(built) == 1  # now valid: reused

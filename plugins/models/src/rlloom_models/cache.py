@@ -29,25 +29,37 @@ def cache_root(cache_dir: str | None = None) -> Path:
     return Path(root).expanduser().absolute()
 
 
-def cached_folder(name: str, build: Callable[[Path], None], cache_dir: str | None = None) -> str:
+def cached_folder(
+    name: str,
+    build: Callable[[Path], None],
+    cache_dir: str | None = None,
+    valid: Callable[[Path], bool] | None = None,
+) -> str:
     """Path of the cached folder ``name``, calling ``build(tmp_dir)`` to fill it if it is absent.
 
     ``build`` writes the folder's files into the empty directory it is given. If it raises, nothing
     is published and the error propagates; the next call builds again. Temporary folders left by a
-    builder that died are removed by the next builder of the same name.
+    builder that died are removed by the next builder of the same name. ``valid(folder)``: whether
+    an existing folder is still good (e.g. one an older version of ``build`` wrote lacks something);
+    one that is not is removed and built again.
     """
     if not name or name.startswith(".") or os.sep in name:
         raise ValueError(f"cache folder name must be a plain, non-hidden name, got {name!r}")
     models = cache_root(cache_dir) / "models"
     final = models / name
-    if final.is_dir():
+
+    def usable() -> bool:
+        return final.is_dir() and (valid is None or valid(final))
+
+    if usable():
         return str(final)
     models.mkdir(parents=True, exist_ok=True)
     with FileLock(str(models / f"{name}.lock")):
-        if final.is_dir():  # another caller built it while we waited for the lock
+        if usable():  # another caller built it while we waited for the lock
             return str(final)
         for leftover in models.glob(f".{name}.*"):
             shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)  # an invalid folder
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models))
         try:
             build(tmp)

@@ -6,11 +6,17 @@ transformers' GGUF reader (which dequantises it to float32), and saved as a plai
 (safetensors, tokenizer with chat template, generation config with EOS ``<|im_end|>``) under
 ``models/smollm2-135m-instruct`` in the cache. Before the folder is published it is reloaded without
 GGUF and must give the same logits as the dequantised model.
+
+The pad token is set explicitly to ``<|im_end|>``, as in SmolLM2-135M-Instruct's own Hugging Face
+release: transformers 5.19 picks that one when converting, 5.17 leaves none (and a run then
+fails). Padding with the end-of-turn token is safe: every position after a response's end is
+masked. A cached folder without a pad token (written by such a transformers) is rebuilt.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import torch
@@ -50,9 +56,9 @@ def convert(gguf: Path, folder: Path) -> None:
     if EOS_TOKEN not in tokenizer.get_vocab():
         raise ModelSourceError(f"{gguf} has no {EOS_TOKEN} token to end assistant turns with")
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    tokenizer.eos_token = EOS_TOKEN
+    tokenizer.eos_token = tokenizer.pad_token = EOS_TOKEN
     for config in (model.config, model.generation_config):
-        config.eos_token_id = eos_id
+        config.eos_token_id = config.pad_token_id = eos_id
     # The weights are plain float32 now. save_pretrained refuses a model that still holds the GGUF
     # quantizer, and a saved quantization_config would make loaders look for a GGUF file.
     model.hf_quantizer = None
@@ -74,7 +80,17 @@ def _check_reload(model: PreTrainedModel, input_ids: torch.Tensor, folder: Path)
         )
 
 
+def has_pad_token(folder: Path) -> bool:
+    """Whether the saved tokenizer in ``folder`` names a pad token."""
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("pad_token"))
+
+
 def smollm2_path(cache_dir: str | None = None) -> str:
-    """The cached float32 folder of SmolLM2-135M-Instruct, converted from GGUF on first use."""
+    """The cached float32 folder of SmolLM2-135M-Instruct, converted from GGUF on first use (and
+    again when the cached folder has no pad token)."""
     gguf = gguf_path()
-    return cached_folder(CACHE_NAME, lambda folder: convert(gguf, folder), cache_dir)
+    return cached_folder(CACHE_NAME, lambda folder: convert(gguf, folder), cache_dir, valid=has_pad_token)
