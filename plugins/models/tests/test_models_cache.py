@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlloom_models.cache import cache_root, cached_folder
+from rlloom_models.cache import VERSION_FILE, cache_root, cached_folder
 
 
 def test_cache_root_precedence(monkeypatch, tmp_path):
@@ -106,19 +106,19 @@ def test_concurrent_processes_build_once(tmp_path):
     assert [(folder / f"part{i}").read_text() for i in range(5)] == [str(i) for i in range(5)]
 
 
-def test_an_invalid_folder_is_rebuilt(tmp_path):
-    versions = []
+def test_a_folder_of_another_version_is_rebuilt(tmp_path):
+    built = []
 
     def build(folder: Path) -> None:
-        versions.append(len(versions) + 1)
-        (folder / "version").write_text(str(versions[-1]))
+        built.append(folder)
+        (folder / "weights").write_text(f"build {len(built)}")
 
-    def valid(folder: Path) -> bool:
-        return (folder / "version").read_text() == "2"
-
-    first = cached_folder("m", build, str(tmp_path))  # no check: version 1 stays
-    assert (Path(first) / "version").read_text() == "1"
-    again = cached_folder("m", build, str(tmp_path), valid=valid)  # version 1 is not valid: rebuilt
-    assert again == first and (Path(again) / "version").read_text() == "2"
-    cached_folder("m", build, str(tmp_path), valid=valid)
-    assert versions == [1, 2]
+    unversioned = Path(cached_folder("m", build, str(tmp_path)))  # what code before versions wrote
+    assert not (unversioned / VERSION_FILE).exists()
+    v2 = Path(cached_folder("m", build, str(tmp_path), version=2))  # no stamp: rebuilt in place
+    assert v2 == unversioned and (v2 / "weights").read_text() == "build 2"
+    assert (v2 / VERSION_FILE).read_text() == "2"
+    assert cached_folder("m", build, str(tmp_path), version=2) == str(v2) and len(built) == 2  # reused
+    cached_folder("m", build, str(tmp_path), version=3)
+    assert (v2 / "weights").read_text() == "build 3" and len(built) == 3
+    assert [p.name for p in (tmp_path / "models").iterdir() if p.is_dir()] == ["m"]  # nothing left behind

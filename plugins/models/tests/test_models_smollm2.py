@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, Qwen2Config
 
 from rlloom_models import smollm2
 from rlloom_models.config import SmolLM2Config
 from rlloom_models.errors import ModelSourceError
 from rlloom_models.plugin import smollm2_135m
+from rlloom_models.tiny import build_tokenizer
 
 torch.set_num_threads(1)
 
@@ -132,20 +133,43 @@ def test_greedy_answer(model, tokenizer):
     assert "5" in reply, reply
 
 
+def write_tiny_folder(folder: Path, pad: bool) -> None:
+    """The tiny model's tokenizer and configs (no weights), with or without a pad token: a stand-in
+    for a converted folder that is cheap to write."""
+    tokenizer = build_tokenizer(64)
+    if not pad:
+        tokenizer.pad_token = None
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    tokenizer.save_pretrained(folder)
+    Qwen2Config(vocab_size=len(tokenizer), **ids).save_pretrained(folder)
+    GenerationConfig(**ids).save_pretrained(folder)
+
+
+def test_check_pad_token_refuses_a_folder_without_one(tmp_path):
+    write_tiny_folder(tmp_path / "with", pad=True)
+    smollm2.check_pad_token(tmp_path / "with", 256)
+    with pytest.raises(ModelSourceError, match=r"'tokenizer': 256.*expected 2"):
+        smollm2.check_pad_token(tmp_path / "with", 2)
+    write_tiny_folder(tmp_path / "without", pad=False)
+    with pytest.raises(ModelSourceError, match=r"pad token ids \{'tokenizer': None, 'config': None"):
+        smollm2.check_pad_token(tmp_path / "without", 256)
+
+
 def test_a_cached_folder_without_a_pad_token_is_converted_again(tmp_path, monkeypatch):
-    """A folder an older transformers converted without a pad token is not used: it is rebuilt."""
+    """A folder older code converted (no version stamp; under transformers 5.17, no pad token) is
+    not used: it is converted again, in place, once."""
     monkeypatch.setattr(smollm2, "gguf_path", lambda: Path("unused.gguf"))
     stale = tmp_path / "models" / smollm2.CACHE_NAME
-    stale.mkdir(parents=True)
-    (stale / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": None}))
-    built = []
+    write_tiny_folder(stale, pad=False)
+    assert AutoTokenizer.from_pretrained(stale).pad_token_id is None
+    converted = []
 
     def convert(gguf, folder):
-        built.append(folder)
-        (folder / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<|im_end|>"}))
+        converted.append(folder)
+        write_tiny_folder(folder, pad=True)
 
     monkeypatch.setattr(smollm2, "convert", convert)
     path = smollm2.smollm2_path(str(tmp_path))
-    assert path == str(stale) and len(built) == 1
-    assert smollm2.has_pad_token(stale)
-    assert smollm2.smollm2_path(str(tmp_path)) == path and len(built) == 1  # now valid: reused
+    assert path == str(stale) and len(converted) == 1
+    assert AutoTokenizer.from_pretrained(path).pad_token == "<pad>"
+    assert smollm2.smollm2_path(str(tmp_path)) == path and len(converted) == 1  # now current: reused

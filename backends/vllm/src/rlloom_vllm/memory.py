@@ -1,4 +1,5 @@
-"""Resident memory of this process and returning idle tensor pages to the operating system."""
+"""Resident memory of this process, GPU memory in use, and returning idle tensor pages to the operating
+system."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 def rss_bytes() -> int:
     """Resident set size of this process now, in bytes."""
     return psutil.Process().memory_info().rss
+
+
+def cuda_used_bytes(device: torch.device) -> int:
+    """Memory in use on the CUDA ``device`` now, in bytes, by every process and allocator (total
+    minus free, as the driver reports it): what vLLM's sleep gives back shows here, unlike in
+    PyTorch's own allocator statistics."""
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free
 
 
 def release_pages(tensors: Iterable[torch.Tensor]) -> int:

@@ -7,20 +7,23 @@ transformers' GGUF reader (which dequantises it to float32), and saved as a plai
 ``models/smollm2-135m-instruct`` in the cache. Before the folder is published it is reloaded without
 GGUF and must give the same logits as the dequantised model.
 
-The pad token is set explicitly to ``<|im_end|>``, as in SmolLM2-135M-Instruct's own Hugging Face
-release: transformers 5.19 picks that one when converting, 5.17 leaves none (and a run then
-fails). Padding with the end-of-turn token is safe: every position after a response's end is
-masked. A cached folder without a pad token (written by such a transformers) is rebuilt.
+The pad token is set explicitly (tokenizer, config and generation config) to ``<|im_end|>`` (id 2),
+the one SmolLM2-135M-Instruct's own Hugging Face release declares; the GGUF records it too
+(``tokenizer.ggml.padding_token_id = 2``). transformers 5.19 picks it up when converting, 5.17
+leaves the tokenizer without one (and a run then fails), so the conversion sets it and checks that
+the saved folder reloads with it. Padding with the end-of-turn token is safe here: engines mask
+every position after a response's end and every left-padding position, so a pad is never read as
+an end of turn. The folder is cached with :data:`BUILD_VERSION`: one written by older code (which
+may lack the pad token) is converted again on first use.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from rlloom_models.cache import cached_folder
 from rlloom_models.errors import ModelSourceError
@@ -31,6 +34,7 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct"
 EOS_TOKEN = "<|im_end|>"
 CHECK_TEXT = "The capital of France is"
+BUILD_VERSION = 2  # 2: the pad token is set explicitly; bump whenever convert() writes something else
 
 
 def gguf_path() -> Path:
@@ -66,6 +70,7 @@ def convert(gguf: Path, folder: Path) -> None:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     _check_reload(model, tokenizer(CHECK_TEXT, return_tensors="pt").input_ids, folder)
+    check_pad_token(folder, eos_id)
 
 
 def _check_reload(model: PreTrainedModel, input_ids: torch.Tensor, folder: Path) -> None:
@@ -80,17 +85,21 @@ def _check_reload(model: PreTrainedModel, input_ids: torch.Tensor, folder: Path)
         )
 
 
-def has_pad_token(folder: Path) -> bool:
-    """Whether the saved tokenizer in ``folder`` names a pad token."""
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return bool(config.get("pad_token"))
+def check_pad_token(folder: Path, pad_id: int) -> None:
+    """Raise a ModelSourceError unless the tokenizer, config and generation config saved in
+    ``folder`` all reload with pad token id ``pad_id``."""
+    found = {
+        "tokenizer": AutoTokenizer.from_pretrained(folder).pad_token_id,
+        "config": AutoConfig.from_pretrained(folder).pad_token_id,
+        "generation_config": GenerationConfig.from_pretrained(folder).pad_token_id,
+    }
+    if any(value != pad_id for value in found.values()):
+        raise ModelSourceError(f"the converted folder reloads with pad token ids {found}, expected {pad_id}; "
+                               f"it was not cached")
 
 
 def smollm2_path(cache_dir: str | None = None) -> str:
     """The cached float32 folder of SmolLM2-135M-Instruct, converted from GGUF on first use (and
-    again when the cached folder has no pad token)."""
+    again when the cached folder was written by an older :data:`BUILD_VERSION`)."""
     gguf = gguf_path()
-    return cached_folder(CACHE_NAME, lambda folder: convert(gguf, folder), cache_dir, valid=has_pad_token)
+    return cached_folder(CACHE_NAME, lambda folder: convert(gguf, folder), cache_dir, version=BUILD_VERSION)
