@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlloom_fsdp import FSDPConfig
-from rlloom_fsdp.schedule import lr_factor
+from rlloom.engine_config import lr_factor
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ so a Ray worker on a GPU node picks CUDA even when the controller's machine has 
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -97,3 +99,25 @@ def cuda_memory_metrics(device: torch.device) -> dict[str, float]:
         "perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 1e9,
         "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved(device) / 1e9,
     }
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """On CUDA without an explicit index, the GPU of this rank: ``LOCAL_RANK`` (set by torchrun
+    and similar launchers) when it names a visible device, else the current one (Ray makes a
+    worker's single GPU device 0)."""
+    if device.type != "cuda" or device.index is not None:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    if 0 <= local_rank < torch.cuda.device_count():
+        return torch.device("cuda", local_rank)
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move the optimizer's per-parameter state tensors (AdamW's moments) to ``device`` in place of
+    the old ones. Scalar state (AdamW's ``step`` counter) stays where the optimizer keeps it: on
+    the CPU unless the optimizer is ``capturable``."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                state[key] = value.to(device, non_blocking=True)

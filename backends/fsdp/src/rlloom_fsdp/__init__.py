@@ -1,6 +1,6 @@
 """rlloom-fsdp: a :class:`~rlloom.protocols.TrainEngine` on PyTorch FSDP2 (``fully_shard``)."""
 
-from rlloom_fsdp.config import LR_SCHEDULES, FSDPConfig
+from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 
-__all__ = ["LR_SCHEDULES", "FSDPConfig", "FSDPTrainEngine"]
+__all__ = ["FSDPConfig", "FSDPTrainEngine"]

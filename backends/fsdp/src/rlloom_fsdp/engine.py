@@ -37,16 +37,15 @@ from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
-from rlloom.devices import cuda_memory_metrics, resolve_dtype, role_device
+from rlloom.devices import cuda_memory_metrics, move_optimizer_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
 from rlloom.protocols import LossFn
 from rlloom.tokens import concat_prompt_response, response_logits
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
-from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, move_optimizer_state, shard_model
+from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
 from rlloom_fsdp.prefix import repeats_a_prompt
-from rlloom_fsdp.schedule import lr_factor
 from rlloom_fsdp.scoring import attach_scorer
 
 ROLES = ("actor", "ref", "critic")
@@ -58,7 +57,7 @@ _INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 class FSDPTrainEngine:
     """A :class:`~rlloom.protocols.TrainEngine` on ``torch.distributed.fsdp.fully_shard``.
 
-    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:mod:`rlloom_fsdp.schedule`) over
+    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:func:`rlloom.engine_config.lr_factor`) over
     ``spec.total_train_steps`` optimizer steps. ``spec.role == "ref"``: a frozen copy (no optimizer;
     ``train_step`` raises). ``spec.role == "critic"``: a :class:`rlloom_fsdp.model.CriticModel`
     (base transformer + zero-initialised ``Linear(hidden, 1)`` value head) trained like the actor
@@ -76,7 +75,6 @@ class FSDPTrainEngine:
         self.spec = spec
         self.trainable = spec.role in TRAINABLE_ROLES
         self.is_critic = spec.role == "critic"
-        self.base_lr = cfg.critic_lr if self.is_critic and cfg.critic_lr is not None else cfg.lr
         if self.trainable:
             # Fail now, not at the first train_step, if the schedule cannot be computed.
             self._lr(1)
@@ -123,14 +121,7 @@ class FSDPTrainEngine:
 
     def _lr(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based)."""
-        factor = lr_factor(
-            step,
-            schedule=self.cfg.lr_schedule,
-            warmup_steps=self.cfg.warmup_steps,
-            total_steps=self.spec.total_train_steps,
-            min_lr_ratio=self.cfg.min_lr_ratio,
-        )
-        return self.base_lr * factor
+        return self.cfg.lr_at(step, self.spec.role, self.spec.total_train_steps)
 
     def _all_reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
         """``values`` reduced with ``op`` over all ranks (a collective, on the engine's device so
@@ -454,14 +445,3 @@ class FSDPTrainEngine:
             torch.cuda.empty_cache()
         process_group.release()
 
-
-def rank_device(device: torch.device) -> torch.device:
-    """On CUDA without an explicit index, the GPU of this rank: ``LOCAL_RANK`` (set by torchrun
-    and similar launchers) when it names a visible device, else the current one (Ray makes a
-    worker's single GPU device 0)."""
-    if device.type != "cuda" or device.index is not None:
-        return device
-    local_rank = int(os.environ.get("LOCAL_RANK", -1))
-    if 0 <= local_rank < torch.cuda.device_count():
-        return torch.device("cuda", local_rank)
-    return torch.device("cuda", torch.cuda.current_device())

@@ -106,16 +106,6 @@ def shard_model(
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Move the optimizer's per-parameter state tensors (AdamW's moments) to ``device`` in place of
-    the old ones. Scalar state (AdamW's ``step`` counter) stays where the optimizer keeps it: on
-    the CPU unless the optimizer is ``capturable``."""
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0:
-                state[key] = value.to(device, non_blocking=True)
-
-
 def full_named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, full tensor)`` for every entry of ``model.state_dict()``, one at a time, on the
     device the parameters live on.

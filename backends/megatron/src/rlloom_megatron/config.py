@@ -1,0 +1,27 @@
+"""``MegatronConfig``: the typed config of ``train_engine=megatron`` (a Hydra structured config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlloom.engine_config import TrainEngineConfig
+
+
+@dataclass
+class MegatronConfig(TrainEngineConfig):
+    """The megatron-core train engine: the settings every train engine has (optimizer, LR
+    schedule, micro-batching, device, dtype: :class:`rlloom.engine_config.TrainEngineConfig`) and
+    its parallel layout.
+
+    ``tensor_parallel_size``: ranks each layer's weights are split over (Megatron's TP); the
+    engine's ranks (the launcher's world) are TP groups of that size, and the groups split the
+    batch (data parallelism). It must divide the world size and the model's numbers of attention
+    and key/value heads. Pipeline parallelism is not offered (see docs/megatron.md).
+    """
+
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"MegatronConfig.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")

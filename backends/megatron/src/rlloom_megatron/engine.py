@@ -1,0 +1,371 @@
+"""``MegatronTrainEngine``: a Hugging Face Llama/Qwen2 checkpoint trained as a megatron-core
+``GPTModel`` with tensor parallelism, as actor or frozen reference.
+
+Ranks. The launcher's world is split by megatron-core into tensor-parallel (TP) groups of
+``train_engine.tensor_parallel_size`` consecutive ranks; the groups are data-parallel (DP) replicas.
+The controller hands every rank its own rows (``dp_split``, as for fsdp); the ranks of a TP group
+first gather their rows (``all_gather_object`` in the TP group), all run the same union (each
+holding its slice of every layer), and each returns the results of its own rows. So the engine
+runs under any launcher that gives it ranks, with the core's dispatch unchanged.
+
+Sequences. Megatron's RoPE reads positions 0, 1, … of the sequence it is given, so each row is
+sent *left-aligned*: its real prompt tokens, then its response, then padding (which a causal
+model never attends to from earlier positions); response token j of a row with p prompt tokens
+is predicted at position p + j - 1, as in the Hugging Face model with left padding and position
+ids. Log-probs and entropy come from the vocabulary-split logits without gathering them
+(:mod:`rlloom_megatron.vocab_parallel`).
+
+Optimizer. Float32 parameters on every rank's slice; ``torch.optim.AdamW`` over the slices;
+gradients summed over the DP group (``all_reduce``) after the micro-batches; the global gradient
+norm counts each TP-split parameter's slices once and each replicated parameter once. On CUDA
+the forward and backward run under ``torch.autocast`` in ``train_engine.dtype`` (bf16 by default)
+with float32 master weights. megatron-core's own DDP and distributed optimizer are not used: they
+allocate on ``"cuda"`` by name, which no CPU run can exercise (docs/megatron.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import math
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom.devices import move_optimizer_state, rank_device, resolve_dtype, role_device
+from rlloom.protocols import LossFn
+from transformers import AutoConfig
+
+from rlloom_megatron import cpu_compat, parallel
+from rlloom_megatron.config import MegatronConfig
+from rlloom_megatron.convert import ModelLayout, hf_to_megatron, is_tensor_parallel, megatron_to_hf, shard, unshard
+from rlloom_megatron.model import build_gpt_model
+from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs
+
+ROLES = ("actor", "ref")
+ENGINE_STATE_FILE = "engine_state.json"
+INSTALL = "pip install 'megatron-core>=0.16.1,<0.20' (or the rlloom-megatron distribution, which requires it)"
+_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
+
+
+def import_megatron():
+    """megatron-core's ``parallel_state``; an ImportError naming the install command without it."""
+    try:
+        from megatron.core import parallel_state
+    except ImportError as error:
+        raise ImportError(f"train_engine=megatron needs megatron-core: {INSTALL}") from error
+    return parallel_state
+
+
+def load_hf_state(path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files in the Hugging Face folder ``path`` (CPU)."""
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"train_engine=megatron reads safetensors weights; {path!r} has no *.safetensors file")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state
+
+
+def left_aligned(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens [b, L], prompt_lengths [b])``: each row's real prompt tokens, then its R response
+    slots, then padding; L = longest real prompt + R."""
+    prompts, responses = micro["prompts"], micro["responses"]
+    width = prompts.shape[1] + responses.shape[1]
+    lengths = micro["prompt_mask"].sum(dim=1)
+    joined = torch.cat([prompts, responses], dim=1)
+    shift = prompts.shape[1] - lengths
+    index = (torch.arange(width, device=joined.device) + shift[:, None]).clamp(max=width - 1)
+    tokens = joined.gather(1, index)
+    keep = int(lengths.max()) + responses.shape[1]
+    return tokens[:, :keep], lengths
+
+
+class MegatronTrainEngine:
+    """A :class:`~rlloom.protocols.TrainEngine` on megatron-core (see the module docstring).
+
+    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:meth:`MegatronConfig.lr_at`).
+    ``spec.role == "ref"``: frozen, no optimizer. The critic role is not offered yet (a ValueError
+    says to use ``train_engine=fsdp`` for PPO's critic).
+    """
+
+    def __init__(self, cfg: MegatronConfig, spec: EngineSpec) -> None:
+        if spec.role not in ROLES:
+            raise ValueError(f"EngineSpec.role {spec.role!r} is not supported by the megatron train engine (roles "
+                             f"{list(ROLES)}); a critic needs train_engine=fsdp for now")
+        parallel_state = import_megatron()
+        self.cfg = cfg
+        self.spec = spec
+        self.trainable = spec.role == "actor"
+        if self.trainable:
+            cfg.lr_at(1, spec.role, spec.total_train_steps)  # fail now if the schedule cannot be computed
+        self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
+        self.compute_dtype = resolve_dtype(cfg.dtype, self.device, "train_engine.dtype")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        else:
+            cpu_compat.enable()
+        hf_config = AutoConfig.from_pretrained(spec.model_path)
+        self.layout = ModelLayout.from_hf_config(hf_config, cfg.tensor_parallel_size)
+        parallel.acquire(self.device, cfg.tensor_parallel_size, spec.seed)
+        self._holds_groups = True
+        try:
+            self.tp_group = parallel_state.get_tensor_model_parallel_group()
+            self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+            self.tp_size = cfg.tensor_parallel_size
+            self.dp_group = parallel_state.get_data_parallel_group()
+            self.dp_size = dist.get_world_size(self.dp_group)
+            self.model = build_gpt_model(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
+            self._load_hf_weights(spec.model_path)
+            self.model.to(self.device)
+            self.model.requires_grad_(self.trainable)
+        except BaseException:
+            self.close()
+            raise
+        self.optimizer = (
+            torch.optim.AdamW(self.model.parameters(), lr=cfg.lr_at(1, spec.role, spec.total_train_steps),
+                              betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
+            if self.trainable else None
+        )
+        self.step = 0
+        self._offloaded = False
+
+    def _load_hf_weights(self, path: str) -> None:
+        """Convert the folder's weights and copy this TP rank's slices into the model."""
+        full = hf_to_megatron(load_hf_state(path), self.layout)
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                param.copy_(shard(name, full[name], self.tp_rank, self.tp_size))
+
+    # ------------------------------------------------------------------------------ helpers
+    @property
+    def vocab_start(self) -> int:
+        return self.tp_rank * self.layout.padded_vocab // self.tp_size
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.compute_dtype != torch.float32:
+            return torch.autocast("cuda", dtype=self.compute_dtype)
+        return contextlib.nullcontext()
+
+    def _ready(self) -> None:
+        if self._offloaded:
+            self.onload()
+
+    @staticmethod
+    def _temperature(batch: Batch) -> float:
+        temperature = float(batch.meta.get("temperature", 1.0))
+        if not temperature > 0:
+            raise ValueError(f"batch.meta['temperature'] must be > 0, got {temperature}")
+        return temperature
+
+    def _tp_union(self, batch: Batch) -> tuple[Batch, int, int]:
+        """The rows of every rank of this TP group, in rank order, and where this rank's start and end."""
+        if self.tp_size == 1:
+            return batch, 0, len(batch)
+        pieces: list[Batch | None] = [None] * self.tp_size
+        dist.all_gather_object(pieces, batch.to("cpu"), group=self.tp_group)
+        start = sum(len(piece) for piece in pieces[: self.tp_rank])
+        return Batch.concat(pieces), start, start + len(batch)
+
+    def _sum_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+        if self.dp_size == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=op, group=self.dp_group)
+        return tensor.tolist()
+
+    def _forward(self, micro: Batch, temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Response log-probs [b, R] (and entropy) under softmax(logits / T), 0 on padding."""
+        tokens, lengths = left_aligned(micro)
+        length = tokens.shape[1]
+        positions = torch.arange(length, device=tokens.device).expand_as(tokens)
+        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)[None, None]
+        with self._autocast():
+            logits = self.model(tokens, positions, attention_mask=causal)
+        response_length = micro["responses"].shape[1]
+        at = (lengths[:, None] - 1 + torch.arange(response_length, device=tokens.device)).clamp(max=length - 1)
+        logits = logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1]))
+        log_probs, entropies = vocab_parallel_log_probs(
+            logits, micro["responses"], self.vocab_start, self.layout.vocab, temperature, self.tp_group, entropy)
+        keep = micro["response_mask"].bool()
+        log_probs = log_probs.masked_fill(~keep, 0.0)
+        return log_probs, None if entropies is None else entropies.masked_fill(~keep, 0.0)
+
+    # ------------------------------------------------------------------------------ protocol
+    @dispatch("dp_split")
+    def compute_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
+        """``log_probs`` [B, R] (and ``entropy``) of the response tokens, no grad, 0 on padding."""
+        batch.require(*_INPUT_FIELDS)
+        self._ready()
+        temperature = self._temperature(batch)
+        union, start, stop = self._tp_union(batch)
+        self.model.eval()
+        log_probs, entropies = [], []
+        with torch.no_grad():
+            for micro in union.split(self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size):
+                micro_log_probs, micro_entropy = self._forward(micro.to(self.device), temperature, entropy)
+                log_probs.append(micro_log_probs)
+                entropies.append(micro_entropy)
+        fields = {"log_probs": torch.cat(log_probs)[start:stop].cpu()}
+        if entropy:
+            fields["entropy"] = torch.cat(entropies)[start:stop].cpu()
+        return Batch(fields, meta=batch.meta, batch_size=len(batch))
+
+    def compute_values(self, batch: Batch) -> Batch:
+        raise RuntimeError("compute_values: the megatron train engine has no critic role yet; use train_engine=fsdp")
+
+    @dispatch("dp_split_uneven")
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One AdamW step on the mini-batch (this rank's rows of it).
+
+        The TP group runs the union of its ranks' rows in micro-batches of ``cfg.micro_batch_size``
+        rows: ``loss, metrics = loss_fn(micro, {"log_probs", "entropy"?}, stats)`` with ``stats``
+        counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
+        so the step's gradient is the sum of every micro-batch loss's (each is its share of the
+        mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
+        this step's LR; a non-finite norm skips the update but counts the step. Returns the loss
+        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``.
+        """
+        if not self.trainable:
+            raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
+                               f"model without an optimizer; only role 'actor' trains")
+        batch.require(*_INPUT_FIELDS)
+        self._ready()
+        temperature = self._temperature(batch)
+        union, _, _ = self._tp_union(batch)
+        mask = union["response_mask"]
+        counts = self._sum_over_dp([float(mask.sum()), float(len(union)), float((mask.sum(dim=1) > 0).sum())])
+        (longest,) = self._sum_over_dp([float(mask.shape[1])], dist.ReduceOp.MAX)
+        stats = MiniBatchStats(int(counts[0]), int(counts[1]), int(counts[2]), int(longest))
+        self.model.train()
+        sums: dict[str, float] = {}
+        micros = union.split(self.cfg.micro_batch_size)
+        for micro in micros:
+            micro = micro.to(self.device)
+            log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+            outputs = {"log_probs": log_probs} | ({} if entropies is None else {"entropy": entropies})
+            loss, metrics = loss_fn(micro, outputs, stats)
+            loss.backward()
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+        names = sorted(sums)
+        averaged = self._sum_over_dp([sums[name] / len(micros) for name in names])
+        result = {name: value / self.dp_size for name, value in zip(names, averaged)}
+        lr = self.cfg.lr_at(self.step + 1, self.spec.role, self.spec.total_train_steps)
+        grad_norm = self._reduce_and_clip_gradients()
+        skipped = not math.isfinite(grad_norm)
+        if not skipped:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        return result
+
+    def _reduce_and_clip_gradients(self) -> float:
+        """Sum gradients over the DP group; the global L2 norm (TP-split parameters: the sum of their
+        slices' squares over the TP group; replicated ones once); clip to ``cfg.grad_clip``."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.dp_size > 1:
+            for param in params:
+                dist.all_reduce(param.grad, group=self.dp_group)
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        split = [p.grad.float().pow(2).sum() for p in params if is_tensor_parallel(names[id(p)])]
+        replicated = [p.grad.float().pow(2).sum() for p in params if not is_tensor_parallel(names[id(p)])]
+        split_sq = torch.stack(split).sum() if split else torch.zeros((), device=self.device)
+        if self.tp_size > 1:
+            dist.all_reduce(split_sq, group=self.tp_group)
+        total = split_sq + (torch.stack(replicated).sum() if replicated else 0.0)
+        norm = float(total.sqrt())
+        if self.cfg.grad_clip > 0 and math.isfinite(norm) and norm > self.cfg.grad_clip:
+            scale = self.cfg.grad_clip / (norm + 1e-6)
+            for param in params:
+                param.grad.mul_(scale)
+        return norm
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full float32 weights in Hugging Face naming, one Megatron parameter at a time: its TP
+        slices are gathered on the engine's device (``all_gather`` in the TP group), joined and
+        converted; at most one full parameter beyond the rank's own slices is held at once. Tied
+        models yield no ``lm_head.weight`` (as ``save_pretrained``). Every rank of the TP group
+        must consume the iterator together; every rank gets every tensor."""
+        self._ready()
+        for name, param in self.model.named_parameters():
+            local = param.detach().contiguous()
+            if self.tp_size > 1 and is_tensor_parallel(name):
+                parts = [torch.empty_like(local) for _ in range(self.tp_size)]
+                dist.all_gather(parts, local, group=self.tp_group)
+                full = unshard(name, parts)
+            else:
+                full = local
+            yield from megatron_to_hf(name, full, self.layout)
+
+    def save(self, path: str) -> None:
+        """Each TP rank of DP group 0 writes its slices and AdamW state to ``tp<rank>.pt`` under
+        ``path``, rank 0 ``engine_state.json`` (step, role, TP size). Reloading needs the same TP size."""
+        self._ready()
+        os.makedirs(path, exist_ok=True)
+        if dist.get_rank(self.dp_group) == 0:
+            state = {"model": self.model.state_dict()}
+            if self.optimizer is not None:
+                state["optimizer"] = self.optimizer.state_dict()
+            torch.save(state, os.path.join(path, f"tp{self.tp_rank}.pt"))
+        if dist.get_rank() == 0:
+            with open(os.path.join(path, ENGINE_STATE_FILE), "w") as handle:
+                json.dump({"step": self.step, "role": self.spec.role, "tensor_parallel_size": self.tp_size}, handle)
+        dist.barrier()
+
+    def load(self, path: str) -> None:
+        """Restore what :meth:`save` wrote (same TP size; a reference may load an actor's weights)."""
+        state_file = os.path.join(path, ENGINE_STATE_FILE)
+        if not os.path.isfile(state_file):
+            raise FileNotFoundError(f"{path!r} is not a megatron engine checkpoint: {ENGINE_STATE_FILE} is missing")
+        with open(state_file) as handle:
+            engine_state = json.load(handle)
+        if engine_state["tensor_parallel_size"] != self.tp_size:
+            raise ValueError(f"{path!r} was saved with tensor_parallel_size={engine_state['tensor_parallel_size']}; "
+                             f"resume with train_engine.tensor_parallel_size={engine_state['tensor_parallel_size']}")
+        if self.trainable and engine_state["role"] != self.spec.role:
+            raise ValueError(f"{path!r} was saved by an engine with role {engine_state['role']!r}; an engine with "
+                             f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint")
+        self._ready()
+        state = torch.load(os.path.join(path, f"tp{self.tp_rank}.pt"), map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(engine_state["step"])
+
+    def offload(self) -> None:
+        """Move parameters and AdamW state to host memory (no-op on CPU)."""
+        if self.device.type == "cpu" or self._offloaded:
+            return
+        self.model.to("cpu")
+        if self.optimizer is not None:
+            move_optimizer_state(self.optimizer, torch.device("cpu"))
+        self._offloaded = True
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Undo :meth:`offload`."""
+        if not self._offloaded:
+            return
+        self.model.to(self.device)
+        if self.optimizer is not None:
+            move_optimizer_state(self.optimizer, self.device)
+        self._offloaded = False
+
+    def close(self) -> None:
+        """Drop the model and optimizer and release Megatron's groups. Calling it again does nothing."""
+        if not getattr(self, "_holds_groups", False):
+            return
+        self.model = None
+        self.optimizer = None
+        self._holds_groups = False
+        parallel.release()

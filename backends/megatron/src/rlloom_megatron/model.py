@@ -1,0 +1,62 @@
+"""megatron-core ``GPTModel`` built from a Hugging Face Llama/Qwen2 config.
+
+The model is RMSNorm + SwiGLU + RoPE (non-interleaved halves, as Hugging Face) + grouped-query
+attention, without biases except Qwen2's q/k/v ones, with the input embedding shared as LM head
+when the config ties them. It uses megatron-core's local layer spec, or TransformerEngine's when
+``transformer_engine`` is importable and the model is on CUDA. Fusions that need CUDA kernels
+(bias-dropout, masked softmax, RoPE, gradient-accumulation) are off; dropout is off (RL
+checkpoints have none, and the policy must be the same in train and eval mode).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+import torch.nn.functional as F
+
+from rlloom_megatron.convert import ModelLayout
+
+
+def rope_base(config) -> float:
+    """RoPE's base θ; a ValueError for scaled RoPE variants, which are not converted."""
+    config = config.get_text_config()
+    params = getattr(config, "rope_parameters", None) or {}
+    kind = params.get("rope_type", "default") if isinstance(params, dict) else "default"
+    if kind != "default":
+        raise ValueError(f"train_engine=megatron: RoPE scaling rope_type={kind!r} is not supported (only 'default')")
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    return float(theta or getattr(config, "rope_theta", 10000.0))
+
+
+def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False):
+    """A ``GPTModel`` with ``layout``'s shapes, its parameters float32 on the CPU and uninitialised
+    (the engine loads converted weights into them and moves the model to its device). ``cuda``:
+    the model will run on a GPU (TransformerEngine's layer spec when it is installed)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    text = hf_config.get_text_config()
+    config = TransformerConfig(
+        num_layers=layout.num_layers, hidden_size=layout.hidden, num_attention_heads=layout.num_heads,
+        num_query_groups=layout.num_kv_heads, kv_channels=layout.head_dim, ffn_hidden_size=layout.ffn,
+        normalization="RMSNorm", layernorm_epsilon=text.rms_norm_eps, gated_linear_unit=True,
+        activation_func=F.silu, add_bias_linear=False, add_qkv_bias=layout.qkv_bias,
+        hidden_dropout=0.0, attention_dropout=0.0, tensor_model_parallel_size=tensor_parallel_size,
+        params_dtype=torch.float32,
+        use_cpu_initialization=True, perform_initialization=False, bias_dropout_fusion=False,
+        masked_softmax_fusion=False, persist_layer_norm=False, bias_activation_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False,
+    )
+    if cuda and importlib.util.find_spec("transformer_engine") is not None:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        spec = get_gpt_layer_with_transformer_engine_spec()
+    else:
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    return GPTModel(
+        config, spec, vocab_size=layout.padded_vocab, max_sequence_length=text.max_position_embeddings,
+        position_embedding_type="rope", rotary_base=rope_base(hf_config),
+        share_embeddings_and_output_weights=layout.tied, parallel_output=True,
+    )

@@ -1,0 +1,158 @@
+"""The megatron engine against plain transformers and the fsdp engine on the same weights and batch
+(float32 on CPU): log-probs, entropy, loss metrics and the parameters after one AdamW step, at
+tensor-parallel sizes 1 (in this process) and 2 (two processes on a gloo group)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from rlloom import Batch, EngineSpec
+from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from rlloom_megatron import MegatronConfig
+from rlloom_megatron.engine import MegatronTrainEngine
+
+VOCAB = 300  # not a multiple of 128: the engine pads the vocabulary and masks the padding
+# AdamW's first step is lr * g / (|g| + eps): with a tiny eps every weight moves by about ±lr whatever its
+# gradient, and a near-zero gradient summed in another order (over TP ranks) can flip sign. eps = 1e-2
+# keeps the step proportional to the gradient, so equal parameters after it mean equal gradients.
+SETTINGS = dict(lr=1e-3, weight_decay=0.1, eps=1e-2, grad_clip=0.0, micro_batch_size=4)
+
+
+def tiny_qwen2(path, tie: bool) -> str:
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=tie)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+def model_dir(request, tmp_path_factory):
+    return tiny_qwen2(tmp_path_factory.mktemp("qwen2"), tie=request.param)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_batch(rows: int = 6, prompt_len: int = 5, response_len: int = 7, seed: int = 1) -> Batch:
+    """Left-padded prompts of different lengths, right-padded responses (one empty), advantages."""
+    g = torch.Generator().manual_seed(seed)
+    prompt_lengths = torch.randint(1, prompt_len + 1, (rows,), generator=g)
+    response_lengths = torch.randint(1, response_len + 1, (rows,), generator=g)
+    response_lengths[1], response_lengths[0] = 0, response_len
+    prompt_mask = (torch.arange(prompt_len) >= prompt_len - prompt_lengths[:, None]).long()
+    response_mask = (torch.arange(response_len) < response_lengths[:, None]).long()
+    return Batch({
+        "prompts": torch.randint(0, VOCAB, (rows, prompt_len), generator=g) * prompt_mask,
+        "prompt_mask": prompt_mask,
+        "responses": torch.randint(0, VOCAB, (rows, response_len), generator=g) * response_mask,
+        "response_mask": response_mask,
+        "advantages": torch.randn(rows, response_len, generator=g) * response_mask,
+    }, meta={"temperature": 0.7})
+
+
+def reference(path: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain transformers with left padding and position ids: log softmax(logits / T) of the
+    response tokens and the entropy, 0 on padding."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    mask = batch["response_mask"]
+    ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], mask], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(1) - 1).clamp(min=0)).logits
+    start = batch["prompts"].shape[1] - 1
+    log_p = torch.log_softmax(logits[:, start:start + mask.shape[1]] / 0.7, dim=-1)
+    return log_p.gather(-1, batch["responses"][..., None])[..., 0] * mask, -(log_p.exp() * log_p).sum(-1) * mask
+
+
+def pg_loss(micro: Batch, outputs, stats):
+    per_token = -micro["advantages"] * outputs["log_probs"] - 0.01 * outputs["entropy"]
+    loss = (per_token * micro["response_mask"]).sum() / stats.num_tokens
+    return loss, {"loss": float(loss.detach())}
+
+
+def fsdp_after_one_step(path: str, batch: Batch) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    engine = FSDPTrainEngine(FSDPConfig(**SETTINGS), EngineSpec(path, "actor", seed=0, total_train_steps=10))
+    try:
+        metrics = engine.train_step(batch, pg_loss)
+        return metrics, {name: tensor.clone() for name, tensor in engine.named_weights()}
+    finally:
+        engine.close()
+
+
+def megatron_engine(path: str, tp: int = 1, role: str = "actor") -> MegatronTrainEngine:
+    return MegatronTrainEngine(MegatronConfig(**SETTINGS, tensor_parallel_size=tp),
+                               EngineSpec(path, role, seed=0, total_train_steps=10))
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:
+    assert sorted(got) == sorted(want)
+    worst = max(float((got[name] - want[name]).abs().max()) for name in want)
+    assert worst < atol, worst
+
+
+def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_dir):
+    batch = make_batch()
+    want_log_probs, want_entropy = reference(model_dir, batch)
+    engine = megatron_engine(model_dir)
+    try:
+        initial = {name: tensor.clone() for name, tensor in engine.named_weights()}
+        out = engine.compute_log_probs(batch, entropy=True)
+        metrics = engine.train_step(batch, pg_loss)
+        stepped = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    finally:
+        engine.close()
+    torch.testing.assert_close(out["log_probs"], want_log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["entropy"], want_entropy, atol=1e-5, rtol=0)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    assert_same_weights(initial, {n: t for n, t in hf.items() if n in initial}, atol=0.0 + 1e-30)  # exact load
+    fsdp_metrics, fsdp_weights = fsdp_after_one_step(model_dir, batch)
+    assert abs(metrics["loss"] - fsdp_metrics["loss"]) < 1e-6
+    assert abs(metrics["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
+    assert_same_weights(stepped, fsdp_weights, atol=1e-4)
+    assert max(float((stepped[n] - initial[n]).abs().max()) for n in initial) > 1e-4  # the step moved them
+
+
+def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> None:
+    os.environ["RLLOOM_TEST_RANK"] = str(rank)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    engine = megatron_engine(path, tp=2)
+    half = len(batch) // 2
+    mine = batch.slice(rank * half, (rank + 1) * half)  # what dp_split would hand each rank
+    result = {"log_probs": engine.compute_log_probs(mine, entropy=True)}
+    result["metrics"] = engine.train_step(mine, pg_loss)
+    result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    engine.close()
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as handle:
+        pickle.dump(result, handle)
+    dist.destroy_process_group()
+
+
+def test_tp2_over_two_processes_matches_transformers_and_fsdp(model_dir, tmp_path):
+    batch = make_batch()
+    mp.spawn(_tp2_rank, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=2)
+    ranks = [pickle.load(open(tmp_path / f"rank{rank}.pkl", "rb")) for rank in (0, 1)]
+    want_log_probs, want_entropy = reference(model_dir, batch)
+    log_probs = torch.cat([r["log_probs"]["log_probs"] for r in ranks])
+    entropy = torch.cat([r["log_probs"]["entropy"] for r in ranks])
+    torch.testing.assert_close(log_probs, want_log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy, want_entropy, atol=1e-5, rtol=0)
+    fsdp_metrics, fsdp_weights = fsdp_after_one_step(model_dir, batch)
+    for r in ranks:
+        assert abs(r["metrics"]["loss"] - fsdp_metrics["loss"]) < 1e-6
+        assert abs(r["metrics"]["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
+        assert_same_weights(r["weights"], fsdp_weights, atol=1e-4)

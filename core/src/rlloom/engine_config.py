@@ -1,0 +1,125 @@
+"""Settings every train engine shares (``train_engine.*``: optimizer, LR schedule, micro-batching,
+device and dtype), and the LR schedule as a pure function of the optimizer step.
+
+An engine's config dataclass subclasses :class:`TrainEngineConfig` and adds its own fields; both
+``train_engine=fsdp`` and ``train_engine=megatron`` do, so the same keys mean the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rlloom.devices import DTYPE_CHOICES, check_device_name
+
+LR_SCHEDULES = ("constant", "cosine")
+
+
+@dataclass
+class TrainEngineConfig:
+    """Optimizer, LR schedule, micro-batching, device and dtype of a train engine.
+
+    AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps``. ``critic_lr``: the critic's base LR
+    (``None``: ``lr``); verl's PPO recipes usually give the critic a larger LR than the actor
+    (e.g. 1e-5 vs 1e-6), as a fresh value head has to catch up with a pretrained policy. Both follow
+    the same schedule. ``grad_clip``: max global L2 norm of the gradients; 0 disables clipping (the
+    norm is still reported). LR schedule: :func:`lr_factor` (``warmup_steps`` of linear warm-up,
+    then ``constant`` or ``cosine`` decay to ``min_lr_ratio * lr`` over the run's
+    ``EngineSpec.total_train_steps``).
+
+    ``micro_batch_size``: rows per forward/backward in ``train_step``; ``log_prob_micro_batch_size``:
+    rows per forward in ``compute_log_probs`` (``None``: same as ``micro_batch_size``).
+    ``train_entropy``: also hand ``outputs["entropy"]`` (with grad) to the loss function in
+    ``train_step`` (it costs memory in backward; turn it off when the loss does not use entropy).
+
+    ``device``: where the engine runs (``cpu``, ``cuda``, ``cuda:N``, ``auto``); ``None`` follows
+    the run's ``trainer.device``. ``dtype``: the compute dtype of forward and backward (``auto``:
+    bfloat16 on CUDA, float32 on CPU; ``float32``, ``bfloat16``, ``float16``); master weights and
+    optimizer state are float32 whatever it is.
+
+    Errors name the subclass's field (``FSDPConfig.lr …``).
+    """
+
+    lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
+    critic_lr: float | None = None
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    micro_batch_size: int = 16
+    log_prob_micro_batch_size: int | None = None
+    train_entropy: bool = True
+    device: str | None = None
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"{name}.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if self.lr < 0:
+            raise ValueError(f"{name}.lr must be >= 0, got {self.lr}")
+        if self.critic_lr is not None and self.critic_lr < 0:
+            raise ValueError(f"{name}.critic_lr must be >= 0 or None (= lr), got {self.critic_lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"{name}.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"{name}.betas must be two values in [0, 1), got {list(self.betas)}")
+        if self.eps <= 0:
+            raise ValueError(f"{name}.eps must be > 0, got {self.eps}")
+        if self.grad_clip < 0:
+            raise ValueError(f"{name}.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"{name}.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"{name}.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.micro_batch_size < 1:
+            raise ValueError(f"{name}.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.log_prob_micro_batch_size is not None and self.log_prob_micro_batch_size < 1:
+            raise ValueError(f"{name}.log_prob_micro_batch_size must be >= 1 or None, got "
+                             f"{self.log_prob_micro_batch_size}")
+        if self.device is not None:
+            check_device_name("train_engine.device", self.device)
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"{name}.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+
+    def base_lr(self, role: str) -> float:
+        """The base LR of ``role``: ``critic_lr`` for a critic when set, else ``lr``."""
+        return self.critic_lr if role == "critic" and self.critic_lr is not None else self.lr
+
+    def lr_at(self, step: int, role: str, total_steps: int) -> float:
+        """The LR of optimizer step ``step`` (1-based) of ``role`` in a run of ``total_steps``."""
+        factor = lr_factor(step, schedule=self.lr_schedule, warmup_steps=self.warmup_steps,
+                           total_steps=total_steps, min_lr_ratio=self.min_lr_ratio)
+        return self.base_lr(role) * factor
+
+
+def lr_factor(step: int, *, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """Multiplier of the base LR for optimizer step ``step`` (1-based: the first step is 1).
+
+    Warm-up: ``step / warmup_steps`` while ``step <= warmup_steps`` (no step runs at LR 0; the
+    last warm-up step reaches the full LR). After warm-up:
+
+    - ``constant``: 1.
+    - ``cosine``: ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * p)) / 2`` with progress
+      ``p = (step - 1 - warmup_steps) / (total_steps - warmup_steps)`` clamped to [0, 1], so the
+      first step after warm-up uses the full LR and steps past ``total_steps`` stay at the floor.
+      Needs ``total_steps > warmup_steps``.
+    """
+    if step < 1:
+        raise ValueError(f"lr_factor: step is 1-based, got {step}")
+    if step <= warmup_steps:
+        return step / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        if total_steps <= warmup_steps:
+            raise ValueError(
+                f"lr_schedule='cosine' needs total_steps > warmup_steps, got total_steps={total_steps} "
+                f"and warmup_steps={warmup_steps}"
+            )
+        progress = min(1.0, (step - 1 - warmup_steps) / (total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_schedule {schedule!r}; choose one of {list(LR_SCHEDULES)}")
