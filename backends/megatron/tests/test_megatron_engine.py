@@ -1,6 +1,7 @@
 """The megatron engine against plain transformers and the fsdp engine on the same weights and batch
-(float32 on CPU): log-probs, entropy, loss metrics and the parameters after one AdamW step, at
-tensor-parallel sizes 1 (in this process) and 2 (two processes on a gloo group)."""
+(float32 on CPU): log-probs, entropy, loss metrics and the parameters after one AdamW step, and
+the critic's values, losses and parameters after two steps, at tensor-parallel sizes 1 (in this
+process) and 2 (two processes on a gloo group)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,28 @@ def pg_loss(micro: Batch, outputs, stats):
     return loss, {"loss": float(loss.detach())}
 
 
+def value_loss(micro: Batch, outputs, stats):
+    """Squared error of the values against the advantages (as returns), token mean."""
+    error = (outputs["values"] - micro["advantages"]) ** 2 * micro["response_mask"]
+    loss = error.sum() / stats.num_tokens
+    return loss, {"vf_loss": float(loss.detach())}
+
+
+def critic_run(engine, batch: Batch) -> dict:
+    """Two value-loss steps (the first moves only the zero-initialised head), then the values and weights."""
+    metrics = [engine.train_step(batch, value_loss) for _ in range(2)]
+    return {"metrics": metrics, "values": engine.compute_values(batch)["values"],
+            "weights": {name: tensor.clone() for name, tensor in engine.named_weights()}}
+
+
+def fsdp_critic(path: str, batch: Batch) -> dict:
+    engine = FSDPTrainEngine(FSDPConfig(**SETTINGS), EngineSpec(path, "critic", seed=0, total_train_steps=10))
+    try:
+        return critic_run(engine, batch)
+    finally:
+        engine.close()
+
+
 def fsdp_after_one_step(path: str, batch: Batch) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     engine = FSDPTrainEngine(FSDPConfig(**SETTINGS), EngineSpec(path, "actor", seed=0, total_train_steps=10))
     try:
@@ -126,8 +149,26 @@ def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_di
     assert max(float((stepped[n] - initial[n]).abs().max()) for n in initial) > 1e-4  # the step moved them
 
 
+def assert_same_critic(got: dict, want: dict) -> None:
+    for mine, theirs in zip(got["metrics"], want["metrics"]):
+        assert abs(mine["vf_loss"] - theirs["vf_loss"]) < 1e-6 and abs(mine["grad_norm"] - theirs["grad_norm"]) < 1e-5
+    torch.testing.assert_close(got["values"], want["values"], atol=1e-5, rtol=0)
+    assert float(want["values"].abs().max()) > 1e-3  # the head has moved: the values are not all zero
+    assert_same_weights(got["weights"], want["weights"], atol=1e-4)
+
+
+def test_tp1_critic_matches_the_fsdp_critic(model_dir):
+    batch = make_batch()
+    engine = megatron_engine(model_dir, role="critic")
+    try:
+        got = critic_run(engine, batch)
+    finally:
+        engine.close()
+    assert "value_head.weight" in got["weights"] and "lm_head.weight" not in got["weights"]
+    assert_same_critic(got, fsdp_critic(model_dir, batch))
+
+
 def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> None:
-    os.environ["RLLOOM_TEST_RANK"] = str(rank)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     engine = megatron_engine(path, tp=2)
@@ -137,6 +178,9 @@ def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> N
     result["metrics"] = engine.train_step(mine, pg_loss)
     result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
     engine.close()
+    critic = megatron_engine(path, tp=2, role="critic")
+    result["critic"] = critic_run(critic, mine)
+    critic.close()
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as handle:
         pickle.dump(result, handle)
     dist.destroy_process_group()
@@ -156,3 +200,6 @@ def test_tp2_over_two_processes_matches_transformers_and_fsdp(model_dir, tmp_pat
         assert abs(r["metrics"]["loss"] - fsdp_metrics["loss"]) < 1e-6
         assert abs(r["metrics"]["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
         assert_same_weights(r["weights"], fsdp_weights, atol=1e-4)
+    want_critic = fsdp_critic(model_dir, batch)
+    for r in ranks:
+        assert_same_critic({**r["critic"], "values": torch.cat([x["critic"]["values"] for x in ranks])}, want_critic)

@@ -142,6 +142,8 @@ def megatron_to_hf(name: str, full: torch.Tensor, layout: ModelLayout) -> Iterat
         yield "lm_head.weight", full[: layout.vocab]
     elif name == "decoder.final_layernorm.weight":
         yield "model.norm.weight", full
+    elif name.startswith("value_head."):  # a critic's head keeps the fsdp critic's names
+        yield name, full
     else:
         layer, suffix = _split_layer_name(name)
         src = _hf_layer(layer)

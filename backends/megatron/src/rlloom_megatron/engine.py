@@ -1,5 +1,5 @@
 """``MegatronTrainEngine``: a Hugging Face Llama/Qwen2 checkpoint trained as a megatron-core
-``GPTModel`` with tensor parallelism, as actor or frozen reference.
+``GPTModel`` with tensor parallelism, as actor, frozen reference or critic (value head).
 
 Ranks. The launcher's world is split by megatron-core into tensor-parallel (TP) groups of
 ``train_engine.tensor_parallel_size`` consecutive ranks; the groups are data-parallel (DP) replicas.
@@ -42,10 +42,11 @@ from transformers import AutoConfig
 from rlloom_megatron import cpu_compat, parallel
 from rlloom_megatron.config import MegatronConfig
 from rlloom_megatron.convert import ModelLayout, hf_to_megatron, is_tensor_parallel, megatron_to_hf, shard, unshard
-from rlloom_megatron.model import build_gpt_model
+from rlloom_megatron.model import build_critic, build_gpt_model
 from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs
 
-ROLES = ("actor", "ref")
+ROLES = ("actor", "ref", "critic")
+TRAINABLE_ROLES = ("actor", "critic")
 ENGINE_STATE_FILE = "engine_state.json"
 INSTALL = "pip install 'megatron-core>=0.16.1,<0.20' (or the rlloom-megatron distribution, which requires it)"
 _INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
@@ -91,18 +92,20 @@ class MegatronTrainEngine:
     """A :class:`~rlloom.protocols.TrainEngine` on megatron-core (see the module docstring).
 
     ``spec.role == "actor"``: trainable, AdamW + LR schedule (:meth:`MegatronConfig.lr_at`).
-    ``spec.role == "ref"``: frozen, no optimizer. The critic role is not offered yet (a ValueError
-    says to use ``train_engine=fsdp`` for PPO's critic).
+    ``spec.role == "ref"``: frozen, no optimizer. ``spec.role == "critic"``: the transformer with
+    a zero-initialised ``value_head`` instead of the LM head (:func:`rlloom_megatron.model.build_critic`),
+    trained at ``critic_lr``; it serves :meth:`compute_values`.
     """
 
     def __init__(self, cfg: MegatronConfig, spec: EngineSpec) -> None:
         if spec.role not in ROLES:
-            raise ValueError(f"EngineSpec.role {spec.role!r} is not supported by the megatron train engine (roles "
-                             f"{list(ROLES)}); a critic needs train_engine=fsdp for now")
+            raise ValueError(f"EngineSpec.role {spec.role!r} is not supported by the megatron train engine; "
+                             f"choose one of {list(ROLES)}")
         parallel_state = import_megatron()
         self.cfg = cfg
         self.spec = spec
-        self.trainable = spec.role == "actor"
+        self.trainable = spec.role in TRAINABLE_ROLES
+        self.is_critic = spec.role == "critic"
         if self.trainable:
             cfg.lr_at(1, spec.role, spec.total_train_steps)  # fail now if the schedule cannot be computed
         self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
@@ -121,7 +124,8 @@ class MegatronTrainEngine:
             self.tp_size = cfg.tensor_parallel_size
             self.dp_group = parallel_state.get_data_parallel_group()
             self.dp_size = dist.get_world_size(self.dp_group)
-            self.model = build_gpt_model(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
+            build = build_critic if self.is_critic else build_gpt_model
+            self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
             self._load_hf_weights(spec.model_path)
             self.model.to(self.device)
             self.model.requires_grad_(self.trainable)
@@ -137,11 +141,13 @@ class MegatronTrainEngine:
         self._offloaded = False
 
     def _load_hf_weights(self, path: str) -> None:
-        """Convert the folder's weights and copy this TP rank's slices into the model."""
+        """Convert the folder's weights and copy this TP rank's slices into the model (a critic's
+        value head keeps its zero initialisation)."""
         full = hf_to_megatron(load_hf_state(path), self.layout)
         with torch.no_grad():
             for name, param in self.model.named_parameters():
-                param.copy_(shard(name, full[name], self.tp_rank, self.tp_size))
+                if not name.startswith("value_head."):
+                    param.copy_(shard(name, full[name], self.tp_rank, self.tp_size))
 
     # ------------------------------------------------------------------------------ helpers
     @property
@@ -180,27 +186,58 @@ class MegatronTrainEngine:
         dist.all_reduce(tensor, op=op, group=self.dp_group)
         return tensor.tolist()
 
-    def _forward(self, micro: Batch, temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Response log-probs [b, R] (and entropy) under softmax(logits / T), 0 on padding."""
+    def _at_responses(self, micro: Batch, per_position: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``per_position`` [b, L, …] read where each response token is predicted: position
+        p + j - 1 for token j of a row with p prompt tokens → [b, R, …]."""
+        response_length = micro["responses"].shape[1]
+        at = lengths[:, None] - 1 + torch.arange(response_length, device=lengths.device)
+        at = at.clamp(max=per_position.shape[1] - 1)
+        return per_position.gather(1, at[..., None].expand(-1, -1, per_position.shape[-1]))
+
+    def _run(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model on the left-aligned rows: ``(output at the response positions [b, R, …], lengths)``;
+        the output is this rank's logits slice [b, R, V_r] (the critic's hidden states [b, R, h])."""
         tokens, lengths = left_aligned(micro)
         length = tokens.shape[1]
         positions = torch.arange(length, device=tokens.device).expand_as(tokens)
         causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)[None, None]
         with self._autocast():
-            logits = self.model(tokens, positions, attention_mask=causal)
-        response_length = micro["responses"].shape[1]
-        at = (lengths[:, None] - 1 + torch.arange(response_length, device=tokens.device)).clamp(max=length - 1)
-        logits = logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1]))
+            out = self.model(tokens, positions, attention_mask=causal)
+        return self._at_responses(micro, out, lengths)
+
+    def _forward(self, micro: Batch, temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Response log-probs [b, R] (and entropy) under softmax(logits / T), 0 on padding."""
         log_probs, entropies = vocab_parallel_log_probs(
-            logits, micro["responses"], self.vocab_start, self.layout.vocab, temperature, self.tp_group, entropy)
+            self._run(micro), micro["responses"], self.vocab_start, self.layout.vocab, temperature, self.tp_group,
+            entropy)
         keep = micro["response_mask"].bool()
         log_probs = log_probs.masked_fill(~keep, 0.0)
         return log_probs, None if entropies is None else entropies.masked_fill(~keep, 0.0)
+
+    def _values(self, micro: Batch) -> torch.Tensor:
+        """Critic values [b, R], 0 on padding: the value head at the hidden state that predicts
+        response token t (as the fsdp critic: V_t estimates the return before token t)."""
+        hidden = self._run(micro).float()
+        head = self.model.value_head
+        values = hidden @ head.weight[0] + head.bias
+        return values.masked_fill(micro["response_mask"] == 0, 0.0)
+
+    def _train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
+        if self.is_critic:
+            return {"values": self._values(micro)}
+        log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+        return {"log_probs": log_probs} | ({} if entropies is None else {"entropy": entropies})
+
+    def _require_critic(self, method: str, wanted: bool) -> None:
+        if self.is_critic != wanted:
+            serves = "values (compute_values)" if self.is_critic else "log-probs (compute_log_probs)"
+            raise RuntimeError(f"{method}: this megatron engine has role {self.spec.role!r}, which serves {serves}")
 
     # ------------------------------------------------------------------------------ protocol
     @dispatch("dp_split")
     def compute_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
         """``log_probs`` [B, R] (and ``entropy``) of the response tokens, no grad, 0 on padding."""
+        self._require_critic("compute_log_probs", wanted=False)
         batch.require(*_INPUT_FIELDS)
         self._ready()
         temperature = self._temperature(batch)
@@ -217,15 +254,26 @@ class MegatronTrainEngine:
             fields["entropy"] = torch.cat(entropies)[start:stop].cpu()
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
+    @dispatch("dp_split")
     def compute_values(self, batch: Batch) -> Batch:
-        raise RuntimeError("compute_values: the megatron train engine has no critic role yet; use train_engine=fsdp")
+        """Critic role only: ``values`` [B, R] float32, no grad, 0 where ``response_mask`` is 0."""
+        self._require_critic("compute_values", wanted=True)
+        batch.require(*_INPUT_FIELDS)
+        self._ready()
+        union, start, stop = self._tp_union(batch)
+        self.model.eval()
+        with torch.no_grad():
+            values = [self._values(micro.to(self.device))
+                      for micro in union.split(self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size)]
+        return Batch({"values": torch.cat(values)[start:stop].cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_uneven")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch (this rank's rows of it).
 
         The TP group runs the union of its ranks' rows in micro-batches of ``cfg.micro_batch_size``
-        rows: ``loss, metrics = loss_fn(micro, {"log_probs", "entropy"?}, stats)`` with ``stats``
+        rows: ``loss, metrics = loss_fn(micro, outputs, stats)`` (``outputs``: ``log_probs`` and, with
+        ``cfg.train_entropy``, ``entropy``; a critic's: ``values``; all with grad) with ``stats``
         counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
         mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
@@ -234,7 +282,7 @@ class MegatronTrainEngine:
         """
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
-                               f"model without an optimizer; only role 'actor' trains")
+                               f"model without an optimizer; only roles {list(TRAINABLE_ROLES)} train")
         batch.require(*_INPUT_FIELDS)
         self._ready()
         temperature = self._temperature(batch)
@@ -248,9 +296,7 @@ class MegatronTrainEngine:
         micros = union.split(self.cfg.micro_batch_size)
         for micro in micros:
             micro = micro.to(self.device)
-            log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
-            outputs = {"log_probs": log_probs} | ({} if entropies is None else {"entropy": entropies})
-            loss, metrics = loss_fn(micro, outputs, stats)
+            loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
             loss.backward()
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + float(value)
@@ -294,7 +340,8 @@ class MegatronTrainEngine:
         """Full float32 weights in Hugging Face naming, one Megatron parameter at a time: its TP
         slices are gathered on the engine's device (``all_gather`` in the TP group), joined and
         converted; at most one full parameter beyond the rank's own slices is held at once. Tied
-        models yield no ``lm_head.weight`` (as ``save_pretrained``). Every rank of the TP group
+        models yield no ``lm_head.weight`` (as ``save_pretrained``); a critic yields no LM head and
+        its ``value_head.weight`` [1, h] and ``value_head.bias`` [1] (the fsdp critic's names). Every rank of the TP group
         must consume the iterator together; every rank gets every tensor."""
         self._ready()
         for name, param in self.model.named_parameters():

@@ -14,6 +14,7 @@ import importlib.util
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from rlloom_megatron.convert import ModelLayout
 
@@ -60,3 +61,24 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
         position_embedding_type="rope", rotary_base=rope_base(hf_config),
         share_embeddings_and_output_weights=layout.tied, parallel_output=True,
     )
+
+
+class _HiddenStates(nn.Module):
+    """Stands in for ``GPTModel.output_layer`` in a value model: it returns the final hidden states
+    (after the final norm) unchanged, so ``GPTModel.forward`` yields them [b, s, h] where it would
+    yield logits."""
+
+    def forward(self, hidden: torch.Tensor, weight=None, runtime_gather_output=None):
+        return hidden, None
+
+
+def build_critic(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False):
+    """:func:`build_gpt_model` as a value model: no LM head (:class:`_HiddenStates` in its place)
+    and ``value_head``, a ``Linear(hidden, 1)`` replicated on every TP rank and initialised to zero
+    (as the fsdp critic: the first values are 0, every rank starts from the same head)."""
+    model = build_gpt_model(hf_config, layout, tensor_parallel_size, cuda)
+    model.output_layer = _HiddenStates()
+    model.value_head = nn.Linear(layout.hidden, 1, dtype=torch.float32)
+    nn.init.zeros_(model.value_head.weight)
+    nn.init.zeros_(model.value_head.bias)
+    return model

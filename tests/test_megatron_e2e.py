@@ -1,0 +1,37 @@
+"""``rlloom.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
+GRPO and PPO over Ray with tensor parallelism 2 (a pool of two workers, actor, reference, critic
+and rollout colocated), each learning and syncing its weights into the rollout engine."""
+
+from __future__ import annotations
+
+import pytest
+from rlloom.testing import train_tiny, training_rows
+
+MEGATRON = ["train_engine=megatron"]
+TP2_ON_RAY = [*MEGATRON, "train_engine.tensor_parallel_size=2", "launcher=ray", "+launcher.resource_pools.global=2"]
+
+
+def assert_learns_and_syncs(rows: list[dict]) -> None:
+    assert [row["step"] for row in rows] == list(range(1, 21))
+    first = sum(row["critic/score/mean"] for row in rows[:3]) / 3
+    last = sum(row["critic/score/mean"] for row in rows[-3:]) / 3
+    assert last > first + 0.5, (first, last)
+    for row in rows:
+        # the rollout engine scores its samples with the weights the trainer just synced
+        assert row["training/rollout_probs_diff_mean"] < 1e-4, row
+        assert row["perf/weight_sync_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_tiny_grpo_learns_on_megatron_in_process(tmp_path):
+    assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *MEGATRON, cache_dir=tmp_path / "cache")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
+    rows = training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, f"algorithm={algorithm}",
+                                    cache_dir=tmp_path / "cache"))
+    assert_learns_and_syncs(rows)
+    if algorithm == "ppo":
+        assert all("critic/vf_loss" in row for row in rows)
