@@ -1,11 +1,16 @@
 """``rlloom.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
 GRPO and PPO over Ray with tensor parallelism 2 (a pool of two workers, actor, reference, critic
-and rollout colocated), each learning and syncing its weights into the rollout engine."""
+and rollout colocated), each learning and syncing its weights into the rollout engine; the TP = 2
+checkpoint exports to a Hugging Face folder."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+from rlloom.export import export_checkpoint
 from rlloom.testing import train_tiny, training_rows
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 MEGATRON = ["train_engine=megatron"]
 TP2_ON_RAY = [*MEGATRON, "train_engine.tensor_parallel_size=2", "launcher=ray", "+launcher.resource_pools.global=2"]
@@ -35,3 +40,14 @@ def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
     assert_learns_and_syncs(rows)
     if algorithm == "ppo":
         assert all("critic/vf_loss" in row for row in rows)
+        return
+    # `rlloom export` reads the TP = 2 checkpoint in one process (recut to TP = 1): the same weights
+    # as the final model the TP = 2 run wrote from its gathered slices, and the same logits.
+    exported = export_checkpoint(str(tmp_path / "run" / "checkpoints" / "global_step_20"), str(tmp_path / "hf"))
+    final = str(tmp_path / "run" / "final_model")
+    got, want = load_file(f"{exported}/model.safetensors"), load_file(f"{final}/model.safetensors")
+    assert sorted(got) == sorted(want) and all(torch.equal(got[name], want[name]) for name in want)
+    ids = torch.arange(1, 20)[None]
+    with torch.no_grad():
+        logits = [AutoModelForCausalLM.from_pretrained(path)(ids).logits for path in (exported, final)]
+    assert torch.equal(*logits)

@@ -177,6 +177,9 @@ def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> N
     result = {"log_probs": engine.compute_log_probs(mine, entropy=True)}
     result["metrics"] = engine.train_step(mine, pg_loss)
     result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    engine.save(os.path.join(out_dir, "checkpoint"))
+    engine.train_step(mine, pg_loss)  # a second step, to compare with one resumed at TP = 1
+    result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
     engine.close()
     critic = megatron_engine(path, tp=2, role="critic")
     result["critic"] = critic_run(critic, mine)
@@ -203,3 +206,20 @@ def test_tp2_over_two_processes_matches_transformers_and_fsdp(model_dir, tmp_pat
     want_critic = fsdp_critic(model_dir, batch)
     for r in ranks:
         assert_same_critic({**r["critic"], "values": torch.cat([x["critic"]["values"] for x in ranks])}, want_critic)
+
+
+def test_a_tp2_checkpoint_resumes_at_tp1(tmp_path, model_dir):
+    """Parameters and AdamW moments are recut for another TP size: the step after resuming at TP = 1
+    equals the one the TP = 2 engine took after saving."""
+    batch = make_batch()
+    mp.spawn(_tp2_rank, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=2)
+    tp2 = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
+    engine = megatron_engine(model_dir)
+    try:
+        engine.load(str(tmp_path / "checkpoint"))
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["weights"], atol=1e-30)
+        assert engine.step == 1
+        engine.train_step(batch, pg_loss)
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["second_step"], atol=1e-5)
+    finally:
+        engine.close()

@@ -37,9 +37,11 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str | None = None) -> str:
     as a Hugging Face folder (default ``<checkpoint_dir>/huggingface``); returns its path.
 
     The checkpoint is loaded into a fresh train engine of the kind that wrote it (its saved
-    ``train_engine`` choice and config), whose full weights are then saved with
-    :func:`save_hf_folder` over the run's base model folder (config, tokenizer), which must still
-    exist."""
+    ``train_engine`` choice and config), in this one process, whose full weights are then saved
+    with :func:`save_hf_folder` over the run's base model folder (config, tokenizer), which must
+    still exist. An engine config class may name the settings one process needs in its class
+    attribute ``single_process_overrides`` (``train_engine=megatron``: ``tensor_parallel_size=1``);
+    they replace the saved ones."""
     from omegaconf import OmegaConf
 
     from rlloom.checkpoint import read_trainer_state
@@ -54,7 +56,9 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str | None = None) -> str:
         )
     choice = state["choices"]["train_engine"]
     component = get_registry().get("train_engine", choice)
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(component.config), state["config"]["train_engine"]))
+    overrides = getattr(component.config, "single_process_overrides", {})
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(component.config), state["config"]["train_engine"],
+                                              overrides))
     spec = EngineSpec(model_path, "actor", int(state["config"]["trainer"]["seed"]), int(state["optimizer_steps"]))
     engine = component.factory(cfg, spec)
     try:

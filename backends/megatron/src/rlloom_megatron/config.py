@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom.engine_config import TrainEngineConfig
 
@@ -20,6 +21,9 @@ class MegatronConfig(TrainEngineConfig):
     """
 
     tensor_parallel_size: int = 1
+
+    # A checkpoint loads at any TP size, so one process (``rlloom export``) reads it at TP = 1.
+    single_process_overrides: ClassVar[dict] = {"tensor_parallel_size": 1}
 
     def __post_init__(self) -> None:
         super().__post_init__()

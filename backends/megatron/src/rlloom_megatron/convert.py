@@ -99,7 +99,12 @@ def is_tensor_parallel(name: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------- HF -> Megatron
-def _pad_vocab(weight: torch.Tensor, layout: ModelLayout) -> torch.Tensor:
+VOCAB_ROWS = ("word_embeddings.weight", "output_layer.weight")
+
+
+def pad_vocab(weight: torch.Tensor, layout: ModelLayout) -> torch.Tensor:
+    """``weight`` [≥ vocab, h] cut to the real vocabulary and padded with zero rows to ``layout.padded_vocab``."""
+    weight = weight[: layout.vocab]
     return torch.cat([weight, weight.new_zeros(layout.padded_vocab - layout.vocab, weight.shape[1])])
 
 
@@ -114,10 +119,10 @@ def _fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: ModelLa
 def hf_to_megatron(hf: Mapping[str, torch.Tensor], layout: ModelLayout) -> dict[str, torch.Tensor]:
     """The full (TP = 1) Megatron state of a Hugging Face state dict (``lm_head.weight`` is read
     only when the model is not tied)."""
-    out = {"embedding.word_embeddings.weight": _pad_vocab(hf["model.embed_tokens.weight"], layout),
+    out = {"embedding.word_embeddings.weight": pad_vocab(hf["model.embed_tokens.weight"], layout),
            "decoder.final_layernorm.weight": hf["model.norm.weight"]}
     if not layout.tied:
-        out["output_layer.weight"] = _pad_vocab(hf["lm_head.weight"], layout)
+        out["output_layer.weight"] = pad_vocab(hf["lm_head.weight"], layout)
     for i in range(layout.num_layers):
         src, dst = _hf_layer(i), _mg_layer(i)
         attn = src + "self_attn."

@@ -41,7 +41,16 @@ from transformers import AutoConfig
 
 from rlloom_megatron import cpu_compat, parallel
 from rlloom_megatron.config import MegatronConfig
-from rlloom_megatron.convert import ModelLayout, hf_to_megatron, is_tensor_parallel, megatron_to_hf, shard, unshard
+from rlloom_megatron.convert import (
+    VOCAB_ROWS,
+    ModelLayout,
+    hf_to_megatron,
+    is_tensor_parallel,
+    megatron_to_hf,
+    pad_vocab,
+    shard,
+    unshard,
+)
 from rlloom_megatron.model import build_critic, build_gpt_model
 from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs
 
@@ -356,7 +365,8 @@ class MegatronTrainEngine:
 
     def save(self, path: str) -> None:
         """Each TP rank of DP group 0 writes its slices and AdamW state to ``tp<rank>.pt`` under
-        ``path``, rank 0 ``engine_state.json`` (step, role, TP size). Reloading needs the same TP size."""
+        ``path``, rank 0 ``engine_state.json`` (step, role, TP size); :meth:`load` reads it at any
+        TP size."""
         self._ready()
         os.makedirs(path, exist_ok=True)
         if dist.get_rank(self.dp_group) == 0:
@@ -370,24 +380,49 @@ class MegatronTrainEngine:
         dist.barrier()
 
     def load(self, path: str) -> None:
-        """Restore what :meth:`save` wrote (same TP size; a reference may load an actor's weights)."""
+        """Restore what :meth:`save` wrote, at any TP size: a checkpoint of another TP size is
+        joined (:func:`~rlloom_megatron.convert.unshard`) and cut again for this engine's ranks,
+        parameters and AdamW moments alike. A reference may load an actor's weights."""
         state_file = os.path.join(path, ENGINE_STATE_FILE)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(f"{path!r} is not a megatron engine checkpoint: {ENGINE_STATE_FILE} is missing")
         with open(state_file) as handle:
             engine_state = json.load(handle)
-        if engine_state["tensor_parallel_size"] != self.tp_size:
-            raise ValueError(f"{path!r} was saved with tensor_parallel_size={engine_state['tensor_parallel_size']}; "
-                             f"resume with train_engine.tensor_parallel_size={engine_state['tensor_parallel_size']}")
         if self.trainable and engine_state["role"] != self.spec.role:
             raise ValueError(f"{path!r} was saved by an engine with role {engine_state['role']!r}; an engine with "
                              f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint")
         self._ready()
-        state = torch.load(os.path.join(path, f"tp{self.tp_rank}.pt"), map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
+        saved_tp = int(engine_state["tensor_parallel_size"])
+        ranks = [self.tp_rank] if saved_tp == self.tp_size else range(saved_tp)
+        saved = [torch.load(os.path.join(path, f"tp{rank}.pt"), map_location=self.device, weights_only=True)
+                 for rank in ranks]
+        model_state, optimizer_state = saved[0]["model"], saved[0].get("optimizer")
+        if saved_tp != self.tp_size:
+            model_state = {name: self._recut(name, [s["model"][name] for s in saved]) if torch.is_tensor(value)
+                           else value for name, value in model_state.items()}
+            if optimizer_state is not None and self.optimizer is not None:
+                optimizer_state = self._recut_optimizer([s["optimizer"] for s in saved])
+        self.model.load_state_dict(model_state)
         if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(optimizer_state)
         self.step = int(engine_state["step"])
+
+    def _recut(self, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
+        """This rank's slice of parameter ``name`` from another TP size's slices of it (the vocabulary
+        padding, which depends on the TP size, redone)."""
+        full = unshard(name, parts)
+        if name.endswith(VOCAB_ROWS):
+            full = pad_vocab(full, self.layout)
+        return shard(name, full, self.tp_rank, self.tp_size).clone()
+
+    def _recut_optimizer(self, states: list[dict]) -> dict:
+        """AdamW's state dict recut like the parameters (its entries are in parameter order)."""
+        names = [name for name, _ in self.model.named_parameters()]
+        state = {}
+        for index, entry in states[0]["state"].items():
+            state[index] = {key: self._recut(names[int(index)], [s["state"][index][key] for s in states])
+                            if torch.is_tensor(value) and value.dim() > 0 else value for key, value in entry.items()}
+        return {"state": state, "param_groups": states[0]["param_groups"]}
 
     def offload(self) -> None:
         """Move parameters and AdamW state to host memory (no-op on CPU)."""
