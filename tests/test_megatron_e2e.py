@@ -1,7 +1,7 @@
 """``rlloom.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
 GRPO and PPO over Ray with tensor parallelism 2 (a pool of two workers, actor, reference, critic
-and rollout colocated), each learning and syncing its weights into the rollout engine; the TP = 2
-checkpoint exports to a Hugging Face folder."""
+and rollout colocated), each learning and syncing its weights into the rollout engine (hf, and
+vLLM); the TP = 2 checkpoint exports to a Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -51,3 +51,11 @@ def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
     with torch.no_grad():
         logits = [AutoModelForCausalLM.from_pretrained(path)(ids).logits for path in (exported, final)]
     assert torch.equal(*logits)
+
+
+@pytest.mark.slow
+def test_tp2_trainer_syncs_into_vllm_over_ray(tmp_path):
+    """Each rank gathers the TP slices into Hugging Face tensors and loads them into its vLLM engine
+    (head size 32 and two KV heads: vLLM's CPU kernels and TP = 2 both need them)."""
+    vllm = ["rollout=vllm", "model.num_heads=2", "model.num_kv_heads=2", "rollout.max_model_len=256"]
+    assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, *vllm, cache_dir=tmp_path / "cache")))

@@ -223,3 +223,22 @@ def test_a_tp2_checkpoint_resumes_at_tp1(tmp_path, model_dir):
         assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["second_step"], atol=1e-5)
     finally:
         engine.close()
+
+
+def test_settings_megatron_cannot_honour_are_named(model_dir):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 must divide the number of ranks \(1\); .*"
+                                         r"launcher=ray \+launcher.resource_pools.global=2"):
+        megatron_engine(model_dir, tp=2)
+    assert not dist.is_initialized()  # the group created for it was torn down
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=4 must divide .* choose one of \[1, 2\]"):
+        megatron_engine(model_dir, tp=4)
+    with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
+        MegatronConfig(tensor_parallel_size=0)
+    engine = megatron_engine(model_dir, role="ref")  # the failed engines released what they acquired
+    try:
+        with pytest.raises(RuntimeError, match="frozen reference"):
+            engine.train_step(make_batch(), pg_loss)
+        with pytest.raises(RuntimeError, match="serves log-probs"):
+            engine.compute_values(make_batch())
+    finally:
+        engine.close()

@@ -24,18 +24,30 @@ _initialized_here = False
 
 def acquire(device: torch.device, tensor_parallel_size: int, seed: int) -> None:
     """Count one more user; create the process group and Megatron's groups if needed."""
-    global _users, _created_store_dir, _initialized_here
-    from megatron.core import parallel_state, tensor_parallel
-
+    global _users, _created_store_dir
     if not dist.is_initialized():
         store_dir = tempfile.mkdtemp(prefix="rlloom-megatron-pg-")
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.FileStore(f"{store_dir}/store", 1), rank=0, world_size=1)
         _created_store_dir = store_dir
+    try:
+        _check_and_initialize(tensor_parallel_size, seed)
+    except BaseException:
+        if _users == 0:
+            _teardown()
+        raise
+    _users += 1
+
+
+def _check_and_initialize(tensor_parallel_size: int, seed: int) -> None:
+    global _initialized_here
+    from megatron.core import parallel_state, tensor_parallel
+
     world = dist.get_world_size()
     if world % tensor_parallel_size:
         raise ValueError(f"train_engine.tensor_parallel_size={tensor_parallel_size} must divide the number of "
-                         f"ranks ({world}); with launcher=ray give the pool a multiple of it")
+                         f"ranks ({world}); run the train roles on a Ray pool of a multiple of it, e.g. launcher=ray "
+                         f"+launcher.resource_pools.global={tensor_parallel_size}")
     if parallel_state.model_parallel_is_initialized():
         current = parallel_state.get_tensor_model_parallel_world_size()
         if current != tensor_parallel_size:
@@ -45,20 +57,25 @@ def acquire(device: torch.device, tensor_parallel_size: int, seed: int) -> None:
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel_size)
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
         _initialized_here = True
-    _users += 1
 
 
 def release() -> None:
     """Count one user less; tear down Megatron's groups and the process group when they were
     created here and nobody uses them."""
-    global _users, _created_store_dir, _initialized_here
-    from megatron.core import parallel_state
-
+    global _users
     if _users < 1:
         raise RuntimeError("parallel.release() called more often than acquire()")
     _users -= 1
     if _users:
         return
+    _teardown()
+
+
+def _teardown() -> None:
+    """Destroy Megatron's groups and the process group, each only if it was created here."""
+    global _created_store_dir, _initialized_here
+    from megatron.core import parallel_state
+
     if _initialized_here:
         parallel_state.destroy_model_parallel()
         _initialized_here = False
