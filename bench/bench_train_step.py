@@ -1,4 +1,5 @@
-"""The FSDP2 train engine's optimizer step vs a plain transformers + AdamW step, in the same run.
+"""A train engine's optimizer step (FSDP2, or ``--engine megatron``) vs a plain transformers + AdamW
+step, in the same run.
 
 Workload: one GRPO-shaped mini-batch — B responses of R tokens, ``n`` per prompt of P tokens (random
 ids) — on a model folder (default: a small random model; ``--model smollm2-135m`` for the main job's
@@ -6,12 +7,14 @@ model). Baseline: the same model loaded with transformers, one forward over the 
 response tokens (logits only for the response slice), a token-mean policy-gradient loss, backward,
 ``AdamW.step``: what a trainer without prompt sharing computes. The engine runs with its defaults
 (FSDP2 at world size 1, micro-batches, ``share_prompt_prefix``: each distinct prompt once);
-``--no-share`` measures its overhead on the same work as the baseline instead. ``--device cuda``:
+``--no-share`` measures its overhead on the same work as the baseline instead. ``--engine megatron``:
+the megatron-core engine at tensor-parallel size 1 (no prompt sharing). ``--device cuda``:
 both on the GPU in the engine's default precision there (bf16 compute; the baseline autocasts to
 bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
 
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
     python bench/bench_train_step.py --device cuda --model smollm2-135m
+    python bench/bench_train_step.py --engine megatron --model smollm2-135m
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from rlloom.devices import resolve_device, resolve_dtype, synchronize
 from rlloom.tokens import token_log_probs
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
+
+ENGINES = ("fsdp", "megatron")
 
 
 def model_path(name: str) -> str:
@@ -58,10 +63,20 @@ def pg_loss(micro, outputs, stats):
     return -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens, {}
 
 
-def time_engine(path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int,
-                device: torch.device) -> list[float]:
+def build_engine(name: str, path: str, micro_batch_size: int, share: bool, repeats: int, device: torch.device):
+    spec = EngineSpec(path, "actor", 0, repeats + 1, str(device))
+    if name == "megatron":
+        from rlloom_megatron.config import MegatronConfig
+        from rlloom_megatron.engine import MegatronTrainEngine
+
+        return MegatronTrainEngine(MegatronConfig(micro_batch_size=micro_batch_size, train_entropy=False), spec)
     config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, share_prompt_prefix=share)
-    engine = FSDPTrainEngine(config, EngineSpec(path, "actor", 0, repeats + 1, str(device)))
+    return FSDPTrainEngine(config, spec)
+
+
+def time_engine(name: str, path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int,
+                device: torch.device) -> list[float]:
+    engine = build_engine(name, path, micro_batch_size, share, repeats, device)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
@@ -97,6 +112,7 @@ def time_plain(path: str, batch: Batch, repeats: int, device: torch.device) -> l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    parser.add_argument("--engine", choices=ENGINES, default="fsdp")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--n", type=int, default=8, help="responses per prompt")
     parser.add_argument("--no-share", action="store_true", help="engine without share_prompt_prefix")
@@ -113,13 +129,13 @@ def main() -> None:
     vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab)
     plain = statistics.median(time_plain(path, batch, args.repeats, device))
-    engine = statistics.median(time_engine(path, batch, args.micro_batch_size, not args.no_share, args.repeats,
-                                           device))
+    engine = statistics.median(time_engine(args.engine, path, batch, args.micro_batch_size, not args.no_share,
+                                           args.repeats, device))
     tokens = args.rows * (args.prompt_len + args.response_len)
     print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens/step={tokens} "
-          f"threads={args.threads} share_prompt_prefix={not args.no_share}")
+          f"threads={args.threads} engine={args.engine} share_prompt_prefix={not args.no_share and args.engine == 'fsdp'}")
     print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
-    print(f"rlloom FSDP2 train engine  : {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
+    print(f"rlloom {args.engine} train engine: {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
     print(f"ratio engine / plain       : {engine / plain:.2f}")
 
 

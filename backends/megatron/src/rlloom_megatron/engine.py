@@ -125,6 +125,7 @@ class MegatronTrainEngine:
             cpu_compat.enable()
         hf_config = AutoConfig.from_pretrained(spec.model_path)
         self.layout = ModelLayout.from_hf_config(hf_config, cfg.tensor_parallel_size)
+        self._positions: torch.Tensor | None = None  # set by _run for the output layer's pre-hook
         parallel.acquire(self.device, cfg.tensor_parallel_size, spec.seed)
         self._holds_groups = True
         try:
@@ -135,6 +136,7 @@ class MegatronTrainEngine:
             self.dp_size = dist.get_world_size(self.dp_group)
             build = build_critic if self.is_critic else build_gpt_model
             self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
+            self.model.output_layer.register_forward_pre_hook(self._select_response_positions, with_kwargs=True)
             self._load_hf_weights(spec.model_path)
             self.model.to(self.device)
             self.model.requires_grad_(self.trainable)
@@ -195,24 +197,29 @@ class MegatronTrainEngine:
         dist.all_reduce(tensor, op=op, group=self.dp_group)
         return tensor.tolist()
 
-    def _at_responses(self, micro: Batch, per_position: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``per_position`` [b, L, …] read where each response token is predicted: position
-        p + j - 1 for token j of a row with p prompt tokens → [b, R, …]."""
-        response_length = micro["responses"].shape[1]
-        at = lengths[:, None] - 1 + torch.arange(response_length, device=lengths.device)
-        at = at.clamp(max=per_position.shape[1] - 1)
-        return per_position.gather(1, at[..., None].expand(-1, -1, per_position.shape[-1]))
+    def _select_response_positions(self, module, args, kwargs):
+        """Forward pre-hook of the output layer: keep only the hidden states [s, b, h] at
+        ``self._positions`` [b, R] (where each response token is predicted), so the LM head (or the
+        critic's stand-in) runs on R positions per row, not on the prompt's."""
+        hidden = args[0]
+        index = self._positions.t()[..., None].expand(-1, -1, hidden.shape[-1])
+        return (hidden.gather(0, index), *args[1:]), kwargs
 
-    def _run(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model on the left-aligned rows: ``(output at the response positions [b, R, …], lengths)``;
-        the output is this rank's logits slice [b, R, V_r] (the critic's hidden states [b, R, h])."""
+    def _run(self, micro: Batch) -> torch.Tensor:
+        """The model on the left-aligned rows, read where each response token is predicted
+        (position p + j - 1 for token j of a row with p prompt tokens): this rank's logits slice
+        [b, R, V_r], or the critic's hidden states [b, R, h]."""
         tokens, lengths = left_aligned(micro)
         length = tokens.shape[1]
         positions = torch.arange(length, device=tokens.device).expand_as(tokens)
         causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)[None, None]
-        with self._autocast():
-            out = self.model(tokens, positions, attention_mask=causal)
-        return self._at_responses(micro, out, lengths)
+        at = lengths[:, None] - 1 + torch.arange(micro["responses"].shape[1], device=tokens.device)
+        self._positions = at.clamp(max=length - 1)
+        try:
+            with self._autocast():
+                return self.model(tokens, positions, attention_mask=causal)
+        finally:
+            self._positions = None
 
     def _forward(self, micro: Batch, temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Response log-probs [b, R] (and entropy) under softmax(logits / T), 0 on padding."""
