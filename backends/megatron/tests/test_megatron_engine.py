@@ -5,6 +5,7 @@ process) and 2 (two processes on a gloo group)."""
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
+from rlloom.testing import device_params
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -116,9 +118,9 @@ def fsdp_after_one_step(path: str, batch: Batch) -> tuple[dict[str, float], dict
         engine.close()
 
 
-def megatron_engine(path: str, tp: int = 1, role: str = "actor") -> MegatronTrainEngine:
+def megatron_engine(path: str, tp: int = 1, role: str = "actor", device: str = "cpu") -> MegatronTrainEngine:
     return MegatronTrainEngine(MegatronConfig(**SETTINGS, tensor_parallel_size=tp),
-                               EngineSpec(path, role, seed=0, total_train_steps=10))
+                               EngineSpec(path, role, seed=0, total_train_steps=10, device=device))
 
 
 def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:
@@ -240,5 +242,24 @@ def test_settings_megatron_cannot_honour_are_named(model_dir):
             engine.train_step(make_batch(), pg_loss)
         with pytest.raises(RuntimeError, match="serves log-probs"):
             engine.compute_values(make_batch())
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("device", device_params("bf16 autocast on CUDA vs fp32 CPU log-probs, offload and a step"))
+def test_device_default_precision_against_fp32_reference(model_dir, device):
+    """dtype=auto: float32 on CPU (exact to 1e-5), bf16 compute over float32 weights on CUDA (within
+    bf16's rounding: 0.05 per log-prob on this tiny model); offload/onload keeps the next step."""
+    batch = make_batch()
+    want_log_probs, _ = reference(model_dir, batch)
+    engine = megatron_engine(model_dir, device=device)
+    try:
+        assert next(engine.model.parameters()).dtype == torch.float32
+        out = engine.compute_log_probs(batch)
+        tolerance = 1e-5 if device == "cpu" else 0.05
+        torch.testing.assert_close(out["log_probs"], want_log_probs, atol=tolerance, rtol=0)
+        engine.offload()
+        metrics = engine.train_step(batch, pg_loss)  # brings the weights back by itself
+        assert math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
     finally:
         engine.close()
