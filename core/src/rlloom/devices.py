@@ -121,3 +121,14 @@ def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device)
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 state[key] = value.to(device, non_blocking=True)
+
+
+def move_train_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:
+    """Move a train engine's parameters (and gradients) and its optimizer's state to ``device``
+    (:meth:`TrainEngine.offload` / ``onload``); moving to the CPU also returns the GPU's cached
+    blocks, so a colocated engine can use the memory."""
+    model.to(device)
+    if optimizer is not None:
+        move_optimizer_state(optimizer, device)
+    if device.type == "cpu" and torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
-from rlloom.devices import cuda_memory_metrics, move_optimizer_state, rank_device, resolve_dtype, role_device
+from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
 from rlloom.protocols import LossFn
 from rlloom.tokens import concat_prompt_response, response_logits
@@ -418,19 +418,14 @@ class FSDPTrainEngine:
         sharded parameters when the module moves (``FSDPModule._apply``)."""
         if self.device.type == "cpu" or self._offloaded:
             return
-        self.model.to("cpu")
-        if self.optimizer is not None:
-            move_optimizer_state(self.optimizer, torch.device("cpu"))
+        move_train_state(self.model, self.optimizer, torch.device("cpu"))
         self._offloaded = True
-        torch.cuda.empty_cache()
 
     def onload(self) -> None:
         """Undo :meth:`offload` (no-op when nothing is offloaded)."""
         if not self._offloaded:
             return
-        self.model.to(self.device)
-        if self.optimizer is not None:
-            move_optimizer_state(self.optimizer, self.device)
+        move_train_state(self.model, self.optimizer, self.device)
         self._offloaded = False
 
     def close(self) -> None:

@@ -32,6 +32,31 @@ class DecodedChunk:
     log_probs: torch.Tensor
 
 
+class ResponseSlots:
+    """The responses of a chunk while they are decoded, shared by the eager and static loops:
+    ``tokens`` [N, M] (pad id after a row stops), ``mask`` [N, M], ``log_probs`` [N, M] of the sampled
+    tokens, and ``finished`` [N] (the row has emitted a stop id)."""
+
+    def __init__(self, rows: int, max_new: int, pad_id: int, device: torch.device) -> None:
+        self.pad_id = pad_id
+        self.tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=device)
+        self.mask = torch.zeros((rows, max_new), dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=device)
+        self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
+
+    def record(self, step: int, picked: torch.Tensor, picked_log_probs: torch.Tensor, stop_ids: torch.Tensor) -> None:
+        """Write the tokens drawn at ``step`` for the rows still running; mark rows that drew a stop id."""
+        alive = ~self.finished
+        self.tokens[:, step] = torch.where(alive, picked, self.pad_id)
+        self.log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
+        self.mask[:, step] = alive.long()
+        self.finished |= torch.isin(picked, stop_ids)
+
+    def chunk(self, length: int) -> DecodedChunk:
+        """The first ``length`` tokens of every row."""
+        return DecodedChunk(self.tokens[:, :length], self.mask[:, :length], self.log_probs[:, :length])
+
+
 @torch.no_grad()
 def decode_chunk(
     model: PreTrainedModel,
@@ -73,22 +98,13 @@ def decode_chunk(
     rows, prompt_len, max_new = len(owner), prompt_mask.shape[1], sampling.max_new_tokens
     attention = torch.cat([prompt_mask[owner], prompt_mask.new_ones(rows, max_new)], dim=1)
     next_position = prompt_mask.sum(dim=1)[owner].unsqueeze(1)
-    tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=logits.device)
-    mask = torch.zeros((rows, max_new), dtype=torch.long, device=logits.device)
-    log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=logits.device)
-    finished = torch.zeros(rows, dtype=torch.bool, device=logits.device)
-
+    slots = ResponseSlots(rows, max_new, pad_id, logits.device)
     for step in range(max_new):
-        picked, picked_log_probs = next_tokens(logits, sampling, streams)
-        alive = ~finished
-        tokens[:, step] = torch.where(alive, picked, pad_id)
-        log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
-        mask[:, step] = alive.long()
-        finished |= torch.isin(picked, stop_ids)
-        if step + 1 == max_new or bool(finished.all()):
+        slots.record(step, *next_tokens(logits, sampling, streams), stop_ids)
+        if step + 1 == max_new or bool(slots.finished.all()):
             break
         out = model(
-            input_ids=tokens[:, step : step + 1],
+            input_ids=slots.tokens[:, step : step + 1],
             attention_mask=attention[:, : prompt_len + step + 1],
             position_ids=next_position + step,
             past_key_values=cache,
@@ -96,5 +112,4 @@ def decode_chunk(
         )
         logits = out.logits[:, -1]
 
-    length = step + 1
-    return DecodedChunk(tokens[:, :length], mask[:, :length], log_probs[:, :length])
+    return slots.chunk(step + 1)

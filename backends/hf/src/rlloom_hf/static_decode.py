@@ -35,7 +35,7 @@ from rlloom import SamplingParams
 from transformers import PreTrainedModel, StaticCache
 
 from rlloom_hf.counter_rng import CounterStreams
-from rlloom_hf.decode import DecodedChunk
+from rlloom_hf.decode import DecodedChunk, ResponseSlots
 from rlloom_hf.sampling import next_tokens
 
 LENGTH_MULTIPLE = 64
@@ -183,19 +183,10 @@ class StaticDecoder:
             bucket.capture()
         next_position = mask_in.sum(dim=1, keepdim=True)
 
-        tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros((rows, max_new), dtype=torch.long, device=self.device)
-        log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=self.device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        slots = ResponseSlots(rows, max_new, pad_id, self.device)
         for step in range(max_new):
-            picked, picked_log_probs = next_tokens(logits, sampling, streams)
-            alive = ~finished
-            tokens[:, step] = torch.where(alive, picked, pad_id)
-            log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
-            mask[:, step] = alive.long()
-            finished |= torch.isin(picked, stop_ids)
-            if step + 1 == max_new or ((step + 1) % self.eos_check_interval == 0 and bool(finished.all())):
+            slots.record(step, *next_tokens(logits, sampling, streams), stop_ids)
+            if step + 1 == max_new or ((step + 1) % self.eos_check_interval == 0 and bool(slots.finished.all())):
                 break
-            logits = bucket.step(tokens[:, step], prompt_len + step, next_position + step)[:rows]
-        length = int(mask.sum(dim=1).max())
-        return DecodedChunk(tokens[:, :length], mask[:, :length], log_probs[:, :length])
+            logits = bucket.step(slots.tokens[:, step], prompt_len + step, next_position + step)[:rows]
+        return slots.chunk(int(slots.mask.sum(dim=1).max()))

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
-from rlloom.devices import move_optimizer_state, rank_device, resolve_dtype, role_device
+from rlloom.devices import move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.protocols import LossFn
 from transformers import AutoConfig
 
@@ -435,19 +435,14 @@ class MegatronTrainEngine:
         """Move parameters and AdamW state to host memory (no-op on CPU)."""
         if self.device.type == "cpu" or self._offloaded:
             return
-        self.model.to("cpu")
-        if self.optimizer is not None:
-            move_optimizer_state(self.optimizer, torch.device("cpu"))
+        move_train_state(self.model, self.optimizer, torch.device("cpu"))
         self._offloaded = True
-        torch.cuda.empty_cache()
 
     def onload(self) -> None:
         """Undo :meth:`offload`."""
         if not self._offloaded:
             return
-        self.model.to(self.device)
-        if self.optimizer is not None:
-            move_optimizer_state(self.optimizer, self.device)
+        move_train_state(self.model, self.optimizer, self.device)
         self._offloaded = False
 
     def close(self) -> None:
