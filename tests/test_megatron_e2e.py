@@ -59,3 +59,12 @@ def test_tp2_trainer_syncs_into_vllm_over_ray(tmp_path):
     (head size 32 and two KV heads: vLLM's CPU kernels and TP = 2 both need them)."""
     vllm = ["rollout=vllm", "model.num_heads=2", "model.num_kv_heads=2", "rollout.max_model_len=256"]
     assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, *vllm, cache_dir=tmp_path / "cache")))
+
+
+@pytest.mark.slow
+def test_tp2_trainer_syncs_into_a_rollout_on_its_own_pool(tmp_path):
+    """Split placement: the TP = 2 trainer on two workers, the rollout on a third; the gathered
+    weights go from train rank 0 to the rollout over a broadcast group (resharder=broadcast)."""
+    split = ["launcher.num_cpus=4", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
+             "resharder=broadcast"]
+    assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, *split, cache_dir=tmp_path / "cache")))
