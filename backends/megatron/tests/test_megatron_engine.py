@@ -1,7 +1,8 @@
 """The megatron engine against plain transformers and the fsdp engine on the same weights and batch
 (float32 on CPU): log-probs, entropy, loss metrics and the parameters after one AdamW step, and
-the critic's values, losses and parameters after two steps, at tensor-parallel sizes 1 (in this
-process) and 2 (two processes on a gloo group)."""
+the critic's values, losses and parameters after two steps, at tensor-parallel size 1 (in this
+process), and over two processes on a gloo group as one TP = 2 group or two TP = 1 data-parallel
+replicas."""
 
 from __future__ import annotations
 
@@ -170,10 +171,11 @@ def test_tp1_critic_matches_the_fsdp_critic(model_dir):
     assert_same_critic(got, fsdp_critic(model_dir, batch))
 
 
-def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> None:
+def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp: int) -> None:
+    """One of two ranks: TP = 2 (one TP group) or TP = 1 (two data-parallel replicas)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    engine = megatron_engine(path, tp=2)
+    engine = megatron_engine(path, tp=tp)
     half = len(batch) // 2
     mine = batch.slice(rank * half, (rank + 1) * half)  # what dp_split would hand each rank
     result = {"log_probs": engine.compute_log_probs(mine, entropy=True)}
@@ -183,7 +185,7 @@ def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> N
     engine.train_step(mine, pg_loss)  # a second step, to compare with one resumed at TP = 1
     result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
     engine.close()
-    critic = megatron_engine(path, tp=2, role="critic")
+    critic = megatron_engine(path, tp=tp, role="critic")
     result["critic"] = critic_run(critic, mine)
     critic.close()
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as handle:
@@ -191,9 +193,10 @@ def _tp2_rank(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> N
     dist.destroy_process_group()
 
 
-def test_tp2_over_two_processes_matches_transformers_and_fsdp(model_dir, tmp_path):
+@pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
+def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
     batch = make_batch()
-    mp.spawn(_tp2_rank, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=2)
+    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
     ranks = [pickle.load(open(tmp_path / f"rank{rank}.pkl", "rb")) for rank in (0, 1)]
     want_log_probs, want_entropy = reference(model_dir, batch)
     log_probs = torch.cat([r["log_probs"]["log_probs"] for r in ranks])
@@ -214,7 +217,7 @@ def test_a_tp2_checkpoint_resumes_at_tp1(tmp_path, model_dir):
     """Parameters and AdamW moments are recut for another TP size: the step after resuming at TP = 1
     equals the one the TP = 2 engine took after saving."""
     batch = make_batch()
-    mp.spawn(_tp2_rank, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=2)
+    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), 2), nprocs=2)
     tp2 = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
     engine = megatron_engine(model_dir)
     try:
