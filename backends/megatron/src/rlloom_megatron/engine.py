@@ -35,7 +35,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
-from rlloom.devices import move_train_state, rank_device, resolve_dtype, role_device
+from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.protocols import LossFn
 from transformers import AutoConfig
 
@@ -190,7 +190,8 @@ class MegatronTrainEngine:
         start = sum(len(piece) for piece in pieces[: self.tp_rank])
         return Batch.concat(pieces), start, start + len(batch)
 
-    def _sum_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+    def _reduce_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+        """``values`` reduced with ``op`` over the data-parallel group (one value per TP group)."""
         if self.dp_size == 1:
             return values
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -294,7 +295,8 @@ class MegatronTrainEngine:
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
         mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
         this step's LR; a non-finite norm skips the update but counts the step. Returns the loss
-        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``.
+        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``
+        (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
         """
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
@@ -304,8 +306,8 @@ class MegatronTrainEngine:
         temperature = self._temperature(batch)
         union, _, _ = self._tp_union(batch)
         mask = union["response_mask"]
-        counts = self._sum_over_dp([float(mask.sum()), float(len(union)), float((mask.sum(dim=1) > 0).sum())])
-        (longest,) = self._sum_over_dp([float(mask.shape[1])], dist.ReduceOp.MAX)
+        counts = self._reduce_over_dp([float(mask.sum()), float(len(union)), float((mask.sum(dim=1) > 0).sum())])
+        (longest,) = self._reduce_over_dp([float(mask.shape[1])], dist.ReduceOp.MAX)
         stats = MiniBatchStats(int(counts[0]), int(counts[1]), int(counts[2]), int(longest))
         self.model.train()
         sums: dict[str, float] = {}
@@ -317,7 +319,7 @@ class MegatronTrainEngine:
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + float(value)
         names = sorted(sums)
-        averaged = self._sum_over_dp([sums[name] / len(micros) for name in names])
+        averaged = self._reduce_over_dp([sums[name] / len(micros) for name in names])
         result = {name: value / self.dp_size for name, value in zip(names, averaged)}
         lr = self.cfg.lr_at(self.step + 1, self.spec.role, self.spec.total_train_steps)
         grad_norm = self._reduce_and_clip_gradients()
@@ -329,6 +331,8 @@ class MegatronTrainEngine:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        if self.device.type == "cuda":
+            result.update(cuda_memory_metrics(self.device))
         return result
 
     def _reduce_and_clip_gradients(self) -> float:
