@@ -2,23 +2,20 @@
 
 :func:`acquire` uses the default ``torch.distributed`` process group when one exists (world size
 N, set up by a launcher such as Ray or torchrun); otherwise it creates a single-rank group
-in-process (rendezvous through a ``FileStore`` in a fresh temporary directory, so no port is
-needed): gloo on CPU, and on CUDA gloo for CPU tensors plus NCCL for CUDA tensors. Every engine
+in-process (rendezvous through an in-memory ``HashStore``: no port, and no file left behind when
+the process dies): gloo on CPU, and on CUDA gloo for CPU tensors plus NCCL for CUDA tensors. Every engine
 calls :func:`acquire` once and :func:`release` once; the group is destroyed when the last user
 releases it, and only if it was created here.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 _users = 0
-_created_store_dir: str | None = None  # set while a group created by this module is alive
+_created_here = False  # a group created by this module is alive
 
 
 def backend_for(device: torch.device) -> str:
@@ -29,27 +26,24 @@ def backend_for(device: torch.device) -> str:
 def acquire(device: torch.device) -> DeviceMesh:
     """Count one more user of the default process group (creating it if needed); its 1-D mesh on
     ``device``'s type (every rank uses its current device of that type)."""
-    global _users, _created_store_dir
+    global _users, _created_here
     if not dist.is_initialized():
-        store_dir = tempfile.mkdtemp(prefix="rlloom-fsdp-pg-")
-        store = dist.FileStore(f"{store_dir}/store", 1)
-        dist.init_process_group(backend_for(device), store=store, rank=0, world_size=1)
-        _created_store_dir = store_dir
+        dist.init_process_group(backend_for(device), store=dist.HashStore(), rank=0, world_size=1)
+        _created_here = True
     _users += 1
     return DeviceMesh.from_group(dist.group.WORLD, device.type)
 
 
 def release() -> None:
     """Count one user less; destroy the group if this module created it and nobody uses it."""
-    global _users, _created_store_dir
+    global _users, _created_here
     if _users < 1:
         raise RuntimeError("process_group.release() called more often than acquire()")
     _users -= 1
-    if _users == 0 and _created_store_dir is not None:
+    if _users == 0 and _created_here:
         if dist.is_initialized():
             dist.destroy_process_group()
-        shutil.rmtree(_created_store_dir, ignore_errors=True)
-        _created_store_dir = None
+        _created_here = False
 
 
 def users() -> int:

@@ -2,8 +2,8 @@
 the process.
 
 :func:`acquire` uses the default process group when one exists (set up by a launcher: Ray,
-torchrun), else creates a single-rank one in-process (``FileStore`` in a fresh temporary directory:
-gloo on CPU, ``cpu:gloo,cuda:nccl`` on CUDA); then megatron-core's groups for the requested
+torchrun), else creates a single-rank one in-process (an in-memory ``HashStore``: no port, no file
+left behind; gloo on CPU, ``cpu:gloo,cuda:nccl`` on CUDA); then megatron-core's groups for the requested
 tensor-parallel size (``parallel_state.initialize_model_parallel``) and its model-parallel RNG
 (seeded with the run seed). Engines of one process must agree on the TP size. The last
 :func:`release` tears down what was created here.
@@ -11,25 +11,21 @@ tensor-parallel size (``parallel_state.initialize_model_parallel``) and its mode
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import torch
 import torch.distributed as dist
 
 _users = 0
-_created_store_dir: str | None = None
+_created_group_here = False
 _initialized_here = False
 
 
 def acquire(device: torch.device, tensor_parallel_size: int, seed: int) -> None:
     """Count one more user; create the process group and Megatron's groups if needed."""
-    global _users, _created_store_dir
+    global _users, _created_group_here
     if not dist.is_initialized():
-        store_dir = tempfile.mkdtemp(prefix="rlloom-megatron-pg-")
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.FileStore(f"{store_dir}/store", 1), rank=0, world_size=1)
-        _created_store_dir = store_dir
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        _created_group_here = True
     try:
         _check_and_initialize(tensor_parallel_size, seed)
     except BaseException:
@@ -73,14 +69,13 @@ def release() -> None:
 
 def _teardown() -> None:
     """Destroy Megatron's groups and the process group, each only if it was created here."""
-    global _created_store_dir, _initialized_here
+    global _created_group_here, _initialized_here
     from megatron.core import parallel_state
 
     if _initialized_here:
         parallel_state.destroy_model_parallel()
         _initialized_here = False
-    if _created_store_dir is not None:
+    if _created_group_here:
         if dist.is_initialized():
             dist.destroy_process_group()
-        shutil.rmtree(_created_store_dir, ignore_errors=True)
-        _created_store_dir = None
+        _created_group_here = False
