@@ -29,8 +29,16 @@ def reference(tmp_path_factory, cache_dir) -> str:
     return run_dir
 
 
-def assert_same_run(resumed: str, reference: str) -> None:
-    assert metric_rows(resumed) == metric_rows(reference)
+RESUMED = "training/resumed_from_step"
+
+
+def assert_same_run(resumed: str, reference: str, resumed_from: int | None) -> None:
+    """The same records and weights as the uninterrupted run; the first row after a resume (and only
+    it) says which step the run resumed from."""
+    rows = metric_rows(resumed)
+    marked = [(row["step"], row[RESUMED]) for row in rows if RESUMED in row]
+    assert marked == ([] if resumed_from is None else [(resumed_from + 1, resumed_from)])
+    assert [{key: value for key, value in row.items() if key != RESUMED} for row in rows] == metric_rows(reference)
     ours = load_file(os.path.join(resumed, "final_model", "model.safetensors"))
     theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
     assert ours.keys() == theirs.keys()
@@ -62,7 +70,14 @@ def test_sigkill_mid_step_then_resume_equals_uninterrupted(tmp_path, cache_dir, 
     assert not os.path.exists(os.path.join(run_dir, "final_model"))
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_same_run(run_dir, reference)
+    if logged_step == 1:  # no checkpoint yet: a fresh start, which says what it dropped (validation and step 1)
+        assert_same_run(run_dir, reference, None)
+        assert (f"rlloom: no checkpoint in {run_dir}: starting over; dropped what the interrupted run logged after "
+                f"it: 2 rows (steps 0-1) of metrics.jsonl") in result.stderr
+    else:
+        assert_same_run(run_dir, reference, 2)
+        assert (f"rlloom: resumed from {run_dir}/checkpoints/global_step_2 (step 2); dropped what the interrupted "
+                f"run logged after it: 1 row (step 3) of metrics.jsonl") in result.stderr
     if logged_step == 3:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -91,7 +106,9 @@ def test_sigkill_mid_save_then_resume_equals_uninterrupted(tmp_path, cache_dir, 
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "global_step_4.tmp" not in os.listdir(checkpoints)
-    assert_same_run(run_dir, reference)
+    step = 2 if point == "during_save" else 4  # a complete global_step_4 is found without the pointer
+    assert_same_run(run_dir, reference, step)
+    assert f"rlloom: resumed from {os.path.join(checkpoints, f'global_step_{step}')} (step {step})" in result.stderr
 
 
 def test_incompatible_config_change_is_refused_before_resuming(tmp_path, cache_dir, reference):

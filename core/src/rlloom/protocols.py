@@ -206,6 +206,8 @@ class Tracker(Protocol):
 
     Optional: ``rewind(step)`` drops what was logged for steps after ``step``; the trainer calls it
     when a run resumes from the checkpoint of ``step``, so the record equals an uninterrupted run's.
+    It may return a few words on what it dropped (e.g. ``"2 rows (steps 3-4) of metrics.jsonl"``),
+    which the trainer prints with the resume; ``None`` when there is nothing to say.
     """
 
     def log(self, metrics: dict[str, float], step: int) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import resource
+import sys
 import time
 import warnings
 from typing import Any
@@ -73,6 +74,7 @@ class Trainer:
 
     def __init__(self, resolved: ResolvedConfig, registry: Registry | None = None) -> None:
         self.started = time.perf_counter()
+        self._resume_metrics: dict[str, float] = {}  # logged with the first row after a resume
         self.resolved = resolved
         self.registry = registry = registry or get_registry()
         sections, choices = resolved.sections, resolved.choices
@@ -97,7 +99,7 @@ class Trainer:
             self.launcher.shutdown()  # workers (Ray actors, process groups) must not outlive a failed start
             raise
         self.trackers = self._start_trackers()
-        self._rewind_trackers()
+        self._announce_resume(resume_from, self._rewind_trackers())
 
     def _setup(self, resume_from: Checkpoint | None) -> None:
         """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
@@ -247,19 +249,38 @@ class Trainer:
                 warnings.warn(f"tracker {name} failed to start and is disabled: {error}", stacklevel=2)
         return trackers
 
-    def _rewind_trackers(self) -> None:
+    def _rewind_trackers(self) -> list[str]:
         """Trackers with a ``rewind(step)`` method forget what an earlier, interrupted process logged
         after ``step`` (the resumed step, or -1 for a fresh start), so a resumed run's records equal
-        an uninterrupted run's."""
+        an uninterrupted run's. Returns what they said they dropped."""
+        dropped = []
         for tracker in self.trackers:
             rewind = getattr(tracker, "rewind", None)
-            if rewind is not None:
-                rewind(self.step if self.step else -1)
+            said = rewind(self.step if self.step else -1) if rewind is not None else None
+            if said:
+                dropped.append(said)
+        return dropped
+
+    def _announce_resume(self, checkpoint: Checkpoint | None, dropped: list[str]) -> None:
+        """Say on stderr which checkpoint the run resumed from (and what the interrupted run's
+        records lost); the first row logged after a resume carries ``training/resumed_from_step``."""
+        if checkpoint is not None:
+            self._resume_metrics = {"training/resumed_from_step": float(self.step)}
+            message = f"rlloom: resumed from {checkpoint.path} (step {self.step})"
+        elif dropped:
+            message = f"rlloom: no checkpoint in {self.run_dir}: starting over"
+        else:
+            return
+        if dropped:
+            message += f"; dropped what the interrupted run logged after it: {'; '.join(dropped)}"
+        print(message, file=sys.stderr, flush=True)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
         every tracker; a tracker that raises is dropped with a warning."""
         metrics["training/wall_clock_s"] = time.perf_counter() - self.started
+        metrics.update(self._resume_metrics)
+        self._resume_metrics = {}
         for tracker in list(self.trackers):
             try:
                 tracker.log(metrics, step)

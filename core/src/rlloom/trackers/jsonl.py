@@ -24,21 +24,34 @@ class JsonlTracker:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
-    def rewind(self, step: int) -> None:
+    def rewind(self, step: int) -> str | None:
         """Drop the lines of steps after ``step`` and a torn last line left by a killed process; the
-        file is replaced atomically."""
+        file is replaced atomically. Returns what was dropped, in words (None: nothing)."""
         self._file.close()
-        kept = []
+        kept, dropped_steps, torn = [], [], 0
         with open(self.path, encoding="utf-8") as handle:
             for line in handle:
                 try:
                     row = json.loads(line)
                 except ValueError:
+                    torn += 1
                     continue
-                if line.endswith("\n") and row.get("step", 0) <= step:
+                if not line.endswith("\n"):
+                    torn += 1
+                elif row.get("step", 0) <= step:
                     kept.append(line)
+                else:
+                    dropped_steps.append(row.get("step"))
         write_atomic(self.path, "".join(kept).encode("utf-8"))
         self._file = open(self.path, "a", encoding="utf-8")
+        parts = []
+        if dropped_steps:
+            span = f"{min(dropped_steps)}-{max(dropped_steps)}" if len(set(dropped_steps)) > 1 else dropped_steps[0]
+            rows = f"{len(dropped_steps)} row{'s' if len(dropped_steps) > 1 else ''}"
+            parts.append(f"{rows} (step{'s' if len(set(dropped_steps)) > 1 else ''} {span})")
+        if torn:
+            parts.append(f"{torn} torn line{'s' if torn > 1 else ''}")
+        return f"{' and '.join(parts)} of metrics.jsonl" if parts else None
 
     def close(self) -> None:
         self._file.close()
