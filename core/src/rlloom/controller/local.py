@@ -27,7 +27,13 @@ class RoleSpec:
     engine: EngineSpec | None = None
 
     def build(self, registry: Registry) -> Any:
-        """``registry.build(kind, name, cfg[, engine])``."""
+        """``registry.build(kind, name, cfg[, engine])``, with transformers' progress bars (its
+        "Loading weights" bar per model) off in the building process, so the run's console shows the
+        run's progress only. transformers' switch turns the Hugging Face Hub's download bars off too;
+        the run's model folder has been fetched by then (the model source runs before any role)."""
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
         args = (self.cfg,) if self.engine is None else (self.cfg, self.engine)
         return registry.build(self.kind, self.name, *args)
 
