@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import rlloom
 from rlloom_fsdp.config import FSDPConfig
-from rlloom_fsdp.engine import FSDPTrainEngine
 
 
-def build_engine(cfg: FSDPConfig, spec: rlloom.EngineSpec) -> FSDPTrainEngine:
-    """``factory(cfg, spec) -> TrainEngine`` for the registry."""
+def build_engine(cfg: FSDPConfig, spec: rlloom.EngineSpec):
+    """``factory(cfg, spec) -> TrainEngine`` for the registry. The engine module (transformers, FSDP)
+    is imported only here, so registering the plugin — and reporting a config error — stays cheap."""
+    from rlloom_fsdp.engine import FSDPTrainEngine
+
     return FSDPTrainEngine(cfg, spec)
 
 
