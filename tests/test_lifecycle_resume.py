@@ -10,6 +10,8 @@ import shutil
 import pytest
 import torch
 from lifecycle_helpers import kill_when_logged, metric_rows, run, run_env, train_command
+from rlloom import testing
+from rlloom.testing import RESUME_MARKER
 from safetensors.torch import load_file
 
 TRACKERS = "trainer.trackers=[jsonl,tensorboard,mlflow]"
@@ -29,16 +31,12 @@ def reference(tmp_path_factory, cache_dir) -> str:
     return run_dir
 
 
-RESUMED = "training/resumed_from_step"
-
-
 def assert_same_run(resumed: str, reference: str, resumed_from: int | None) -> None:
     """The same records and weights as the uninterrupted run; the first row after a resume (and only
     it) says which step the run resumed from."""
-    rows = metric_rows(resumed)
-    marked = [(row["step"], row[RESUMED]) for row in rows if RESUMED in row]
+    marked = [(row["step"], row[RESUME_MARKER]) for row in testing.metric_rows(resumed) if RESUME_MARKER in row]
     assert marked == ([] if resumed_from is None else [(resumed_from + 1, resumed_from)])
-    assert [{key: value for key, value in row.items() if key != RESUMED} for row in rows] == metric_rows(reference)
+    assert metric_rows(resumed) == metric_rows(reference)
     ours = load_file(os.path.join(resumed, "final_model", "model.safetensors"))
     theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
     assert ours.keys() == theirs.keys()

@@ -40,9 +40,9 @@ def test_metric_rows_reads_every_row_and_training_rows_keeps_training_steps_with
     assert training_rows(rows, key="val-core/digits/acc/mean@2") == []
 
 
-def test_comparable_rows_drop_timings_memory_and_wall_clock_only():
+def test_comparable_rows_drop_timings_memory_wall_clock_and_the_resume_marker_only():
     rows = [{"step": 1, "timing_s/gen": 0.2, "perf/cpu_memory_peak_gb": 4.0, "training/wall_clock_s": 9.0,
-             "training/rollout_probs_diff_mean": 0.01, "actor/pg_loss": 0.3}]
+             "training/resumed_from_step": 0.0, "training/rollout_probs_diff_mean": 0.01, "actor/pg_loss": 0.3}]
     assert comparable_rows(rows) == [{"step": 1, "training/rollout_probs_diff_mean": 0.01, "actor/pg_loss": 0.3}]
 
 

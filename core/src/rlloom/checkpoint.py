@@ -31,6 +31,9 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+RESUME_MARKER = "training/resumed_from_step"
+"""The metric the first row logged after a resume carries: the step the run resumed from."""
+
 CHECKPOINTS_DIR = "checkpoints"
 PREFIX = "global_step_"
 MANIFEST = "manifest.json"

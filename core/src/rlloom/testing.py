@@ -18,9 +18,10 @@ import json
 import os
 
 import rlloom
+from rlloom.checkpoint import RESUME_MARKER
 from rlloom.plugins.registry import Registry
 
-__all__ = ["MEASURED_PREFIXES", "comparable_rows", "device_params", "entry_point_registry", "metric_rows",
+__all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "entry_point_registry", "metric_rows",
            "train_tiny", "training_rows"]
 
 
@@ -56,8 +57,10 @@ MEASURED_PREFIXES = ("timing_s/", "perf/", "training/wall_clock_s")
 
 
 def comparable_rows(rows: list[dict]) -> list[dict]:
-    """Each row without the :data:`MEASURED_PREFIXES` keys: what two runs of one seed must agree on."""
-    return [{key: value for key, value in row.items() if not key.startswith(MEASURED_PREFIXES)} for row in rows]
+    """Each row without the :data:`MEASURED_PREFIXES` keys and the :data:`RESUME_MARKER`: what two
+    runs of one seed — one of them perhaps interrupted and resumed — must agree on."""
+    return [{key: value for key, value in row.items() if not key.startswith(MEASURED_PREFIXES) and key != RESUME_MARKER}
+            for row in rows]
 
 
 def training_rows(rows: list[dict], key: str = "critic/score/mean") -> list[dict]:

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from rlloom.batch import Batch
 from rlloom.checkpoint import (
-    TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
+    RESUME_MARKER, TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
 from rlloom.controller.local import RoleSpec, RoleStartError
@@ -263,9 +263,10 @@ class Trainer:
 
     def _announce_resume(self, checkpoint: Checkpoint | None, dropped: list[str]) -> None:
         """Say on stderr which checkpoint the run resumed from (and what the interrupted run's
-        records lost); the first row logged after a resume carries ``training/resumed_from_step``."""
+        records lost); the first row logged after a resume carries ``RESUME_MARKER``
+        (``training/resumed_from_step``)."""
         if checkpoint is not None:
-            self._resume_metrics = {"training/resumed_from_step": float(self.step)}
+            self._resume_metrics = {RESUME_MARKER: float(self.step)}
             message = f"rlloom: resumed from {checkpoint.path} (step {self.step})"
         elif dropped:
             message = f"rlloom: no checkpoint in {self.run_dir}: starting over"
