@@ -9,6 +9,18 @@ import torch
 
 from rlloom.batch import Batch
 
+TRAIN_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
+"""The fields a train engine's ``compute_log_probs``, ``compute_values`` and ``train_step`` read."""
+
+
+def policy_temperature(batch: Batch) -> float:
+    """T of the policy softmax(logits / T) a train engine scores ``batch`` with: ``batch.meta["temperature"]``
+    (the rollout's sampling temperature, default 1); a ValueError unless it is > 0."""
+    temperature = float(batch.meta.get("temperature", 1.0))
+    if not temperature > 0:
+        raise ValueError(f"batch.meta['temperature'] must be > 0, got {temperature}")
+    return temperature
+
 
 def concat_prompt_response(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Join left-padded prompts and right-padded responses into one causal-LM input.

@@ -5,7 +5,9 @@ They are plain dataclasses so that they pickle (Ray ships them) and print well i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -141,3 +143,16 @@ class MiniBatchStats:
     num_seqs: int
     num_nonempty_seqs: int
     max_response_len: int
+
+    @classmethod
+    def over_ranks(cls, response_mask: torch.Tensor, reduce: Callable[[list[float], Any], list[float]]) -> MiniBatchStats:
+        """The counts of the mini-batch whose rows ``response_mask`` [b, R] are this rank's share:
+        ``reduce(values, op)`` reduces a list of floats over the ranks that split the mini-batch
+        (``op`` a ``torch.distributed.ReduceOp``): sums of the counts, the longest R."""
+        import torch.distributed as dist
+
+        lengths = response_mask.sum(dim=1)
+        tokens, seqs, nonempty = reduce(
+            [float(lengths.sum()), float(len(response_mask)), float((lengths > 0).sum())], dist.ReduceOp.SUM)
+        (longest,) = reduce([float(response_mask.shape[1])], dist.ReduceOp.MAX)
+        return cls(int(tokens), int(seqs), int(nonempty), int(longest))

@@ -40,7 +40,7 @@ from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
 from rlloom.protocols import LossFn
-from rlloom.tokens import concat_prompt_response, response_logits
+from rlloom.tokens import TRAIN_INPUT_FIELDS, concat_prompt_response, policy_temperature, response_logits
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
@@ -51,7 +51,6 @@ from rlloom_fsdp.scoring import attach_scorer
 ROLES = ("actor", "ref", "critic")
 TRAINABLE_ROLES = ("actor", "critic")
 ENGINE_STATE_FILE = "engine_state.json"
-_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 
 
 class FSDPTrainEngine:
@@ -131,15 +130,8 @@ class FSDPTrainEngine:
         return tensor.tolist()
 
     @staticmethod
-    def _temperature(batch: Batch) -> float:
-        temperature = float(batch.meta.get("temperature", 1.0))
-        if not temperature > 0:
-            raise ValueError(f"batch.meta['temperature'] must be > 0, got {temperature}")
-        return temperature
-
-    @staticmethod
     def _check_inputs(batch: Batch, method: str) -> None:
-        batch.require(*_INPUT_FIELDS)
+        batch.require(*TRAIN_INPUT_FIELDS)
         if len(batch) == 0:
             raise ValueError(f"{method}: the batch is empty; every rank needs at least one row")
 
@@ -200,15 +192,6 @@ class FSDPTrainEngine:
             outputs["entropy"] = entropies
         return outputs
 
-    def _mini_batch_stats(self, batch: Batch) -> MiniBatchStats:
-        """Global counts: sums over ranks, and the longest padded response length of any rank."""
-        mask = batch["response_mask"]
-        num_tokens, num_seqs, nonempty = self._all_reduce(
-            [float(mask.sum()), float(len(batch)), float((mask.sum(dim=1) > 0).sum())], dist.ReduceOp.SUM
-        )
-        (max_len,) = self._all_reduce([float(mask.shape[1])], dist.ReduceOp.MAX)
-        return MiniBatchStats(int(num_tokens), int(num_seqs), int(nonempty), int(max_len))
-
     def _require_trainable(self, method: str) -> None:
         if not self.trainable:
             raise RuntimeError(
@@ -237,7 +220,7 @@ class FSDPTrainEngine:
         self._require_critic("compute_log_probs", wanted=False)
         self._check_inputs(batch, "compute_log_probs")
         self._ready()
-        temperature = self._temperature(batch)
+        temperature = policy_temperature(batch)
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
         micros, padding_passes = self._micro_batches(batch, size)
         self.model.eval()
@@ -304,8 +287,8 @@ class FSDPTrainEngine:
         self._check_inputs(batch, "train_step")
         self._ready()
         started = time.perf_counter()
-        temperature = self._temperature(batch)
-        stats = self._mini_batch_stats(batch)
+        temperature = policy_temperature(batch)
+        stats = MiniBatchStats.over_ranks(batch["response_mask"], self._all_reduce)
         micros, padding_passes = self._micro_batches(batch, self.cfg.micro_batch_size)
         self.model.train()
         metric_sums: dict[str, float] = {}

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.protocols import LossFn
+from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
 from rlloom_megatron import cpu_compat, parallel
@@ -58,7 +59,6 @@ ROLES = ("actor", "ref", "critic")
 TRAINABLE_ROLES = ("actor", "critic")
 ENGINE_STATE_FILE = "engine_state.json"
 INSTALL = "pip install 'megatron-core>=0.16.1,<0.20' (or the rlloom-megatron distribution, which requires it)"
-_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 
 
 def import_megatron():
@@ -174,13 +174,6 @@ class MegatronTrainEngine:
         if self._offloaded:
             self.onload()
 
-    @staticmethod
-    def _temperature(batch: Batch) -> float:
-        temperature = float(batch.meta.get("temperature", 1.0))
-        if not temperature > 0:
-            raise ValueError(f"batch.meta['temperature'] must be > 0, got {temperature}")
-        return temperature
-
     def _tp_union(self, batch: Batch) -> tuple[Batch, int, int]:
         """The rows of every rank of this TP group, in rank order, and where this rank's start and end."""
         if self.tp_size == 1:
@@ -255,9 +248,9 @@ class MegatronTrainEngine:
     def compute_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
         """``log_probs`` [B, R] (and ``entropy``) of the response tokens, no grad, 0 on padding."""
         self._require_critic("compute_log_probs", wanted=False)
-        batch.require(*_INPUT_FIELDS)
+        batch.require(*TRAIN_INPUT_FIELDS)
         self._ready()
-        temperature = self._temperature(batch)
+        temperature = policy_temperature(batch)
         union, start, stop = self._tp_union(batch)
         self.model.eval()
         log_probs, entropies = [], []
@@ -275,7 +268,7 @@ class MegatronTrainEngine:
     def compute_values(self, batch: Batch) -> Batch:
         """Critic role only: ``values`` [B, R] float32, no grad, 0 where ``response_mask`` is 0."""
         self._require_critic("compute_values", wanted=True)
-        batch.require(*_INPUT_FIELDS)
+        batch.require(*TRAIN_INPUT_FIELDS)
         self._ready()
         union, start, stop = self._tp_union(batch)
         self.model.eval()
@@ -301,14 +294,11 @@ class MegatronTrainEngine:
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
                                f"model without an optimizer; only roles {list(TRAINABLE_ROLES)} train")
-        batch.require(*_INPUT_FIELDS)
+        batch.require(*TRAIN_INPUT_FIELDS)
         self._ready()
-        temperature = self._temperature(batch)
+        temperature = policy_temperature(batch)
         union, _, _ = self._tp_union(batch)
-        mask = union["response_mask"]
-        counts = self._reduce_over_dp([float(mask.sum()), float(len(union)), float((mask.sum(dim=1) > 0).sum())])
-        (longest,) = self._reduce_over_dp([float(mask.shape[1])], dist.ReduceOp.MAX)
-        stats = MiniBatchStats(int(counts[0]), int(counts[1]), int(counts[2]), int(longest))
+        stats = MiniBatchStats.over_ranks(union["response_mask"], self._reduce_over_dp)
         self.model.train()
         sums: dict[str, float] = {}
         micros = union.split(self.cfg.micro_batch_size)
