@@ -56,7 +56,8 @@ def main() -> None:
     from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
 
     from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
-    from rlloom_vllm.outputs import prompt_token_lists, request_seeds
+    from rlloom.tokens import prompt_token_lists
+    from rlloom_vllm.outputs import request_seeds
 
     with tempfile.TemporaryDirectory() as path:
         model = build_model_dir(path, args.vocab, args.hidden, args.intermediate, args.layers, args.heads,

@@ -416,3 +416,84 @@ def test_sleep_wake_up_and_close(model_dirs):
     with pytest.raises(RuntimeError, match="closed"):
         engine.generate(prompts, sampling)
     assert engine.tokenizer.decode([VOCAB.index(c) for c in "ab"]) == "ab"
+
+
+# ------------------------------------------------------------------------------ per-request API
+def _random_prompts(count: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (count,), generator=generator).tolist()
+    return [torch.randint(5, len(VOCAB), (length,), generator=generator).tolist() for length in lengths]
+
+
+def test_prompt_index_field_keys_rows_like_first_prompt(model_dirs):
+    """A row with prompt_index k samples what the row of a call with first_prompt=k samples."""
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11)
+    together = engine.generate(_indexed([PROMPTS[0], PROMPTS[1]], [7, 3]), sampling)
+    alone_7 = engine.generate(left_padded([PROMPTS[0]]), dataclasses.replace(sampling, first_prompt=7))
+    alone_3 = engine.generate(left_padded([PROMPTS[1]]), dataclasses.replace(sampling, first_prompt=3))
+    for rows, alone in ((slice(0, 2), alone_7), (slice(2, 4), alone_3)):
+        length = alone["responses"].shape[1]
+        assert torch.equal(together["responses"][rows, :length], alone["responses"])
+    assert not torch.equal(alone_7["responses"], engine.generate(left_padded([PROMPTS[0]]), sampling)["responses"])
+
+
+def _indexed(rows: list[list[int]], indices: list[int]) -> Batch:
+    batch = left_padded(rows)
+    batch["prompt_index"] = torch.tensor(indices)
+    return batch
+
+
+def test_concurrent_requests_match_one_batch_call(model_dirs):
+    """64 single-prompt requests in flight at once give the tokens and log-probs of one batch call
+    with the same seed, and are served by a few batched generate calls, not 64."""
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    prompts = _random_prompts(64, seed=3)
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=8, seed=5)
+    batch = engine.generate(left_padded(prompts), sampling)
+
+    async def requests():
+        return await asyncio.gather(*(engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i))
+                                      for i, ids in enumerate(prompts)))
+
+    answers = asyncio.run(requests())
+    lengths = batch["response_mask"].sum(1).tolist()
+    for i, answer in enumerate(answers):
+        for j in range(2):
+            row = 2 * i + j
+            assert answer.token_ids[j] == batch["responses"][row, : lengths[row]].tolist()
+            torch.testing.assert_close(torch.tensor(answer.log_probs[j]),
+                                       batch["rollout_log_probs"][row, : lengths[row]], atol=1e-5, rtol=0)
+            assert answer.finish_reasons[j] == ("length" if lengths[row] == 8 else "stop")
+    assert engine._scheduler.generate_calls <= 64 // engine.config.max_batch_rows + 2
+    engine.close()
+
+
+def test_cancelled_request_is_withdrawn_and_errors_reach_every_request(model_dirs):
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=4, seed=1)
+
+    async def cancel_one():
+        kept = asyncio.ensure_future(engine.generate_one(PROMPTS[0], sampling))
+        dropped = asyncio.ensure_future(engine.generate_one(PROMPTS[1], sampling))
+        await asyncio.sleep(0)  # both queued, the worker still gathering
+        dropped.cancel()
+        answer = await kept
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        return answer
+
+    answer = asyncio.run(cancel_one())
+    assert len(answer.token_ids) == 1 and 1 <= len(answer.token_ids[0]) <= 4
+    engine.sleep()
+
+    async def while_asleep():
+        return await asyncio.gather(*(engine.generate_one(ids, sampling) for ids in PROMPTS), return_exceptions=True)
+
+    errors = asyncio.run(while_asleep())
+    assert all(isinstance(e, RuntimeError) and "asleep" in str(e) for e in errors)
+    engine.close()

@@ -6,13 +6,14 @@ Importing this package is cheap: it never imports ray, vllm, sglang, megatron or
 from rlloom.batch import Batch, BatchError
 from rlloom.controller.dispatch import dispatch
 from rlloom.plugins.hookspecs import hookimpl
-from rlloom.types import EngineSpec, MiniBatchStats, RewardResult, SamplingParams, SyncStats
+from rlloom.types import Completion, EngineSpec, MiniBatchStats, RewardResult, SamplingParams, SyncStats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch",
     "BatchError",
+    "Completion",
     "EngineSpec",
     "MiniBatchStats",
     "RewardResult",

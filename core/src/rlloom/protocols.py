@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rlloom.batch import Batch
-from rlloom.types import MiniBatchStats, RewardResult, SamplingParams, SyncStats
+from rlloom.types import Completion, MiniBatchStats, RewardResult, SamplingParams, SyncStats
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -50,6 +50,8 @@ class RolloutEngine(Protocol):
         Randomness: response ``j`` of prompt ``i`` depends only on (``sampling.seed``,
         ``sampling.first_prompt + i``, ``j``) and the weights, so a call split by prompts over
         several engines samples what the whole call does (see ``SamplingParams.first_prompt``).
+        When ``prompts`` has a ``prompt_index`` field [B] (:data:`rlloom.tokens.PROMPT_INDEX_FIELD`),
+        row ``i``'s index is ``prompt_index[i]`` instead.
         """
         ...
 
@@ -67,6 +69,24 @@ class RolloutEngine(Protocol):
 
     def close(self) -> None:
         """Release every resource (processes, memory)."""
+        ...
+
+
+@runtime_checkable
+class AsyncRolloutEngine(Protocol):
+    """Per-request generation: one prompt at a time, many in flight (agent loops, servers).
+
+    An engine that only has the batch call gets this from :class:`rlloom.batching.BatchingScheduler`.
+    """
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Sample ``sampling.n`` responses to one prompt (its real token ids, no padding).
+
+        Randomness is keyed as in :meth:`RolloutEngine.generate` with ``sampling.first_prompt`` as this
+        prompt's index: requests for prompts ``0 … B-1`` with the same ``sampling.seed`` give the
+        tokens of one batch call on those prompts. Cancelling the awaiting task withdraws a request
+        that has not started; one already generating finishes and its result is dropped.
+        """
         ...
 
 

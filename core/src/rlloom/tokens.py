@@ -12,6 +12,11 @@ from rlloom.batch import Batch
 TRAIN_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 """The fields a train engine's ``compute_log_probs``, ``compute_values`` and ``train_step`` read."""
 
+PROMPT_INDEX_FIELD = "prompt_index"
+"""Optional int64 field [B] of a rollout engine's input: each row's prompt index, which keys its
+responses' randomness in place of ``sampling.first_prompt + row`` (a batch gathered from separate
+requests, see :mod:`rlloom.batching`)."""
+
 
 def policy_temperature(batch: Batch) -> float:
     """T of the policy softmax(logits / T) a train engine scores ``batch`` with: ``batch.meta["temperature"]``
@@ -98,3 +103,31 @@ def check_left_padded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> No
         if rows.any():
             raise ValueError(f"prompt_mask must be left-padded; row(s) {rows.nonzero().flatten().tolist()} "
                              f"have {problem}")
+
+
+def prompt_indices(prompts: Batch, first_prompt: int) -> torch.Tensor:
+    """Each row's prompt index [B] int64, which keys the randomness of its responses: the
+    :data:`PROMPT_INDEX_FIELD` when the batch has one, else ``first_prompt + row``."""
+    if PROMPT_INDEX_FIELD in prompts:
+        return prompts[PROMPT_INDEX_FIELD].long()
+    return first_prompt + torch.arange(len(prompts), dtype=torch.long)
+
+
+def prompt_token_lists(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+    """The real (unpadded) token ids of each row of left-padded ``prompts`` [B, P]."""
+    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+
+
+def left_pad(token_lists: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(prompts [B, P] int64, prompt_mask [B, P] int64)``: the lists left-padded with ``pad_id`` to
+    the longest, P >= 1; the inverse of :func:`prompt_token_lists`. A ValueError for an empty list."""
+    if any(len(ids) == 0 for ids in token_lists):
+        raise ValueError("a prompt needs at least one token")
+    width = max((len(ids) for ids in token_lists), default=1)
+    prompts = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(token_lists), width), dtype=torch.long)
+    for row, ids in enumerate(token_lists):
+        if ids:
+            prompts[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids):] = 1
+    return prompts, mask

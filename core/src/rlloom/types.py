@@ -64,6 +64,23 @@ class SamplingParams:
         return 1.0 if self.greedy else float(self.temperature)
 
 
+@dataclass(frozen=True)
+class Completion:
+    """The answer to one prompt of a per-request call (:class:`~rlloom.protocols.AsyncRolloutEngine`).
+
+    - ``token_ids``: ``sampling.n`` responses, each its generated token ids (a final stop id
+      included, no padding).
+    - ``log_probs``: per response, the log-prob of each token under the unfiltered sampling policy
+      (as ``rollout_log_probs`` of the batch call); None when the engine leaves them out.
+    - ``finish_reasons``: per response, ``"length"`` when it has ``max_new_tokens`` tokens, else
+      ``"stop"``.
+    """
+
+    token_ids: list[list[int]]
+    log_probs: list[list[float]] | None
+    finish_reasons: list[str]
+
+
 @dataclass
 class RewardResult:
     """What a :class:`~rlloom.protocols.RewardFn` returns for a batch of B responses.

