@@ -136,6 +136,18 @@ def test_uninstalled_launcher_says_what_to_install(defaults_only):
     assert "Traceback" not in result.stderr
 
 
+def test_a_plugin_command_that_is_not_installed_says_what_to_install(defaults_only):
+    result = run_rlloom("serve", "rollout=hf", env=defaults_only)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("pip install rlloom-server")
+    assert "Traceback" not in result.stderr
+
+
+def test_plugin_commands_are_listed_in_the_help():
+    result = run_rlloom("--help")
+    assert result.returncode == 0 and "serve" in result.stdout
+
+
 def test_importing_rlloom_pulls_no_heavy_backend():
     code = (
         "import json, sys\n"

@@ -1,5 +1,6 @@
 """``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, ``plot`` a run's
-metrics, ``export`` a checkpoint as a Hugging Face folder.
+metrics, ``export`` a checkpoint as a Hugging Face folder, and the commands plugins register
+(``rlloom serve`` from rlloom-server).
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
 cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
@@ -18,7 +19,7 @@ from rlloom.checkpoint import CheckpointError
 from rlloom.config import ConfigError, compose_config
 from rlloom.controller.local import RoleStartError
 from rlloom.guards import TrainingAborted
-from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry
+from rlloom.plugins.registry import KINDS, KNOWN_PACKAGES, UnknownPluginError, get_registry
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
@@ -110,10 +111,29 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", metavar="CHECKPOINT")
     export.add_argument("--out", help="output folder (default: CHECKPOINT/huggingface)")
     export.set_defaults(func=cmd_export)
+    for name, component in sorted(get_registry().components["command"].items()):
+        doc = (component.factory.__doc__ or "").strip().splitlines()
+        command = sub.add_parser(name, help=doc[0] if doc else None)
+        command.set_defaults(func=component.factory(command))
     return parser
 
 
+def missing_command(argv: list[str]) -> str | None:
+    """The error for ``rlloom <name>`` when ``name`` is a command of one of our plugins that is not
+    installed, else None."""
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    package = KNOWN_PACKAGES.get(("command", name))
+    if package is None or name in get_registry().components["command"]:
+        return None
+    return f"rlloom {name} comes with the {package} distribution, which is not installed: pip install {package}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    missing = missing_command(argv)
+    if missing:
+        print(f"rlloom: error: {missing}", file=sys.stderr)
+        return USAGE_ERROR
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -28,6 +28,7 @@ launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
 models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
 dispatch modes      (engine methods)   ``factory() -> DispatchMode`` (see :mod:`rlloom.controller.dispatch`)
+commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentParser) -> run(args) -> int``
 ==================  =================  ==========================================================
 """
 
@@ -88,6 +89,13 @@ def register_models(register):
 def register_dispatch_modes(register):
     """Register dispatch modes (``register(name, factory)``): how a launcher spreads an engine
     method's call over a worker group's ranks; engines name them with ``@rlloom.dispatch(name)``."""
+
+
+@hookspec
+def register_commands(register):
+    """Register ``rlloom`` subcommands (``register(name, factory)``): ``factory(parser)`` adds the
+    command's arguments to its argparse parser and returns ``run(args) -> exit status``; the command's
+    help line is the factory's docstring's first line."""
 
 
 @hookspec

@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, str | None]] = {
     "dataset": ("register_datasets", "data"),
     "model": ("register_models", "model"),
     "dispatch_mode": ("register_dispatch_modes", None),
+    "command": ("register_commands", None),
 }
 GROUP_KIND = {group: kind for kind, (_, group) in KINDS.items() if group}
 
@@ -43,6 +44,8 @@ KNOWN_PACKAGES: dict[tuple[str, str], str] = {
     ("rollout_engine", "hf"): "rlloom-hf",
     ("rollout_engine", "vllm"): "rlloom-vllm",
     ("rollout_engine", "sglang"): "rlloom-sglang",
+    ("rollout_engine", "server"): "rlloom-server",
+    ("command", "serve"): "rlloom-server",
     ("algorithm", "grpo"): "rlloom-grpo",
     ("algorithm", "ppo"): "rlloom-ppo",
     ("algorithm", "dapo"): "rlloom-dapo",

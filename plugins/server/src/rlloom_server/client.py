@@ -1,0 +1,271 @@
+"""``rollout=server``: a rollout engine that sends every prompt to one of several HTTP servers
+(``rlloom serve``, or SGLang itself through ``rollout=sglang``) and gathers the answers.
+
+Load balancing: each prompt goes to the server with the fewest requests outstanding from this
+client. A request that fails to connect, times out or gets a 5xx is retried on another server
+(the least loaded one other than those that failed it) after ``backoff_s * 2**attempt`` seconds,
+at most ``retries`` times; then the call raises naming each URL tried and what it answered. A
+server that failed is skipped for ``down_s`` seconds while another is up, so a dead server costs
+one failed request per ``down_s``, not one per prompt. A 4xx
+or an answer that does not follow the schema raises at once, naming the URL: retrying elsewhere
+would not help.
+
+Weights go to every server: :meth:`update_weights` (``resharder=in_process``) posts the tensors as
+safetensors buckets of ``weight_bucket_mb`` to ``/update_weights_from_tensor``;
+:meth:`load_weights_from_dir` (``resharder=safetensors``, servers sharing the folder) names the
+folder to ``/update_weights_from_disk``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from rlloom import Batch, Completion, EngineSpec, SamplingParams
+from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
+
+from rlloom_server.schema import SchemaError, generate_body, parse_generate_answer
+
+RETRYABLE_STATUS = (500, 502, 503, 504)
+
+
+@dataclass
+class ServerRolloutConfig:
+    """- ``urls``: the servers, e.g. ``[http://127.0.0.1:30000]``.
+    - ``timeout_s``: longest wait for one request's answer; ``connect_timeout_s``: for a connection.
+    - ``retries``: how many times a failed request is sent again (to another server when there is
+      one); ``backoff_s``: the wait before the first retry, doubled for each next one.
+    - ``max_in_flight``: most requests outstanding from this client over all servers.
+    - ``weight_bucket_mb``: most megabytes of tensors per weight-update request.
+    - ``down_s``: how long a server that failed a request is passed over while others are up.
+    - ``sleep_servers``: ``sleep()`` / ``wake_up()`` release and resume the servers' memory."""
+
+    urls: list[str] = field(default_factory=list)
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    max_in_flight: int = 256
+    weight_bucket_mb: int = 512
+    down_s: float = 30.0
+    sleep_servers: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("rollout.urls is empty: name at least one server, e.g. rollout.urls=[http://127.0.0.1:30000]")
+        for url in self.urls:
+            if not str(url).startswith(("http://", "https://")):
+                raise ValueError(f"rollout.urls: {url!r} is not an http:// or https:// URL")
+        for name in ("timeout_s", "connect_timeout_s", "max_in_flight", "weight_bucket_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"rollout.{name} must be > 0, got {getattr(self, name)}")
+        if self.retries < 0 or self.backoff_s < 0 or self.down_s < 0:
+            raise ValueError("rollout.retries, rollout.backoff_s and rollout.down_s must be >= 0")
+
+
+class ServerError(RuntimeError):
+    """A server could not be used; the message names its URL. ``retryable``: another server (or a
+    later try) may succeed (transport errors, timeouts, 5xx)."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ServerRolloutEngine:
+    """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
+    servers (see the module doc). ``send_prompt_index``: the servers understand rlloom's
+    ``prompt_index`` (False for SGLang, which gets a seed per prompt instead)."""
+
+    def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
+        from transformers import AutoTokenizer, GenerationConfig
+
+        self.config = cfg
+        self.urls = [str(url).rstrip("/") for url in cfg.urls]
+        self.send_prompt_index = send_prompt_index
+        tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
+        try:
+            generation = GenerationConfig.from_pretrained(spec.model_path)
+        except OSError:
+            generation = GenerationConfig()
+        self.pad_id = pad_token_id(generation, tokenizer, stop_token_ids(generation, tokenizer))
+        self._generator = torch.Generator().manual_seed(spec.seed)
+        self.outstanding = [0] * len(self.urls)
+        self.down_until = [0.0] * len(self.urls)  # time.monotonic() before which a failed server is passed over
+        self.requests_served = [0] * len(self.urls)
+        self.retried = 0
+        asyncio.run(self._check_servers())
+
+    # ------------------------------------------------------------------------------ HTTP
+    def _session(self):
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s, sock_connect=self.config.connect_timeout_s)
+        return aiohttp.ClientSession(timeout=timeout)
+
+    async def _check_servers(self) -> None:
+        async with self._session() as session:
+            await asyncio.gather(*(self._post(session, i, "/health", None, method="GET") for i in range(len(self.urls))))
+
+    async def _post(self, session, server: int, path: str, body: dict | None, method: str = "POST"):
+        """The JSON (or text) answer of ``server`` to ``path``; ServerError naming the URL when the
+        server cannot be reached or answers an error status (``retryable`` set for 5xx and transport errors)."""
+        import aiohttp
+
+        url = self.urls[server] + path
+        try:
+            async with session.request(method, url, json=body) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise ServerError(f"rollout=server: {url} answered {response.status}: {text[:500]}",
+                                      retryable=response.status in RETRYABLE_STATUS)
+                if response.content_type == "application/json":
+                    return await response.json()
+                return text
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+            raise ServerError(f"rollout=server: cannot reach {url}: {type(error).__name__}: {error or 'timed out'}",
+                              retryable=True) from error
+
+    async def _to_all(self, path: str, body: dict | None = None) -> None:
+        async with self._session() as session:
+            answers = await asyncio.gather(*(self._post(session, i, path, body) for i in range(len(self.urls))))
+        for url, answer in zip(self.urls, answers):
+            if isinstance(answer, dict) and answer.get("success") is False:
+                raise ServerError(f"rollout=server: {url}{path} failed: {answer.get('message')}")
+
+    # ------------------------------------------------------------------------------ generation
+    def _pick(self, excluded: set[int]) -> int:
+        """The least loaded server not in ``excluded`` and not marked down; relaxing those in turn
+        when none is left."""
+        now = time.monotonic()
+        servers = range(len(self.urls))
+        candidates = ([i for i in servers if i not in excluded and self.down_until[i] <= now]
+                      or [i for i in servers if i not in excluded] or list(servers))
+        return min(candidates, key=lambda i: self.outstanding[i])
+
+    async def _request(self, session, limit: asyncio.Semaphore, prompt_ids: list[int], sampling: SamplingParams,
+                       seed: int) -> Completion:
+        body = generate_body(prompt_ids, sampling, seed, self.send_prompt_index)
+        failed: dict[int, str] = {}
+        async with limit:
+            for attempt in range(self.config.retries + 1):
+                server = self._pick(set(failed))
+                self.outstanding[server] += 1
+                try:
+                    answer = await self._post(session, server, "/generate", body)
+                except ServerError as error:
+                    if not error.retryable:
+                        raise
+                    failed[server] = str(error)
+                    self.down_until[server] = time.monotonic() + self.config.down_s
+                    if attempt < self.config.retries:
+                        self.retried += 1
+                        await asyncio.sleep(self.config.backoff_s * 2**attempt)
+                    continue
+                finally:
+                    self.outstanding[server] -= 1
+                try:
+                    completion = parse_generate_answer(answer, sampling.n)
+                except SchemaError as error:
+                    raise ServerError(f"rollout=server: {self.urls[server]}/generate answered malformed data: "
+                                      f"{error}") from None
+                self.requests_served[server] += 1
+                return completion
+        raise ServerError("rollout=server: the request failed on every try: " + "; ".join(failed.values()))
+
+    async def _generate_all(self, token_lists: list[list[int]], indices: list[int], sampling: SamplingParams,
+                            seed: int) -> list[Completion]:
+        limit = asyncio.Semaphore(self.config.max_in_flight)
+        async with self._session() as session:
+            return await asyncio.gather(*(
+                self._request(session, limit, ids, dataclasses.replace(sampling, first_prompt=index), seed)
+                for ids, index in zip(token_lists, indices)))
+
+    def _seed(self, sampling: SamplingParams) -> int:
+        if sampling.seed is not None:
+            return sampling.seed
+        return int(torch.randint(2**62, (), generator=self._generator))
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        """Contract: ``RolloutEngine.generate``; one request per prompt (with ``n`` samples), all in
+        flight at once up to ``max_in_flight``. Randomness is keyed by (seed, prompt index,
+        response) on an rlloom server, so the output does not depend on which server answered."""
+        prompts.require("prompts", "prompt_mask")
+        check_left_padded(prompts["prompts"], prompts["prompt_mask"])
+        token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
+        indices = prompt_indices(prompts, sampling.first_prompt).tolist()
+        answers = asyncio.run(self._generate_all(token_lists, indices, sampling, self._seed(sampling)))
+        rows = [(ids, None if a.log_probs is None else a.log_probs[j]) for a in answers
+                for j, ids in enumerate(a.token_ids)]
+        width = max((len(ids) for ids, _ in rows), default=0)
+        responses = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        log_probs = torch.zeros((len(rows), width), dtype=torch.float32)
+        for r, (ids, lps) in enumerate(rows):
+            responses[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[r, : len(ids)] = 1
+            if lps is not None:
+                log_probs[r, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
+        out = prompts.repeat(sampling.n)
+        out["responses"], out["response_mask"] = responses, mask
+        if all(a.log_probs is not None for a in answers):
+            out["rollout_log_probs"] = log_probs
+        out.meta["temperature"] = sampling.policy_temperature
+        out.meta["pad_token_id"] = self.pad_id
+        return out
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Contract: ``AsyncRolloutEngine.generate_one``; ``sampling.seed`` None draws one."""
+        limit = asyncio.Semaphore(self.config.max_in_flight)
+        async with self._session() as session:
+            return await self._request(session, limit, list(prompt_ids), sampling, self._seed(sampling))
+
+    # ------------------------------------------------------------------------------ weights and memory
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request."""
+        from safetensors.torch import save
+
+        limit = self.config.weight_bucket_mb * 10**6
+        bucket: dict[str, torch.Tensor] = {}
+        size = 0
+
+        def flush() -> None:
+            nonlocal bucket, size
+            if bucket:
+                blob = base64.b64encode(save(bucket)).decode("ascii")
+                asyncio.run(self._to_all("/update_weights_from_tensor", {"serialized_named_tensors": [blob]}))
+                bucket, size = {}, 0
+
+        for name, tensor in named_tensors:
+            nbytes = tensor.numel() * tensor.element_size()
+            if bucket and size + nbytes > limit:
+                flush()
+            bucket[name] = tensor.detach().to("cpu").contiguous()
+            size += nbytes
+        flush()
+
+    def load_weights_from_dir(self, path: str) -> None:
+        """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read)."""
+        asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path}))
+
+    def sleep(self) -> None:
+        if self.config.sleep_servers:
+            asyncio.run(self._to_all("/release_memory_occupation", {}))
+
+    def wake_up(self) -> None:
+        if self.config.sleep_servers:
+            asyncio.run(self._to_all("/resume_memory_occupation", {}))
+
+    def metrics(self) -> dict[str, float]:
+        """Requests each server answered and requests retried, since the engine started."""
+        result = {f"rollout/server{i}/requests": float(n) for i, n in enumerate(self.requests_served)}
+        result["rollout/retried_requests"] = float(self.retried)
+        return result
+
+    def close(self) -> None:
+        """Nothing to release: the servers belong to whoever started them."""

@@ -1,0 +1,89 @@
+"""``rlloom serve``: a rollout engine chosen by config (``rollout=hf``, ``rollout=vllm``, …) served
+over HTTP (:mod:`rlloom_server.app`) until SIGINT or SIGTERM.
+
+The engine and model come from the same Hydra overrides as ``rlloom train`` (``rollout=…``,
+``model=…``, ``trainer.seed``, ``trainer.device``, ``preset=…``); a bad override is the same
+one-paragraph error with exit status 2. Once listening it prints one line,
+``rlloom serve: <engine> (<model path>) on http://HOST:PORT`` (``--port 0`` picks a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from dataclasses import dataclass
+
+from rlloom.config import compose_config
+from rlloom.controller.local import RoleSpec, RoleStartError
+from rlloom.plugins.registry import get_registry
+from rlloom.types import EngineSpec
+
+
+@dataclass
+class ServeConfig:
+    """- ``max_concurrency``: generate requests served at once; more are refused with 503.
+    - ``request_timeout_s``: longest a generate request may take before it is cancelled (504).
+    - ``max_batch_prompts``: most prompts in one engine call.
+    - ``max_body_mb``: largest request body (weight updates carry whole buckets)."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    max_concurrency: int = 256
+    request_timeout_s: float = 600.0
+    max_batch_prompts: int = 64
+    max_body_mb: int = 4096
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = ServeConfig()
+    parser.description = ("Serve a rollout engine over HTTP (SGLang-compatible /generate, weight updates, "
+                          "release/resume memory, health). Overrides are the same as for rlloom train.")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (rollout=hf, model=tiny, preset=tiny, ...)")
+    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
+    parser.add_argument("--max-concurrency", type=int, default=defaults.max_concurrency,
+                        help="generate requests served at once; more get 503")
+    parser.add_argument("--request-timeout-s", type=float, default=defaults.request_timeout_s)
+    parser.add_argument("--max-batch-prompts", type=int, default=defaults.max_batch_prompts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the engine the overrides name and serve it until a stop signal; returns 0."""
+    from rlloom_server.app import RolloutServer
+
+    cfg = ServeConfig(host=args.host, port=args.port, max_concurrency=args.max_concurrency,
+                      request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts)
+    resolved = compose_config(args.overrides)
+    registry, choices, sections = get_registry(), resolved.choices, resolved.sections
+    trainer = sections["trainer"]
+    try:
+        model_path = registry.build("model", choices["model"], sections["model"])
+        engine = RoleSpec("rollout", "rollout_engine", choices["rollout"], sections["rollout"],
+                          EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)).build(registry)
+    except Exception as error:  # noqa: BLE001 - one paragraph, exit 2 (rlloom.cli)
+        raise RoleStartError("rollout", f"rollout={choices['rollout']}", error) from error
+    server = RolloutServer(engine, cfg, model_path, choices["rollout"])
+    asyncio.run(_serve(server, cfg))
+    return 0
+
+
+async def _serve(server, cfg: ServeConfig) -> None:
+    from aiohttp import web
+
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    print(f"rlloom serve: {server.engine_name} ({server.model_path}) on http://{cfg.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        print("rlloom serve: stopped", file=sys.stderr, flush=True)
