@@ -29,3 +29,16 @@ def test_training_through_two_servers_equals_training_in_process(start_server, m
     assert all(row["training/rollout_probs_diff_mean"] < 1e-3 for row in rows)
     assert rows[-1]["rollout/server0/requests"] > 0 and rows[-1]["rollout/server1/requests"] > 0
     assert without_client_counters(served) == without_client_counters(local)
+
+
+@pytest.mark.slow
+def test_training_through_a_vllm_server(start_server, model_cache, tmp_path):
+    """The same with vLLM (the CPU build) behind ``rlloom serve``: its weights follow the trainer's
+    through /update_weights_from_tensor, so its log-probs match the trainer's within 1e-3."""
+    model = ["model.num_heads=2", "model.num_kv_heads=1"]  # a head size vLLM's CPU attention supports
+    server = start_server("rollout=vllm", "rollout.max_model_len=256", *model)
+    rows = training_rows(train_tiny(tmp_path / "run", "rollout=server", f"rollout.urls=[{server.url}]",
+                                    "trainer.total_steps=3", *model, cache_dir=model_cache))
+    assert len(rows) == 3
+    assert all(row["training/rollout_probs_diff_mean"] < 1e-3 for row in rows)
+    assert rows[-1]["rollout/server0/requests"] > 0
