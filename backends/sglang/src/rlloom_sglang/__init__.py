@@ -1,0 +1,1 @@
+"""rlloom-sglang: ``rollout=sglang``, SGLang driven over its HTTP API."""

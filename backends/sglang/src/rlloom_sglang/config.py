@@ -1,0 +1,53 @@
+"""``rollout=sglang`` settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rlloom_server.client import ServerRolloutConfig
+
+
+@dataclass
+class SGLangRolloutConfig:
+    """- ``url``: attach to a running SGLang server instead of launching one (then the launch
+      settings below are unused; the server must hold the run's model).
+    - Launch settings (``python -m sglang.launch_server``): ``host``, ``port`` (0: a free one),
+      ``tp_size``, ``mem_fraction_static`` (share of GPU memory for weights and KV cache),
+      ``dtype``, ``startup_timeout_s`` (longest wait for ``/health``), ``extra_args`` (more flags,
+      passed as given).
+    - Client settings, as ``rollout=server``: ``timeout_s``, ``retries``, ``backoff_s``,
+      ``max_in_flight``, ``sleep_servers`` (``sleep()`` releases the server's GPU memory; the
+      launched server gets ``--enable-memory-saver`` for it).
+    - ``weights_dir``: where weight syncs write the safetensors folder SGLang reloads from disk
+      (None: a temporary folder, removed on close)."""
+
+    url: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    tp_size: int = 1
+    mem_fraction_static: float = 0.5
+    dtype: str = "auto"
+    startup_timeout_s: float = 600.0
+    extra_args: list[str] = field(default_factory=list)
+    timeout_s: float = 600.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    max_in_flight: int = 256
+    sleep_servers: bool = True
+    weights_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.url is not None and not str(self.url).startswith(("http://", "https://")):
+            raise ValueError(f"rollout.url={self.url!r} is not an http:// or https:// URL")
+        if self.tp_size < 1:
+            raise ValueError(f"rollout.tp_size must be >= 1, got {self.tp_size}")
+        if not 0.0 < self.mem_fraction_static < 1.0:
+            raise ValueError(f"rollout.mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
+        if self.startup_timeout_s <= 0:
+            raise ValueError(f"rollout.startup_timeout_s must be > 0, got {self.startup_timeout_s}")
+
+    def client_config(self, url: str) -> ServerRolloutConfig:
+        """The ``rollout=server`` client settings for one server at ``url``."""
+        return ServerRolloutConfig(urls=[url], timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
+                                   max_in_flight=self.max_in_flight, sleep_servers=self.sleep_servers)

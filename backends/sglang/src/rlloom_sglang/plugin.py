@@ -1,0 +1,20 @@
+"""Entry point ``sglang`` (group ``rlloom``): registers the rollout engine ``rollout=sglang``."""
+
+from __future__ import annotations
+
+import rlloom
+from rlloom import EngineSpec
+
+from rlloom_sglang.config import SGLangRolloutConfig
+
+
+def build_engine(cfg: SGLangRolloutConfig, spec: EngineSpec):
+    """``factory(cfg, spec) -> SGLangRolloutEngine``."""
+    from rlloom_sglang.engine import SGLangRolloutEngine
+
+    return SGLangRolloutEngine(cfg, spec)
+
+
+@rlloom.hookimpl
+def register_rollout_engines(register):
+    register("sglang", build_engine, config=SGLangRolloutConfig)
