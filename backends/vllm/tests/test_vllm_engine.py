@@ -138,6 +138,56 @@ def test_a_call_split_by_prompts_samples_what_the_whole_call_does(engines):
     assert torch.equal(unshifted["responses"][:2], whole["responses"][:2, :unshifted["responses"].shape[1]])
 
 
+def test_concurrent_requests_return_the_batch_calls_samples(engines):
+    """generate_one through vLLM's engine loop: 12 requests in flight give what one batch call on
+    the same prompts gives (tokens exactly, log-probs to float rounding), greedy n > 1 included."""
+    import asyncio
+
+    rollout, _, _ = engines
+    texts = PROMPTS * 4
+    prompts = prompt_batch(rollout.tokenizer, texts)
+    ids = [rollout.tokenizer(text)["input_ids"] for text in texts]
+    for sampling in (SamplingParams(n=2, max_new_tokens=8, seed=3), SamplingParams(n=2, temperature=0, max_new_tokens=8)):
+        batch = rollout.generate(prompts, sampling)
+
+        async def requests():
+            return await asyncio.gather(*(rollout.generate_one(row, dataclasses.replace(sampling, first_prompt=i))
+                                          for i, row in enumerate(ids)))
+
+        lengths = batch["response_mask"].sum(1).tolist()
+        for i, answer in enumerate(asyncio.run(requests())):
+            for j in range(2):
+                row = 2 * i + j
+                assert answer.token_ids[j] == batch["responses"][row, : lengths[row]].tolist()
+                torch.testing.assert_close(torch.tensor(answer.log_probs[j]),
+                                           batch["rollout_log_probs"][row, : lengths[row]], atol=1e-4, rtol=0)
+                assert answer.finish_reasons[j] == ("length" if lengths[row] == 8 else "stop")
+
+
+def test_a_short_request_joins_a_running_one_and_finishes_first(engines):
+    """Continuous batching: a 2-token request sent while an 80-token one is generating (a few steps
+    in) is answered before it, not after."""
+    import asyncio
+
+    rollout, _, _ = engines
+    prompt = rollout.tokenizer(PROMPTS[0])["input_ids"]
+    finished = []
+
+    async def timed(name, sampling):
+        await rollout.generate_one(prompt, sampling)
+        finished.append(name)
+
+    async def both():
+        long = asyncio.ensure_future(timed("long", SamplingParams(max_new_tokens=80, ignore_eos=True, seed=1)))
+        for _ in range(4):  # the engine loop yields between steps: the long request is a few tokens in
+            await asyncio.sleep(0)
+        assert not long.done()
+        await asyncio.gather(long, timed("short", SamplingParams(max_new_tokens=2, ignore_eos=True, seed=1)))
+
+    asyncio.run(both())
+    assert finished == ["short", "long"]
+
+
 @pytest.mark.parametrize("top_k, top_p", [(3, 1.0), (-1, 0.5)])
 def test_filtered_sampling_reports_no_rollout_log_probs(engines, top_k, top_p):
     # vLLM can only report the filtered distribution's log-probs, not the contract's: none rather than wrong.

