@@ -27,8 +27,9 @@ def run_rlloom(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("sglang") is not None, reason="SGLang is installed here")
-def test_without_sglang_the_error_names_the_package(tmp_path):
-    result = run_rlloom("train", "preset=tiny", "rollout=sglang", f"trainer.run_dir={tmp_path}")
+@pytest.mark.parametrize("mode", [[], ["rollout.offline=true"]], ids=["server", "offline"])
+def test_without_sglang_the_error_names_the_package(tmp_path, mode):
+    result = run_rlloom("train", "preset=tiny", "rollout=sglang", *mode, f"trainer.run_dir={tmp_path}")
     assert result.returncode == 2, result.stderr
     assert "pip install 'rlloom-sglang[sglang]'" in result.stderr and "Traceback" not in result.stderr
 
@@ -59,7 +60,7 @@ def test_launch_command():
 
 def test_config_errors_name_the_key():
     for kwargs, key in (({"url": "localhost:1"}, "rollout.url"), ({"mem_fraction_static": 1.5}, "mem_fraction_static"),
-                        ({"tp_size": 0}, "rollout.tp_size")):
+                        ({"tp_size": 0}, "rollout.tp_size"), ({"url": "http://h:1", "offline": True}, "rollout.offline")):
         with pytest.raises(ValueError, match=key):
             SGLangRolloutConfig(**kwargs)
 
@@ -97,9 +98,11 @@ def test_attached_to_a_server_speaking_sglangs_api_it_trains(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_SGLANG_GPU, reason="needs a CUDA GPU and SGLang (pip install 'rlloom-sglang[sglang]'): "
-                    "launches a real SGLang server for a tiny GRPO run")
-def test_sglang_server_trains_on_the_gpu(tmp_path):
-    rows = training_rows(train_tiny(tmp_path / "run", "rollout=sglang", "rollout.dtype=float32",
+                    "a tiny GRPO run on a real SGLang server, and on sglang.Engine in process")
+@pytest.mark.parametrize("offline", ["false", "true"])
+def test_sglang_trains_on_the_gpu(tmp_path, offline):
+    rows = training_rows(train_tiny(tmp_path / "run", "rollout=sglang", f"rollout.offline={offline}",
+                                    "rollout.dtype=float32",
                                     "model.num_heads=2", "model.num_kv_heads=1", "trainer.total_steps=3"))
     assert len(rows) == 3
     assert all(row["training/rollout_probs_diff_mean"] < 1e-3 for row in rows)

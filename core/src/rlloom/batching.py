@@ -53,6 +53,30 @@ def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
     return result
 
 
+def completions_batch(prompts: Batch, answers: list[Completion], sampling: SamplingParams, pad_id: int) -> Batch:
+    """The batch call's output from one :class:`Completion` per prompt row (the inverse of
+    :func:`completions`): ``prompts`` repeated ``n`` times, ``responses`` right-padded with
+    ``pad_id``, ``response_mask``, ``rollout_log_probs`` (left out when any answer has none), and
+    the ``meta`` the :meth:`~rlloom.protocols.RolloutEngine.generate` contract names."""
+    rows = [(ids, None if a.log_probs is None else a.log_probs[j]) for a in answers for j, ids in enumerate(a.token_ids)]
+    width = max((len(ids) for ids, _ in rows), default=0)
+    responses = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    log_probs = torch.zeros((len(rows), width), dtype=torch.float32)
+    for r, (ids, row_log_probs) in enumerate(rows):
+        responses[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[r, : len(ids)] = 1
+        if row_log_probs is not None:
+            log_probs[r, : len(ids)] = torch.tensor(row_log_probs, dtype=torch.float32)
+    out = prompts.repeat(sampling.n)
+    out["responses"], out["response_mask"] = responses, mask
+    if all(a.log_probs is not None for a in answers):
+        out["rollout_log_probs"] = log_probs
+    out.meta["temperature"] = sampling.policy_temperature
+    out.meta["pad_token_id"] = pad_id
+    return out
+
+
 class BatchingScheduler:
     """``generate_one`` over ``engine.generate`` (see the module doc).
 

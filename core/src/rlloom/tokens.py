@@ -85,6 +85,22 @@ def pad_token_id(generation_config: Any, tokenizer: Any, stop_ids: list[int]) ->
                      "defines pad_token_id or eos_token_id")
 
 
+def model_token_ids(model_path: str) -> tuple[list[int], int]:
+    """``(stop ids, pad id)`` of the Hugging Face folder ``model_path`` (its tokenizer and generation
+    config; the model config's ids when it has no ``generation_config.json``), as
+    :func:`stop_token_ids` and :func:`pad_token_id` give them: for an engine that runs the model
+    elsewhere (a server) and reads its outputs here."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    try:
+        generation = GenerationConfig.from_pretrained(model_path)
+    except OSError:
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path))
+    stop_ids = stop_token_ids(generation, tokenizer)
+    return stop_ids, pad_token_id(generation, tokenizer, stop_ids)
+
+
 def check_left_padded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
     """Raise a ValueError unless ``prompts`` / ``prompt_mask`` are [B, P] with every mask row of the
     form 0…0 1…1 holding at least one 1."""

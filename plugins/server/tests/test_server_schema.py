@@ -9,10 +9,11 @@ from rlloom import Completion, SamplingParams
 
 from rlloom_server.schema import (
     SchemaError,
-    generate_body,
+    generate_bodies,
+    merge_completions,
     parse_generate,
     parse_generate_answer,
-    prompt_seed,
+    sample_seed,
     render_generate,
 )
 
@@ -101,11 +102,18 @@ def test_malformed_answers_are_refused(answer, n, named):
 
 def test_client_bodies_for_both_dialects():
     sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, first_prompt=4)
-    rlloom_body = generate_body([1, 2], sampling, seed=99, with_prompt_index=True)
+    (rlloom_body,) = generate_bodies([1, 2], sampling, seed=99, with_prompt_index=True)
     assert parse_generate(rlloom_body).sampling == SamplingParams(n=3, temperature=1.0, max_new_tokens=8,
                                                                   seed=99, first_prompt=4)
-    sglang_body = generate_body([1, 2], sampling, seed=99, with_prompt_index=False)
-    assert "prompt_index" not in sglang_body
-    assert sglang_body["sampling_params"]["sampling_seed"] == prompt_seed(99, 4)
-    seeds = {prompt_seed(99, i) for i in range(1000)}
-    assert len(seeds) == 1000 and all(0 <= s < 2**63 for s in seeds)
+    sglang_bodies = generate_bodies([1, 2], sampling, seed=99, with_prompt_index=False)
+    assert len(sglang_bodies) == 3 and all("prompt_index" not in body for body in sglang_bodies)
+    assert [b["sampling_params"]["n"] for b in sglang_bodies] == [1, 1, 1]
+    assert [b["sampling_params"]["sampling_seed"] for b in sglang_bodies] == [sample_seed(99, 4, j) for j in range(3)]
+    seeds = {sample_seed(99, i, j) for i in range(300) for j in range(4)}
+    assert len(seeds) == 1200 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_merge_completions_keeps_order_and_drops_missing_log_probs():
+    first, second = Completion([[1, 2]], [[-0.1, -0.2]], ["stop"]), Completion([[3]], [[-0.3]], ["length"])
+    assert merge_completions([first, second]) == Completion([[1, 2], [3]], [[-0.1, -0.2], [-0.3]], ["stop", "length"])
+    assert merge_completions([first, Completion([[3]], None, ["stop"])]).log_probs is None

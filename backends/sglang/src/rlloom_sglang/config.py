@@ -12,6 +12,8 @@ from rlloom_server.client import ServerRolloutConfig
 class SGLangRolloutConfig:
     """- ``url``: attach to a running SGLang server instead of launching one (then the launch
       settings below are unused; the server must hold the run's model).
+    - ``offline``: run SGLang in this process (``sglang.Engine``, no HTTP) instead of a server;
+      weights are then updated from tensors directly.
     - Launch settings (``python -m sglang.launch_server``): ``host``, ``port`` (0: a free one),
       ``tp_size``, ``mem_fraction_static`` (share of GPU memory for weights and KV cache),
       ``dtype``, ``startup_timeout_s`` (longest wait for ``/health``), ``extra_args`` (more flags,
@@ -23,6 +25,7 @@ class SGLangRolloutConfig:
       (None: a temporary folder, removed on close)."""
 
     url: Optional[str] = None
+    offline: bool = False
     host: str = "127.0.0.1"
     port: int = 0
     tp_size: int = 1
@@ -40,6 +43,9 @@ class SGLangRolloutConfig:
     def __post_init__(self) -> None:
         if self.url is not None and not str(self.url).startswith(("http://", "https://")):
             raise ValueError(f"rollout.url={self.url!r} is not an http:// or https:// URL")
+        if self.url is not None and self.offline:
+            raise ValueError("rollout.url and rollout.offline=true exclude each other: attach to a server, or run "
+                             "SGLang in this process")
         if self.tp_size < 1:
             raise ValueError(f"rollout.tp_size must be >= 1, got {self.tp_size}")
         if not 0.0 < self.mem_fraction_static < 1.0:

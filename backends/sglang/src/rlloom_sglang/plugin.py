@@ -9,7 +9,12 @@ from rlloom_sglang.config import SGLangRolloutConfig
 
 
 def build_engine(cfg: SGLangRolloutConfig, spec: EngineSpec):
-    """``factory(cfg, spec) -> SGLangRolloutEngine``."""
+    """``factory(cfg, spec)``: :class:`~rlloom_sglang.offline.SGLangOfflineEngine` with
+    ``rollout.offline=true``, else :class:`~rlloom_sglang.engine.SGLangRolloutEngine` (a server)."""
+    if cfg.offline:
+        from rlloom_sglang.offline import SGLangOfflineEngine
+
+        return SGLangOfflineEngine(cfg, spec)
     from rlloom_sglang.engine import SGLangRolloutEngine
 
     return SGLangRolloutEngine(cfg, spec)

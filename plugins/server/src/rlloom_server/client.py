@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
-from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
+from rlloom.batching import completions_batch
+from rlloom.tokens import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
 
-from rlloom_server.schema import SchemaError, generate_body, parse_generate_answer
+from rlloom_server.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer
 
 RETRYABLE_STATUS = (500, 502, 503, 504)
 
@@ -80,20 +81,13 @@ class ServerError(RuntimeError):
 class ServerRolloutEngine:
     """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
     servers (see the module doc). ``send_prompt_index``: the servers understand rlloom's
-    ``prompt_index`` (False for SGLang, which gets a seed per prompt instead)."""
+    ``prompt_index`` (False for SGLang, which gets one request per sample, each with its own seed)."""
 
     def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
-        from transformers import AutoTokenizer, GenerationConfig
-
         self.config = cfg
         self.urls = [str(url).rstrip("/") for url in cfg.urls]
         self.send_prompt_index = send_prompt_index
-        tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
-        try:
-            generation = GenerationConfig.from_pretrained(spec.model_path)
-        except OSError:
-            generation = GenerationConfig()
-        self.pad_id = pad_token_id(generation, tokenizer, stop_token_ids(generation, tokenizer))
+        _, self.pad_id = model_token_ids(spec.model_path)
         self._generator = torch.Generator().manual_seed(spec.seed)
         self.outstanding = [0] * len(self.urls)
         self.down_until = [0.0] * len(self.urls)  # time.monotonic() before which a failed server is passed over
@@ -150,7 +144,14 @@ class ServerRolloutEngine:
 
     async def _request(self, session, limit: asyncio.Semaphore, prompt_ids: list[int], sampling: SamplingParams,
                        seed: int) -> Completion:
-        body = generate_body(prompt_ids, sampling, seed, self.send_prompt_index)
+        """One prompt's ``sampling.n`` samples (one request, or one per sample for SGLang)."""
+        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index)
+        parts = await asyncio.gather(*(self._send(session, limit, body) for body in bodies))
+        return parts[0] if len(parts) == 1 else merge_completions(list(parts))
+
+    async def _send(self, session, limit: asyncio.Semaphore, body: dict) -> Completion:
+        """``body`` to the least loaded server, retried elsewhere as the module doc says."""
+        n = body["sampling_params"]["n"]
         failed: dict[int, str] = {}
         async with limit:
             for attempt in range(self.config.retries + 1):
@@ -170,7 +171,7 @@ class ServerRolloutEngine:
                 finally:
                     self.outstanding[server] -= 1
                 try:
-                    completion = parse_generate_answer(answer, sampling.n)
+                    completion = parse_generate_answer(answer, n)
                 except SchemaError as error:
                     raise ServerError(f"rollout=server: {self.urls[server]}/generate answered malformed data: "
                                       f"{error}") from None
@@ -200,24 +201,7 @@ class ServerRolloutEngine:
         token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
         indices = prompt_indices(prompts, sampling.first_prompt).tolist()
         answers = asyncio.run(self._generate_all(token_lists, indices, sampling, self._seed(sampling)))
-        rows = [(ids, None if a.log_probs is None else a.log_probs[j]) for a in answers
-                for j, ids in enumerate(a.token_ids)]
-        width = max((len(ids) for ids, _ in rows), default=0)
-        responses = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        log_probs = torch.zeros((len(rows), width), dtype=torch.float32)
-        for r, (ids, lps) in enumerate(rows):
-            responses[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            mask[r, : len(ids)] = 1
-            if lps is not None:
-                log_probs[r, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
-        out = prompts.repeat(sampling.n)
-        out["responses"], out["response_mask"] = responses, mask
-        if all(a.log_probs is not None for a in answers):
-            out["rollout_log_probs"] = log_probs
-        out.meta["temperature"] = sampling.policy_temperature
-        out.meta["pad_token_id"] = self.pad_id
-        return out
+        return completions_batch(prompts, answers, sampling, self.pad_id)
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Contract: ``AsyncRolloutEngine.generate_one``; ``sampling.seed`` None draws one."""

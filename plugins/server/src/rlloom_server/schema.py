@@ -123,32 +123,45 @@ def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict
 
 
 # ------------------------------------------------------------------------------ client side
-def prompt_seed(seed: int, prompt_index: int) -> int:
-    """A 63-bit seed for one prompt's request to a server without ``prompt_index`` (SGLang): the
-    SplitMix64 finaliser of ``seed`` xor'ed with the index, so prompts never share a seed."""
-    x = (seed ^ (prompt_index * 0x9E3779B97F4A7C15)) & 0xFFFFFFFFFFFFFFFF
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser on a 64-bit value."""
+    x &= 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) >> 1
+    return x ^ (x >> 31)
 
 
-def generate_body(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool) -> dict:
-    """The ``/generate`` body asking for ``sampling.n`` samples of one prompt whose index is
-    ``sampling.first_prompt``: with ``prompt_index`` (rlloom servers) or with a per-prompt seed
-    (:func:`prompt_seed`, SGLang)."""
+def sample_seed(seed: int, prompt_index: int, copy: int) -> int:
+    """A 63-bit seed for sample ``copy`` of prompt ``prompt_index`` of a call seeded ``seed``, for a
+    server without ``prompt_index`` (SGLang): distinct for every (prompt, sample) of a call."""
+    golden = 0x9E3779B97F4A7C15
+    return _mix(_mix(seed ^ (prompt_index * golden)) ^ (copy * golden)) >> 1
+
+
+def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool) -> list[dict]:
+    """The ``/generate`` bodies asking for ``sampling.n`` samples of one prompt whose index is
+    ``sampling.first_prompt``. An rlloom server gets one body with ``n``, the call's seed and
+    ``prompt_index``. SGLang gets ``n`` bodies of one sample, each with its own
+    :func:`sample_seed`: SGLang gives all ``n`` samples of one request the request's seed."""
     params = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
               "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens, "ignore_eos": sampling.ignore_eos}
-    body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
     if with_prompt_index:
-        params["sampling_seed"] = seed
-        body["prompt_index"] = sampling.first_prompt
-    else:
-        params["sampling_seed"] = prompt_seed(seed, sampling.first_prompt)
-    return body
+        return [{"input_ids": list(prompt_ids), "sampling_params": {**params, "sampling_seed": seed},
+                 "return_logprob": True, "prompt_index": sampling.first_prompt}]
+    return [{"input_ids": list(prompt_ids), "return_logprob": True,
+             "sampling_params": {**params, "n": 1, "sampling_seed": sample_seed(seed, sampling.first_prompt, copy)}}
+            for copy in range(sampling.n)]
+
+
+def merge_completions(parts: list[Completion]) -> Completion:
+    """The samples of several completions of one prompt as one, in order."""
+    log_probs = None if any(p.log_probs is None for p in parts) else [lp for p in parts for lp in p.log_probs]
+    return Completion([ids for p in parts for ids in p.token_ids], log_probs,
+                      [reason for p in parts for reason in p.finish_reasons])
 
 
 def parse_generate_answer(data: Any, n: int) -> Completion:
-    """The answer to :func:`generate_body` as a :class:`Completion`; :class:`SchemaError` when it
+    """The answer to one of :func:`generate_bodies` as a :class:`Completion`; :class:`SchemaError` when it
     is not ``n`` outputs of the documented shape."""
     outputs = data if isinstance(data, list) else [data]
     if len(outputs) != n:
