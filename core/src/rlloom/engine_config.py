@@ -59,17 +59,17 @@ class TrainEngineConfig:
         name = type(self).__name__
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"{name}.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if self.lr < 0:
-            raise ValueError(f"{name}.lr must be >= 0, got {self.lr}")
-        if self.critic_lr is not None and self.critic_lr < 0:
-            raise ValueError(f"{name}.critic_lr must be >= 0 or None (= lr), got {self.critic_lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"{name}.weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.lr < math.inf:  # also refuses NaN
+            raise ValueError(f"{name}.lr must be a finite number >= 0, got {self.lr}")
+        if self.critic_lr is not None and not 0 <= self.critic_lr < math.inf:
+            raise ValueError(f"{name}.critic_lr must be a finite number >= 0 or None (= lr), got {self.critic_lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"{name}.weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"{name}.betas must be two values in [0, 1), got {list(self.betas)}")
-        if self.eps <= 0:
-            raise ValueError(f"{name}.eps must be > 0, got {self.eps}")
-        if self.grad_clip < 0:
+        if not 0 < self.eps < math.inf:
+            raise ValueError(f"{name}.eps must be a finite number > 0, got {self.eps}")
+        if not 0 <= self.grad_clip < math.inf:
             raise ValueError(f"{name}.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if self.warmup_steps < 0:
             raise ValueError(f"{name}.warmup_steps must be >= 0, got {self.warmup_steps}")

@@ -104,11 +104,14 @@ class Trainer:
     def _setup(self, resume_from: Checkpoint | None) -> None:
         """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
         registry, sections, choices = self.registry, self.resolved.sections, self.resolved.choices
+        try:  # the data first: a bad file is reported before any model is built
+            dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
+        except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
+            raise RoleStartError("data", f"data={choices['data']}", error) from error
         try:
             self.model_path = registry.build("model", choices["model"], sections["model"])
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("model", f"model={choices['model']}", error) from error
-        dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
 
         from transformers import AutoTokenizer
 

@@ -10,6 +10,8 @@ paragraph naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +214,20 @@ class _writable:
         OmegaConf.set_struct(self.cfg, True)
 
 
+def check_run_dir(run_dir: str | None) -> None:
+    """ConfigError unless ``trainer.run_dir`` is a folder or can be made one: its nearest existing
+    ancestor must be a writable folder."""
+    if not run_dir:
+        return
+    path = os.path.abspath(run_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ConfigError(f"trainer.run_dir={run_dir}: {path} is a file, not a folder; choose another trainer.run_dir.")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"trainer.run_dir={run_dir}: the folder {path} is not writable; choose another trainer.run_dir.")
+
+
 def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
     """Checks that span sections (batch sizes, sampling, tracker names)."""
     trainer = resolved.sections["trainer"]
@@ -244,7 +260,10 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
         )
     if getattr(algorithm, "n", 1) < 1:
         raise ConfigError(f"algorithm.n={algorithm.n}: must be >= 1.")
-    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
+    if not 0 <= trainer.seed < 2**32:
+        raise ConfigError(f"trainer.seed={trainer.seed}: must be in [0, 2**32 - 1].")
+    check_run_dir(trainer.run_dir)
+    if not 0 <= sampling.temperature < math.inf or not 0 < sampling.top_p <= 1:
         raise ConfigError(
             f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "
             f"top_p={sampling.top_p}."

@@ -45,7 +45,7 @@ class RoleStartError(RuntimeError):
 
     def __init__(self, role: str, choice: str, cause: BaseException) -> None:
         first_line = (str(cause).strip().splitlines() or [""])[0]
-        what = "the model source" if role == "model" else f"the {role} role"
+        what = {"model": "the model source", "data": "the dataset"}.get(role, f"the {role} role")
         super().__init__(
             f"{what} ({choice}) could not start: {type(cause).__name__}: {first_line} "
             f"(set RLLOOM_DEBUG=1 for the traceback)"

@@ -58,6 +58,9 @@ class FilesDataConfig:
     hf_val_split: str = "test"  # split read from a saved DatasetDict in val_files
     skip_invalid: bool = False
 
+    def __post_init__(self) -> None:
+        _check(self)
+
 
 @dataclass(frozen=True)
 class FileSplits:
@@ -145,7 +148,6 @@ def _check(cfg: FilesDataConfig) -> None:
 
 def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:
     """The dataset of the module doc; ``ValueError`` names the offending field, file or row."""
-    _check(cfg)
     invalid: list[str] = []
     train = _records(list(cfg.train_files), cfg.hf_train_split, cfg, invalid)
     if cfg.val_files:

@@ -1,0 +1,70 @@
+"""A table of malformed ``rlloom train`` invocations, each run in this process through the CLI: exit
+status 2, one paragraph naming the key (or file), no traceback, and no model built (the model cache
+stays empty: every mistake here is caught before any weights exist)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from rlloom.cli import main
+
+# (overrides after preset=tiny, text the message must contain)
+CASES = [
+    # unknown names and keys
+    (["algorithm=grpoo"], "grpoo"), (["rollout=vlm"], "vlm"), (["train_engine=fdsp"], "fdsp"),
+    (["reward=arithmetik"], "arithmetik"), (["data=arithmetik"], "arithmetik"), (["launcher=rey"], "rey"),
+    (["resharder=brodcast"], "brodcast"), (["model=tinyy"], "tinyy"), (["preset=tinyy"], "tinyy"),
+    (["trainer.total_stepz=3"], "total_stepz"), (["sampling.temp=1"], "sampling.temp"),
+    (["algorithm.nn=2"], "algorithm.nn"), (["train_engine.learning_rate=1"], "learning_rate"),
+    (["rollout.max_batch_rowz=1"], "max_batch_rowz"), (["model.hidden=8"], "model.hidden"),
+    (["trainer.trackers=[jsonl,nope]"], "nope"), (["+trainer.extra=1"], "extra"),
+    # wrong types
+    (["trainer.total_steps=abc"], "total_steps"), (["trainer.train_batch_size=1.5"], "train_batch_size"),
+    (["sampling.temperature=hot"], "temperature"), (["algorithm.n=two"], "algorithm.n"),
+    (["train_engine.lr=fast"], "lr"), (["trainer.save_final_model=maybe"], "save_final_model"),
+    (["sampling.max_new_tokens=[1]"], "max_new_tokens"), (["trainer.seed=1e3"], "seed"),
+    (["rollout.max_batch_rows=x"], "max_batch_rows"), (["model.num_layers=one"], "num_layers"),
+    # out of range
+    (["trainer.total_steps=0"], "trainer.total_steps"), (["trainer.train_batch_size=-2"], "train_batch_size"),
+    (["trainer.val_n=0"], "trainer.val_n"), (["sampling.max_new_tokens=0"], "sampling.max_new_tokens"),
+    (["sampling.temperature=-1"], "temperature"), (["sampling.top_p=0"], "top_p"), (["sampling.top_p=1.5"], "top_p"),
+    (["algorithm.n=0"], "n must be >= 1"), (["trainer.seed=-1"], "trainer.seed"), (["trainer.seed=4294967296"], "trainer.seed"),
+    (["train_engine.lr=-1"], "lr"), (["train_engine.weight_decay=-0.1"], "weight_decay"),
+    (["train_engine.eps=0"], "eps"), (["train_engine.grad_clip=-1"], "grad_clip"),
+    (["train_engine.micro_batch_size=0"], "micro_batch_size"), (["train_engine.min_lr_ratio=2"], "min_lr_ratio"),
+    (["train_engine.betas=[0.9,1.5]"], "betas"), (["train_engine.lr_schedule=triangle"], "lr_schedule"),
+    (["rollout.max_batch_rows=0"], "max_batch_rows"), (["trainer.device=tpu"], "trainer.device"),
+    (["trainer.device=cuda"], "cuda"), (["train_engine.dtype=float8"], "dtype"),
+    # NaN and infinities
+    (["train_engine.lr=nan"], "lr"), (["train_engine.lr=inf"], "lr"), (["sampling.temperature=nan"], "temperature"),
+    (["sampling.temperature=inf"], "temperature"), (["train_engine.eps=inf"], "eps"),
+    (["train_engine.weight_decay=nan"], "weight_decay"), (["train_engine.grad_clip=nan"], "grad_clip"),
+    # empty strings, unicode, paths
+    (["algorithm="], "algorithm"), (["rollout=ñ"], "ñ"), (["trainer.run_dir=/dev/null/run"], "trainer.run_dir"),
+    (["trainer.resume=/no/such/checkpoint"], "trainer.resume"),
+    # missing and malformed files, impossible combinations
+    (["data=files"], "data.train_files"), (["data=files", "data.train_files=[a.jsonl]"], "data.val_files"),
+    (["data=files", "data.train_files=[/no/such.jsonl]", "data.val_fraction=0.5"], "/no/such.jsonl"),
+    (["algorithm=ppo", "algorithm.ppo_mini_batch_size=3"], "ppo_mini_batch_size"),
+    (["rollout=server"], "rollout.urls"), (["rollout=server", "rollout.urls=[localhost:1]"], "rollout.urls"),
+    (["rollout=sglang", "rollout.url=http://h:1", "rollout.offline=true"], "rollout.offline"),
+]
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize("overrides, named", CASES, ids=[" ".join(case[0]) for case in CASES])
+def test_a_malformed_invocation_is_one_paragraph_and_exit_2(overrides, named, tmp_path, capsys):
+    cache = tmp_path / "models"
+    cache.mkdir()
+    status = main(["train", "preset=tiny", f"model.cache_dir={cache}", f"trainer.run_dir={tmp_path / 'run'}", *overrides]
+                  if not any(o.startswith("trainer.run_dir=") for o in overrides) else
+                  ["train", "preset=tiny", f"model.cache_dir={cache}", *overrides])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert named in err and "Traceback" not in err
+    assert err.startswith("rlloom: error: ") and err.count("\n") == 1, err
+    assert os.listdir(cache) == [], "a model was built before the error"
