@@ -46,6 +46,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_prompt_counts(train: int, train_kept: int, val_kept: int, cfg: Any) -> None:
+    """ConfigError unless ``trainer.max_prompt_length`` leaves at least one validation prompt and
+    ``trainer.train_batch_size`` training prompts of the dataset's ``train``."""
+    if train_kept < cfg.train_batch_size or val_kept == 0:
+        raise ConfigError(
+            f"trainer.train_batch_size={cfg.train_batch_size}, trainer.max_prompt_length={cfg.max_prompt_length}: "
+            f"{train_kept} of the dataset's {train} training prompts fit (and {val_kept} validation prompts); a step "
+            f"needs train_batch_size of them and validation at least one. Raise trainer.max_prompt_length, lower "
+            f"trainer.train_batch_size, or use more data."
+        )
+
+
 def default_run_dir() -> str:
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
@@ -123,6 +135,7 @@ class Trainer:
         self.invalid_rows = int(getattr(dataset, "num_invalid", 0))  # skipped malformed rows (data.skip_invalid)
         if self.cfg.val_max_prompts:
             self.val_records = self.val_records[: self.cfg.val_max_prompts]
+        check_prompt_counts(len(dataset.train), len(train_records), len(self.val_records), self.cfg)
         self.data = PromptIterator(train_records, self.cfg.train_batch_size, self.cfg.seed)
 
         sampling_cfg = sections["sampling"]

@@ -2,14 +2,15 @@
 
 Formats, by path:
 
-- ``*.jsonl``: JSON Lines, one object per line (blank lines are ignored); location ``<path> line N``;
+- ``*.jsonl``: JSON Lines in UTF-8, one object per line (blank lines are ignored, a byte-order mark
+  at the start is accepted); location ``<path> line N``;
 - ``*.parquet``: read with ``pyarrow``; location ``<path> row N`` (1-based);
 - a directory written by ``datasets.Dataset.save_to_disk`` (or ``DatasetDict.save_to_disk``: then
   the split ``hf_split`` is read); location ``<path> row N``.
 
-A JSONL line that is not valid JSON is yielded as a :class:`RawRow` whose ``error`` says so (the
-caller decides whether that stops the run or is skipped). A file that cannot be read at all raises
-``ValueError`` naming it.
+A JSONL line that is not UTF-8 or not valid JSON is yielded as a :class:`RawRow` whose ``error``
+says so (the caller decides whether that stops the run or is skipped). A file that cannot be read
+at all (missing, another format, a damaged Parquet file) raises ``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ class RawRow:
 
 
 def _jsonl(path: str) -> Iterator[RawRow]:
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            location = f"{path} line {number}"
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                yield RawRow(location, error=f"not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1})")
+                continue
             if not line.strip():
                 continue
-            location = f"{path} line {number}"
             try:
                 yield RawRow(location, json.loads(line))
             except json.JSONDecodeError as exc:
@@ -43,9 +49,14 @@ def _jsonl(path: str) -> Iterator[RawRow]:
 
 
 def _parquet(path: str) -> Iterator[RawRow]:
+    import pyarrow
     import pyarrow.parquet as pq
 
-    for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise ValueError(f"data=files: {path} cannot be read as Parquet ({exc})") from None
+    for number, row in enumerate(rows, start=1):
         yield RawRow(f"{path} row {number}", row)
 
 
