@@ -104,7 +104,10 @@ class Trainer:
             f.write(resolved.to_yaml())
 
         self.algorithm = registry.build("algorithm", choices["algorithm"], sections["algorithm"])
-        self.launcher = registry.build("launcher", choices["launcher"], sections["launcher"])
+        try:
+            self.launcher = registry.build("launcher", choices["launcher"], sections["launcher"])
+        except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
+            raise RoleStartError("launcher", f"launcher={choices['launcher']}", error) from error
         try:
             self._setup(resume_from)
         except BaseException:

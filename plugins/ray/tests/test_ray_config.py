@@ -23,6 +23,7 @@ def test_unmapped_roles_go_to_the_global_pool_of_one():
     ({"threads_per_worker": 0}, "launcher.threads_per_worker=0: must be >= 1"),
     ({"gpus_per_worker": -1.0}, "launcher.gpus_per_worker=-1.0: must be >= 0"),
     ({"call_timeout_s": 0.0}, "launcher.call_timeout_s=0.0: must be > 0"),
+    ({"connect_timeout_s": 0.0}, "launcher.connect_timeout_s=0.0: must be > 0"),
 ])
 def test_bad_values_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
@@ -49,3 +50,18 @@ def test_pools_and_mapping_come_from_the_command_line():
 def test_a_mapping_to_a_missing_pool_is_a_config_error():
     with pytest.raises((ConfigError, ValueError), match="no such pool"):
         compose_config(["launcher=ray", "+launcher.mapping.rollout=gen"])
+
+
+def test_an_unreachable_address_fails_fast_naming_it(tmp_path, capsys):
+    """A refused address stops the run in seconds (Ray alone would retry for a minute), exit 2."""
+    import socket
+
+    from rlloom.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    status = main(["train", "preset=tiny", "launcher=ray", f"launcher.address=127.0.0.1:{port}",
+                   f"trainer.run_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert status == 2 and f"launcher.address=127.0.0.1:{port}" in err and "Traceback" not in err, err

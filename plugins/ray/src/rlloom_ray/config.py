@@ -26,6 +26,8 @@ class RayLauncherConfig:
     - ``threads_per_worker``: torch intra-op threads in each worker (keep workers x threads <= cores).
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
+    - ``connect_timeout_s``: how long an ``address`` of the form ``host:port`` or
+      ``ray://host:port`` may take to accept a connection before the run stops naming it.
     """
 
     address: Optional[str] = None
@@ -36,6 +38,7 @@ class RayLauncherConfig:
     gpus_per_worker: float = 0.0
     threads_per_worker: int = 1
     call_timeout_s: float = 600.0
+    connect_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
         for name, size in self.resource_pools.items():
@@ -55,6 +58,8 @@ class RayLauncherConfig:
             raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 1")
         if self.call_timeout_s <= 0:
             raise ValueError(f"launcher.call_timeout_s={self.call_timeout_s}: must be > 0")
+        if self.connect_timeout_s <= 0:
+            raise ValueError(f"launcher.connect_timeout_s={self.connect_timeout_s}: must be > 0")
 
     def pools(self) -> dict[str, int]:
         """Every pool: ``global`` (1 process) plus ``resource_pools``."""

@@ -15,6 +15,7 @@ and stops Ray if this launcher started it.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from rlloom.controller.local import RoleSpec
@@ -29,6 +30,19 @@ from rlloom_ray.sync import SyncHandle
 CLOSE_TIMEOUT_S = 30.0
 
 
+def check_reachable(address: str, timeout_s: float) -> None:
+    """ConnectionError naming ``launcher.address`` unless its ``host:port`` (``ray://`` or a GCS
+    address) accepts a TCP connection within ``timeout_s`` (Ray itself retries for a minute or more)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"launcher.address={address}: expected host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConnectionError(f"launcher.address={address}: no Ray cluster accepts a connection there within "
+                              f"launcher.connect_timeout_s={timeout_s} ({error or 'timed out'})") from None
+
+
 class RayLauncher:
     def __init__(self, cfg: RayLauncherConfig) -> None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -37,6 +51,8 @@ class RayLauncher:
         self.cfg = cfg
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
+            if cfg.address not in (None, "auto", "local"):
+                check_reachable(cfg.address, cfg.connect_timeout_s)
             ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
                      include_dashboard=False)
         self.groups: dict[str, WorkerGroup] = {}
