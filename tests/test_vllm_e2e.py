@@ -3,6 +3,8 @@ trainer's; the default (SmolLM2) config completes a short run."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import rlloom
@@ -38,3 +40,18 @@ def test_default_config_completes_with_vllm(tmp_path):
                           "sampling.max_new_tokens=8", f"trainer.run_dir={run_dir}"])
     assert [row["step"] for row in training_rows(metric_rows(run_dir))] == [1, 2]
     assert final["training/rollout_probs_diff_mean"] < 1e-3
+
+
+@pytest.mark.slow
+def test_the_head_size_error_gives_advice_that_works(tmp_path, capsys):
+    """``preset=tiny rollout=vllm`` names the overrides that fit vLLM's CPU kernels; adding exactly
+    those (and nothing else: max_model_len follows the model) trains."""
+    from rlloom.cli import main
+
+    common = ["train", "preset=tiny", "rollout=vllm", f"model.cache_dir={tmp_path / 'cache'}", "trainer.total_steps=1"]
+    assert main([*common, f"trainer.run_dir={tmp_path / 'first'}"]) == 2
+    err = capsys.readouterr().err
+    overrides = re.findall(r"model\.\w+=\d+", err.split("set e.g.")[1])
+    assert overrides == ["model.num_heads=2", "model.num_kv_heads=1"], err
+    assert main([*common, *overrides, f"trainer.run_dir={tmp_path / 'second'}"]) == 0
+    assert len(training_rows(metric_rows(tmp_path / "second"))) == 1

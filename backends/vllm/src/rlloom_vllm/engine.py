@@ -129,6 +129,7 @@ class VLLMRolloutEngine:
         self.pad_id = pad_token_id(generation_config, self.tokenizer, self.stop_ids)
         self.llm = vllm.LLM(model=spec.model_path, seed=spec.seed, **self.plan.llm_kwargs)
         self.names = NameMap(self.llm.collective_rpc(_parameter_names)[0])
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len  # rollout.max_model_len or the model's
         self._generator = torch.Generator().manual_seed(spec.seed)
         self._sampling_type = vllm.SamplingParams
         self._asleep = False
@@ -202,9 +203,9 @@ class VLLMRolloutEngine:
         check_left_padded(prompts["prompts"], prompts["prompt_mask"])
         token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
         longest = max(map(len, token_lists), default=0)
-        if longest + sampling.max_new_tokens > self.config.max_model_len:
+        if longest + sampling.max_new_tokens > self.max_model_len:
             raise ValueError(
-                f"rollout.max_model_len={self.config.max_model_len} is shorter than the longest prompt ({longest} "
+                f"rollout.max_model_len={self.max_model_len} is shorter than the longest prompt ({longest} "
                 f"tokens) plus sampling.max_new_tokens={sampling.max_new_tokens}"
             )
         requests, params = self.requests(token_lists, prompt_indices(prompts, sampling.first_prompt).tolist(), sampling)
