@@ -28,7 +28,7 @@ from rlloom.checkpoint import (
     RESUME_MARKER, TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
-from rlloom.controller.local import RoleSpec, RoleStartError
+from rlloom.controller.local import RoleSpec, RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
@@ -123,6 +123,7 @@ class Trainer:
             dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("data", f"data={choices['data']}", error) from error
+        quiet_transformers()
         try:
             self.model_path = registry.build("model", choices["model"], sections["model"])
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained

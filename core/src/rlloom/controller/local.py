@@ -31,11 +31,18 @@ class RoleSpec:
         "Loading weights" bar per model) off in the building process, so the run's console shows the
         run's progress only. transformers' switch turns the Hugging Face Hub's download bars off too;
         the run's model folder has been fetched by then (the model source runs before any role)."""
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
+        quiet_transformers()
         args = (self.cfg,) if self.engine is None else (self.cfg, self.engine)
         return registry.build(self.kind, self.name, *args)
+
+
+def quiet_transformers() -> None:
+    """Turn transformers' progress bars off in this process ("Loading weights", "Writing model
+    shards"), so a run's console shows the run's progress only. It turns the Hugging Face Hub's
+    download bars off too."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
 
 
 class RoleStartError(RuntimeError):
