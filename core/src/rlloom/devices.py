@@ -101,6 +101,26 @@ def cuda_memory_metrics(device: torch.device) -> dict[str, float]:
     }
 
 
+class CudaPeak:
+    """``with CudaPeak() as peak: ...`` then ``peak.extra_bytes``: the most CUDA memory this process
+    allocated inside the block beyond what it held when it started (None without an initialised
+    CUDA context: nothing of this process is on a GPU). Resets the device's peak statistics."""
+
+    def __enter__(self) -> CudaPeak:
+        self.extra_bytes: int | None = None
+        self._active = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if self._active:
+            torch.cuda.synchronize()
+            self._before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._active:
+            torch.cuda.synchronize()
+            self.extra_bytes = max(0, torch.cuda.max_memory_allocated() - self._before)
+
+
 def rank_device(device: torch.device) -> torch.device:
     """On CUDA without an explicit index, the GPU of this rank: ``LOCAL_RANK`` (set by torchrun
     and similar launchers) when it names a visible device, else the current one (Ray makes a

@@ -115,11 +115,19 @@ class RewardResult:
 
 @dataclass(frozen=True)
 class SyncStats:
-    """What one train → rollout weight synchronisation moved and how long it took."""
+    """What one train → rollout weight synchronisation moved and how long it took.
+
+    ``max_tensor_bytes``: the largest tensor streamed (the most gathered weight data a streaming
+    resharder holds at once beyond the engines' own weights). ``peak_extra_bytes``: on CUDA, the
+    peak of the process's allocated device memory during the sync above what was allocated before
+    it (measured; None where the train engine is not on a GPU of this process).
+    """
 
     num_tensors: int
     num_bytes: int
     seconds: float
+    max_tensor_bytes: int = 0
+    peak_extra_bytes: int | None = None
 
 
 @dataclass(frozen=True)

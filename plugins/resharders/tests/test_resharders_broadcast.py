@@ -122,6 +122,10 @@ def test_one_sender_two_receivers_bit_equal_and_in_step(tmp_path):
 
     one, two = receivers
     assert [(s.num_tensors, s.num_bytes) for s in one["stats"]] == [(8, sizes[0]), (8, sizes[1]), (8, sizes[3])]
+    largest = {seed: max(t.numel() * t.element_size() for _, t in make_tensors(seed)) for seed in (0, 1, 3)}
+    assert [s.max_tensor_bytes for s in sender["stats"]] == [largest[0], largest[1], largest[3]]
+    assert [s.max_tensor_bytes for s in one["stats"]] == [largest[0], largest[1], largest[3]]
+    assert all(s.peak_extra_bytes is None for s in sender["stats"])  # nothing of this process on a GPU
     for round_, seed in ((0, 0), (1, 1), (3, 3)):
         assert_same(one["received"][round_], make_tensors(seed))
     assert_same(two["received"][0], make_tensors(0))
@@ -142,6 +146,7 @@ def test_sync_in_one_process_streams_like_in_process():
     stats = BroadcastResharder(BroadcastResharderConfig()).sync(ListWeights(make_tensors(0)), collector)
     assert_same(collector.received, make_tensors(0))
     assert (stats.num_tensors, stats.num_bytes) == (8, sum(t.numel() * t.element_size() for _, t in make_tensors(0)))
+    assert stats.max_tensor_bytes == max(t.numel() * t.element_size() for _, t in make_tensors(0))
 
 
 def test_receive_needs_a_group_and_send_only_on_rank_0_when_connected():

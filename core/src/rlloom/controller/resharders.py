@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlloom.devices import CudaPeak
 from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
 
@@ -22,11 +23,14 @@ class _Counter:
         self._tensors = tensors
         self.num_tensors = 0
         self.num_bytes = 0
+        self.max_tensor_bytes = 0
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in self._tensors:
+            size = tensor.numel() * tensor.element_size()
             self.num_tensors += 1
-            self.num_bytes += tensor.numel() * tensor.element_size()
+            self.num_bytes += size
+            self.max_tensor_bytes = max(self.max_tensor_bytes, size)
             yield name, tensor
 
 
@@ -42,5 +46,7 @@ class InProcessResharder:
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         start = time.perf_counter()
         counter = _Counter(train.named_weights())
-        rollout.update_weights(counter)
-        return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start)
+        with CudaPeak() as peak:
+            rollout.update_weights(counter)
+        return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start,
+                         counter.max_tensor_bytes, peak.extra_bytes)

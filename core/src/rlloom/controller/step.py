@@ -285,12 +285,18 @@ class StepContext:
             self.metrics[name if "/" in name else f"{role}/{name}"] = sum(values) / len(values)
 
     def sync_weights(self) -> None:
-        """Push the actor's weights into the rollout engine; then add the rollout engine's own
-        metrics (e.g. resident memory per phase, ``rollout/rss_gb/<phase>``) when it reports any."""
+        """Push the actor's weights into the rollout engine (``perf/weight_sync_*``: bytes, seconds,
+        the largest tensor streamed, and on CUDA the measured peak extra memory; see
+        :class:`~rlloom.types.SyncStats`); then add the rollout engine's own metrics (e.g. resident
+        memory per phase, ``rollout/rss_gb/<phase>``) when it reports any."""
         self.roles.wake_rollout()
         with self.timed("update_weights"):
             stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
         self.metrics["perf/weight_sync_bytes"] = float(stats.num_bytes)
+        self.metrics["perf/weight_sync_seconds"] = stats.seconds
+        self.metrics["perf/weight_sync_max_tensor_mb"] = stats.max_tensor_bytes / 1e6
+        if stats.peak_extra_bytes is not None:
+            self.metrics["perf/weight_sync_peak_extra_gb"] = stats.peak_extra_bytes / 1e9
         if stats.seconds > 0:
             self.metrics["perf/weight_sync_gb_per_s"] = stats.num_bytes / stats.seconds / 1e9
         engine_metrics = getattr(self.roles.rollout, "metrics", None)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
+from rlloom.devices import CudaPeak
 from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
 
@@ -127,25 +128,26 @@ class BroadcastResharder:
         if self.group is not None and self.rank != 0:
             raise RuntimeError(f"resharder=broadcast: send() runs on sync rank 0, this is rank {self.rank}")
         start = time.perf_counter()
-        num_tensors = num_bytes = 0
+        num_tensors = num_bytes = max_tensor_bytes = 0
         tensors = iter(train.named_weights())
-        while True:
-            try:
-                item = next(tensors, None)
-                packet = None if item is None else (*encode_header(*item), item[1].detach().contiguous())
-            except BaseException:
+        with CudaPeak() as peak:
+            while True:
+                try:
+                    item = next(tensors, None)
+                    packet = None if item is None else (*encode_header(*item), item[1].detach().contiguous())
+                except BaseException:
+                    if self.group is not None:
+                        self._broadcast(marker(ABORT))
+                    raise
+                if packet is None:
+                    break
+                size = packet[2].numel() * packet[2].element_size()
+                num_tensors, num_bytes, max_tensor_bytes = num_tensors + 1, num_bytes + size, max(max_tensor_bytes, size)
                 if self.group is not None:
-                    self._broadcast(marker(ABORT))
-                raise
-            if packet is None:
-                break
-            num_tensors += 1
-            num_bytes += packet[2].numel() * packet[2].element_size()
+                    self._send_packet(*packet)
             if self.group is not None:
-                self._send_packet(*packet)
-        if self.group is not None:
-            self._broadcast(marker(END))
-        return SyncStats(num_tensors, num_bytes, time.perf_counter() - start)
+                self._broadcast(marker(END))
+        return SyncStats(num_tensors, num_bytes, time.perf_counter() - start, max_tensor_bytes, peak.extra_bytes)
 
     def receive(self, rollout: RolloutEngine) -> SyncStats:
         """``rollout.update_weights`` with the tensors rank 0 sends, as they arrive. If the engine
@@ -154,14 +156,14 @@ class BroadcastResharder:
         if self.group is None or self.rank == 0:
             raise RuntimeError("resharder=broadcast: receive() needs connect() with a rank >= 1 first")
         start = time.perf_counter()
-        counts = [0, 0]
+        counts = [0, 0, 0]  # tensors, bytes, largest tensor's bytes
         stream = self._receive_stream(counts)
         try:
             rollout.update_weights(stream)
         finally:
             for _ in stream:
                 pass
-        return SyncStats(counts[0], counts[1], time.perf_counter() - start)
+        return SyncStats(counts[0], counts[1], time.perf_counter() - start, counts[2])
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         """Both engines in this process: stream as ``resharder=in_process`` does, no group needed."""
@@ -209,4 +211,5 @@ class BroadcastResharder:
             tensor = data.view(dtype).view(shape)
             counts[0] += 1
             counts[1] += numel * dtype.itemsize
+            counts[2] = max(counts[2], numel * dtype.itemsize)
             yield name.decode("utf-8"), tensor
