@@ -35,8 +35,8 @@ from aiohttp import web
 from rlloom.batching import BatchingScheduler
 from rlloom.protocols import RolloutEngine
 
+from rlloom_server.config import ServeConfig
 from rlloom_server.schema import SchemaError, parse_generate, render_generate
-from rlloom_server.serve import ServeConfig
 
 
 def _error(status: int, message: str) -> web.Response:

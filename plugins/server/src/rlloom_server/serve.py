@@ -13,27 +13,13 @@ import argparse
 import asyncio
 import signal
 import sys
-from dataclasses import dataclass
 
 from rlloom.config import compose_config
 from rlloom.controller.local import RoleSpec, RoleStartError
 from rlloom.plugins.registry import get_registry
 from rlloom.types import EngineSpec
 
-
-@dataclass
-class ServeConfig:
-    """- ``max_concurrency``: generate requests served at once; more are refused with 503.
-    - ``request_timeout_s``: longest a generate request may take before it is cancelled (504).
-    - ``max_batch_prompts``: most prompts in one engine call.
-    - ``max_body_mb``: largest request body (weight updates carry whole buckets)."""
-
-    host: str = "127.0.0.1"
-    port: int = 30000
-    max_concurrency: int = 256
-    request_timeout_s: float = 600.0
-    max_batch_prompts: int = 64
-    max_body_mb: int = 4096
+from rlloom_server.config import ServeConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
