@@ -21,7 +21,9 @@ from rlloom.engine_config import lr_factor
         ({"betas": [0.9, 1.0]}, r"betas must be two values in \[0, 1\)"),
         ({"grad_clip": -1.0}, "grad_clip must be >= 0"),
         ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
-        ({"eps": 0.0}, "eps must be > 0"),
+        ({"eps": 0.0}, "eps must be a finite number > 0"),
+        ({"eps": float("nan")}, "eps must be a finite number > 0"),
+        ({"lr": float("inf")}, "lr must be a finite number >= 0"),
         ({"min_lr_ratio": 1.5}, r"min_lr_ratio must be in \[0, 1\]"),
     ],
 )
