@@ -44,13 +44,16 @@ def test_default_config_completes_with_vllm(tmp_path):
 
 @pytest.mark.slow
 def test_the_head_size_error_gives_advice_that_works(tmp_path, capsys):
-    """``preset=tiny rollout=vllm`` names the overrides that fit vLLM's CPU kernels; adding exactly
-    those (and nothing else: max_model_len follows the model) trains."""
+    """``preset=tiny rollout=vllm`` names the overrides that fit vLLM's CPU kernels as soon as the model
+    folder exists (``VLLMRolloutConfig.check_model``); adding exactly those (and nothing else:
+    max_model_len follows the model) trains."""
     from rlloom.cli import main
 
     common = ["train", "preset=tiny", "rollout=vllm", f"model.cache_dir={tmp_path / 'cache'}", "trainer.total_steps=1"]
     assert main([*common, f"trainer.run_dir={tmp_path / 'first'}"]) == 2
     err = capsys.readouterr().err
+    # a config error from the model's shape, before any engine loaded weights (not a role that failed to start)
+    assert err.startswith("rlloom: error: rollout=vllm: the model at"), err
     overrides = re.findall(r"model\.\w+=\d+", err.split("set e.g.")[1])
     assert overrides == ["model.num_heads=2", "model.num_kv_heads=1"], err
     assert main([*common, *overrides, f"trainer.run_dir={tmp_path / 'second'}"]) == 0

@@ -46,6 +46,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+ENGINE_GROUPS = ("train_engine", "rollout")
+
+
 def check_prompt_counts(train: int, train_kept: int, val_kept: int, cfg: Any) -> None:
     """ConfigError unless ``trainer.max_prompt_length`` leaves at least one validation prompt and
     ``trainer.train_batch_size`` training prompts of the dataset's ``train``."""
@@ -128,6 +131,7 @@ class Trainer:
             self.model_path = registry.build("model", choices["model"], sections["model"])
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("model", f"model={choices['model']}", error) from error
+        self._check_model_fits_engines()
 
         from transformers import AutoTokenizer
 
@@ -153,6 +157,24 @@ class Trainer:
         self.draws = 0
         if resume_from is not None:
             self._restore(resume_from)
+
+    def _check_model_fits_engines(self) -> None:
+        """Each engine config's optional ``check_model(model_path, run_device)`` (shapes an engine
+        cannot run, e.g. a head size without a kernel), before any weights load: a ValueError is a
+        config error naming the engine choice. Only with ``launcher=local``: elsewhere the engines'
+        machines (their devices, their packages) decide, and the engines check when they start."""
+        if self.resolved.choices["launcher"] != "local":
+            return
+        for group in ENGINE_GROUPS:
+            check = getattr(self.resolved.sections[group], "check_model", None)
+            if check is None:
+                continue
+            try:
+                check(self.model_path, self.cfg.device)
+            except ValueError as error:
+                choice = f"{group}={self.resolved.choices[group]}"
+                message = str(error)
+                raise ConfigError(message if message.startswith(choice) else f"{choice}: {message}") from None
 
     # ------------------------------------------------------------------------------ checkpoints
     def _resume_target(self) -> Checkpoint | None:

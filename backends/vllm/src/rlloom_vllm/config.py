@@ -120,6 +120,21 @@ class VLLMRolloutConfig:
             env["VLLM_CACHE_ROOT"] = self.cache_root
         return env
 
+    def check_model(self, model_path: str, run_device: str) -> None:
+        """On CPU, a ValueError unless vLLM's CPU attention has a kernel for the model's head size
+        (the trainer calls this before any weights load); nothing when vLLM is not installed here."""
+        try:
+            device = self.device_for(run_device)
+        except DeviceError:
+            return  # the engine reports it where it runs
+        if device.type == "cpu":
+            from rlloom_vllm.engine import check_cpu_head_size
+
+            try:
+                check_cpu_head_size(model_path)
+            except ImportError:
+                return
+
     def device_for(self, run_device: str) -> torch.device:
         """The engine's device: ``device`` when set, else ``run_device`` (``trainer.device``, passed
         as ``EngineSpec.device``), resolved on this machine (``auto``: CUDA when visible)."""

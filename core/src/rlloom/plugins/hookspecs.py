@@ -12,6 +12,10 @@ Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`
 - ``factory``: a callable building the component (signatures below),
 - ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
   option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
+  Its ``__post_init__`` validates values (a ValueError is a config error). A train-engine or
+  rollout-engine config may also define ``check_model(model_path, run_device)``: the trainer calls
+  it once the model folder exists and before any engine loads weights, for shapes the engine cannot
+  run (a ValueError is a config error naming the engine choice).
 
 Factory signatures (``cfg`` is an instance of the registered config dataclass):
 
