@@ -1,9 +1,9 @@
 """``SGLangRolloutEngine``: SGLang's server driven over its native HTTP API.
 
 Generation goes through the ``rollout=server`` client (:class:`rlloom_server.client.ServerRolloutEngine`)
-in SGLang's dialect: one request per prompt with ``n`` samples and a seed of its own
-(``sampling_seed``, derived from the call's seed and the prompt's index), token ids in and out,
-log-probs of the sampled tokens (``return_logprob``).
+in SGLang's dialect: one request per sample, each with a seed of its own (``sampling_seed``, derived
+from the call's seed, the prompt's index and the sample's; see :func:`rlloom_server.schema.sample_seed`),
+token ids in and out, log-probs of the sampled tokens (``return_logprob``).
 
 Weights: SGLang's ``/update_weights_from_tensor`` takes tensors serialised for its own processes
 (CUDA IPC handles), which a trainer in another process cannot produce portably, so a sync writes a

@@ -18,6 +18,7 @@ import torch
 from rlloom import Batch, EngineSpec, SamplingParams
 from rlloom.batching import completions_batch
 from rlloom.tokens import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_resharders.safetensors_dir import tensor_buckets
 from rlloom_server.schema import generate_bodies, merge_completions, parse_generate_answer
 
 from rlloom_sglang.config import SGLangRolloutConfig
@@ -58,14 +59,7 @@ class SGLangOfflineEngine:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Full tensors (Hugging Face names) into the engine, a bucket at a time."""
-        bucket, size = [], 0
-        for name, tensor in named_tensors:
-            bucket.append((name, tensor.detach()))
-            size += tensor.numel() * tensor.element_size()
-            if size >= WEIGHT_BUCKET_BYTES:
-                self.engine.update_weights_from_tensor(named_tensors=bucket)
-                bucket, size = [], 0
-        if bucket:
+        for bucket in tensor_buckets(((name, tensor.detach()) for name, tensor in named_tensors), WEIGHT_BUCKET_BYTES):
             self.engine.update_weights_from_tensor(named_tensors=bucket)
 
     def sleep(self) -> None:

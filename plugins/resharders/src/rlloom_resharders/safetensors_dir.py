@@ -47,6 +47,23 @@ class SafetensorsResharderConfig:
             raise ValueError(f"resharder.max_shard_mb must be >= 1, got {self.max_shard_mb}")
 
 
+def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], max_bytes: int
+                   ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive runs of ``named_tensors`` of at most ``max_bytes`` each (a larger single tensor
+    gets a run of its own), so at most one run is held at a time."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > max_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
 def write_safetensors_dir(named_tensors: Iterable[tuple[str, torch.Tensor]], directory: str,
                           max_shard_bytes: int) -> tuple[int, int]:
     """Write the tensors as consecutive shards in ``directory`` (created; existing ``*.safetensors``
@@ -55,27 +72,17 @@ def write_safetensors_dir(named_tensors: Iterable[tuple[str, torch.Tensor]], dir
     for name in os.listdir(directory):
         if name.endswith(".safetensors"):
             os.remove(os.path.join(directory, name))
-    shard: dict[str, torch.Tensor] = {}
-    shard_bytes = num_tensors = num_bytes = files = 0
-
-    def flush() -> None:
-        nonlocal shard, shard_bytes, files
-        if shard:
-            files += 1
-            save_file(shard, os.path.join(directory, SHARD_PATTERN.format(files)), metadata={"format": "pt"})
-            shard, shard_bytes = {}, 0
-
-    for name, tensor in named_tensors:
-        if name in shard:
-            raise ValueError(f"write_safetensors_dir: the tensor name {name!r} appears twice")
-        size = tensor.numel() * tensor.element_size()
-        if shard and shard_bytes + size > max_shard_bytes:
-            flush()
-        shard[name] = tensor.detach().to("cpu").contiguous()
-        shard_bytes += size
-        num_tensors += 1
-        num_bytes += size
-    flush()
+    num_tensors = num_bytes = 0
+    on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)  # one at a time
+    for files, bucket in enumerate(tensor_buckets(on_host, max_shard_bytes), start=1):
+        shard: dict[str, torch.Tensor] = {}
+        for name, tensor in bucket:
+            if name in shard:
+                raise ValueError(f"write_safetensors_dir: the tensor name {name!r} appears twice")
+            shard[name] = tensor
+            num_tensors += 1
+            num_bytes += tensor.numel() * tensor.element_size()
+        save_file(shard, os.path.join(directory, SHARD_PATTERN.format(files)), metadata={"format": "pt"})
     return num_tensors, num_bytes
 
 

@@ -212,26 +212,13 @@ class ServerRolloutEngine:
     # ------------------------------------------------------------------------------ weights and memory
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request."""
+        from rlloom_resharders.safetensors_dir import tensor_buckets
         from safetensors.torch import save
 
-        limit = self.config.weight_bucket_mb * 10**6
-        bucket: dict[str, torch.Tensor] = {}
-        size = 0
-
-        def flush() -> None:
-            nonlocal bucket, size
-            if bucket:
-                blob = base64.b64encode(save(bucket)).decode("ascii")
-                asyncio.run(self._to_all("/update_weights_from_tensor", {"serialized_named_tensors": [blob]}))
-                bucket, size = {}, 0
-
-        for name, tensor in named_tensors:
-            nbytes = tensor.numel() * tensor.element_size()
-            if bucket and size + nbytes > limit:
-                flush()
-            bucket[name] = tensor.detach().to("cpu").contiguous()
-            size += nbytes
-        flush()
+        on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)
+        for bucket in tensor_buckets(on_host, self.config.weight_bucket_mb * 10**6):
+            blob = base64.b64encode(save(dict(bucket))).decode("ascii")
+            asyncio.run(self._to_all("/update_weights_from_tensor", {"serialized_named_tensors": [blob]}))
 
     def load_weights_from_dir(self, path: str) -> None:
         """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read)."""
