@@ -6,8 +6,10 @@ ids) — on a model folder (default: a small random model; ``--model smollm2-135
 model). Baseline: the same model loaded with transformers, one forward over the concatenated prompt +
 response tokens (logits only for the response slice), a token-mean policy-gradient loss, backward,
 ``AdamW.step``: what a trainer without prompt sharing computes. The engine runs with its defaults
-(FSDP2 at world size 1, micro-batches, ``share_prompt_prefix``: each distinct prompt once);
-``--no-share`` measures its overhead on the same work as the baseline instead. ``--engine megatron``:
+(FSDP2 at world size 1, micro-batches, ``sequence_layout=shared_prompt``: padding dropped, each
+distinct prompt once); ``--layout padded`` measures its overhead on the same work as the baseline
+instead. ``--ragged``: response lengths drawn uniformly from 1 … R (the rest padding), as sampled
+responses are. ``--engine megatron``:
 the megatron-core engine at tensor-parallel size 1 (no prompt sharing). ``--device cuda``:
 both on the GPU in the engine's default precision there (bf16 compute; the baseline autocasts to
 bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
@@ -28,6 +30,7 @@ from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
 from rlloom.devices import resolve_device, resolve_dtype, synchronize
+from rlloom.packing import LAYOUTS
 from rlloom.tokens import token_log_probs
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
@@ -45,14 +48,16 @@ def model_path(name: str) -> str:
     return tiny_model_path(TinyModelConfig(hidden_size=256, num_layers=4, intermediate_size=768))
 
 
-def make_batch(rows: int, n: int, prompt_len: int, response_len: int, vocab: int) -> Batch:
+def make_batch(rows: int, n: int, prompt_len: int, response_len: int, vocab: int, ragged: bool = False) -> Batch:
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, vocab, (rows // n, prompt_len), generator=generator).repeat_interleave(n, dim=0)
+    lengths = (torch.randint(1, response_len + 1, (rows, 1), generator=generator) if ragged
+               else torch.full((rows, 1), response_len))
     return Batch({
         "prompts": prompts,
         "prompt_mask": torch.ones(rows, prompt_len, dtype=torch.long),
         "responses": torch.randint(0, vocab, (rows, response_len), generator=generator),
-        "response_mask": torch.ones(rows, response_len, dtype=torch.long),
+        "response_mask": (torch.arange(response_len) < lengths).long(),
         "advantages": torch.randn(rows, response_len, generator=generator),
     })
 
@@ -63,20 +68,20 @@ def pg_loss(micro, outputs, stats):
     return -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens, {}
 
 
-def build_engine(name: str, path: str, micro_batch_size: int, share: bool, repeats: int, device: torch.device):
+def build_engine(name: str, path: str, micro_batch_size: int, layout: str, repeats: int, device: torch.device):
     spec = EngineSpec(path, "actor", 0, repeats + 1, str(device))
     if name == "megatron":
         from rlloom_megatron.config import MegatronConfig
         from rlloom_megatron.engine import MegatronTrainEngine
 
         return MegatronTrainEngine(MegatronConfig(micro_batch_size=micro_batch_size, train_entropy=False), spec)
-    config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, share_prompt_prefix=share)
+    config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, sequence_layout=layout)
     return FSDPTrainEngine(config, spec)
 
 
-def time_engine(name: str, path: str, batch: Batch, micro_batch_size: int, share: bool, repeats: int,
+def time_engine(name: str, path: str, batch: Batch, micro_batch_size: int, layout: str, repeats: int,
                 device: torch.device) -> list[float]:
-    engine = build_engine(name, path, micro_batch_size, share, repeats, device)
+    engine = build_engine(name, path, micro_batch_size, layout, repeats, device)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
@@ -99,7 +104,8 @@ def time_plain(path: str, batch: Batch, repeats: int, device: torch.device) -> l
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             logits = model(input_ids, logits_to_keep=response_len + 1).logits[:, :-1]
         log_probs = token_log_probs(logits, batch["responses"])
-        loss = -(batch["advantages"] * log_probs).mean()
+        mask = batch["response_mask"]
+        loss = -(batch["advantages"] * log_probs * mask).sum() / mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -115,7 +121,8 @@ def main() -> None:
     parser.add_argument("--engine", choices=ENGINES, default="fsdp")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--n", type=int, default=8, help="responses per prompt")
-    parser.add_argument("--no-share", action="store_true", help="engine without share_prompt_prefix")
+    parser.add_argument("--layout", choices=LAYOUTS, default="shared_prompt", help="the engine's sequence_layout")
+    parser.add_argument("--ragged", action="store_true", help="response lengths uniform in 1 … --response-len")
     parser.add_argument("--prompt-len", type=int, default=40)
     parser.add_argument("--response-len", type=int, default=16)
     parser.add_argument("--micro-batch-size", type=int, default=16)
@@ -127,13 +134,13 @@ def main() -> None:
     device = resolve_device(args.device, "--device")
     path = model_path(args.model)
     vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
-    batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab)
+    batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab, args.ragged)
     plain = statistics.median(time_plain(path, batch, args.repeats, device))
-    engine = statistics.median(time_engine(args.engine, path, batch, args.micro_batch_size, not args.no_share,
+    engine = statistics.median(time_engine(args.engine, path, batch, args.micro_batch_size, args.layout,
                                            args.repeats, device))
-    tokens = args.rows * (args.prompt_len + args.response_len)
-    print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens/step={tokens} "
-          f"threads={args.threads} engine={args.engine} share_prompt_prefix={not args.no_share and args.engine == 'fsdp'}")
+    tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+    print(f"model={args.model} device={device} rows={args.rows} n={args.n} real tokens/step={tokens} "
+          f"threads={args.threads} engine={args.engine} layout={args.layout if args.engine == 'fsdp' else 'padded'}")
     print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
     print(f"rlloom {args.engine} train engine: {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
     print(f"ratio engine / plain       : {engine / plain:.2f}")

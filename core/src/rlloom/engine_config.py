@@ -28,7 +28,12 @@ class TrainEngineConfig:
     ``EngineSpec.total_train_steps``).
 
     ``micro_batch_size``: rows per forward/backward in ``train_step``; ``log_prob_micro_batch_size``:
-    rows per forward in ``compute_log_probs`` (``None``: same as ``micro_batch_size``).
+    rows per forward in ``compute_log_probs`` and ``compute_values`` (``None``: same as
+    ``micro_batch_size``). ``max_tokens_per_micro_batch``: when set, every pass cuts its micro-batches
+    by real tokens instead (:func:`rlloom.packing.micro_batches`: consecutive rows while their
+    prompt + response tokens fit the budget, as verl's dynamic batch size), which keeps the work
+    and memory of a forward even when response lengths vary; the loss normalisation is global
+    either way, so the update does not depend on the cut.
     ``train_entropy``: also hand ``outputs["entropy"]`` (with grad) to the loss function in
     ``train_step`` (it costs memory in backward; turn it off when the loss does not use entropy).
 
@@ -51,6 +56,7 @@ class TrainEngineConfig:
     min_lr_ratio: float = 0.0
     micro_batch_size: int = 16
     log_prob_micro_batch_size: int | None = None
+    max_tokens_per_micro_batch: int | None = None
     train_entropy: bool = True
     device: str | None = None
     dtype: str = "auto"
@@ -80,6 +86,9 @@ class TrainEngineConfig:
         if self.log_prob_micro_batch_size is not None and self.log_prob_micro_batch_size < 1:
             raise ValueError(f"{name}.log_prob_micro_batch_size must be >= 1 or None, got "
                              f"{self.log_prob_micro_batch_size}")
+        if self.max_tokens_per_micro_batch is not None and self.max_tokens_per_micro_batch < 1:
+            raise ValueError(f"{name}.max_tokens_per_micro_batch must be >= 1 or None (cut by rows), got "
+                             f"{self.max_tokens_per_micro_batch}")
         if self.device is not None:
             check_device_name("train_engine.device", self.device)
         if self.dtype not in DTYPE_CHOICES:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlloom.engine_config import TrainEngineConfig
+from rlloom.packing import LAYOUTS
 
 
 @dataclass
@@ -15,10 +16,11 @@ class FSDPConfig(TrainEngineConfig):
     ``gradient_checkpointing``: recompute decoder-layer activations in backward (less memory, about
     one more forward of compute). ``reshard_after_forward``: free the gathered parameters of each
     decoder layer after its forward (FSDP2's ZeRO-3 behaviour; ``False`` keeps them until backward,
-    like ZeRO-2). ``share_prompt_prefix``: rows of a
-    micro-batch that share a prompt (the n responses of a group) run the prompt once and their
-    responses on its KV cache (:mod:`rlloom_fsdp.prefix`); same numbers, fewer tokens. It falls back
-    to the plain forward when no prompt repeats or when gradient checkpointing disables the cache.
+    like ZeRO-2). ``sequence_layout``: how a micro-batch's rows enter the model
+    (:mod:`rlloom.packing`): ``shared_prompt`` (default) drops padding and runs each distinct prompt
+    once, its responses attending to it (the n responses of a GRPO group share one prompt forward);
+    ``packed`` drops padding only; ``padded`` is the plain ``[b, P + R]`` forward. The three give
+    the same numbers up to summation order; the packed ones need SDPA or eager attention.
 
     On CUDA gradients are reduced in float32 whatever ``dtype`` is. ``head_chunk_rows``: response
     tokens per chunk of the LM head in the log-prob and entropy computation
@@ -27,10 +29,12 @@ class FSDPConfig(TrainEngineConfig):
 
     gradient_checkpointing: bool = False
     reshard_after_forward: bool = True
-    share_prompt_prefix: bool = True
+    sequence_layout: str = "shared_prompt"
     head_chunk_rows: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.sequence_layout not in LAYOUTS:
+            raise ValueError(f"FSDPConfig.sequence_layout must be one of {list(LAYOUTS)}, got {self.sequence_layout!r}")
         if self.head_chunk_rows < 0:
             raise ValueError(f"FSDPConfig.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")

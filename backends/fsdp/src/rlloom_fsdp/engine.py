@@ -39,13 +39,13 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
+from rlloom.packing import micro_batches
 from rlloom.protocols import LossFn
-from rlloom.tokens import TRAIN_INPUT_FIELDS, concat_prompt_response, policy_temperature, response_logits
+from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
-from rlloom_fsdp.prefix import repeats_a_prompt
 from rlloom_fsdp.scoring import attach_scorer
 
 ROLES = ("actor", "ref", "critic")
@@ -95,8 +95,7 @@ class FSDPTrainEngine:
             self.flops_per_token = train_flops(self.model)
             shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward,
                         compute_dtype=self.compute_dtype)
-            if not self.is_critic:
-                attach_scorer(self.model)
+            attach_scorer(self.model, critic=self.is_critic)
         except BaseException:
             self.close()
             raise
@@ -140,46 +139,35 @@ class FSDPTrainEngine:
         if self._offloaded:
             self.onload()
 
-    def _micro_batches(self, batch: Batch, size: int) -> tuple[list[Batch], int]:
-        """``batch`` split into micro-batches of ``size`` rows on the engine's device, and how many
+    def _micro_batches(self, batch: Batch, rows: int) -> tuple[list[Batch], int]:
+        """``batch`` cut into micro-batches (:func:`rlloom.packing.micro_batches`: ``rows`` rows
+        each, or by ``cfg.max_tokens_per_micro_batch`` when set) on the engine's device, and how many
         padding passes this rank must add to match the rank with the most micro-batches."""
-        micros = [micro.to(self.device) for micro in batch.split(size)]
+        micros = [micro.to(self.device) for micro in micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)]
         (most,) = self._all_reduce([len(micros)], dist.ReduceOp.MAX)
         return micros, int(most) - len(micros)
-
-    def _share_prefix(self, micro: Batch) -> bool:
-        """Whether this forward takes the shared-prompt path: ``cfg.share_prompt_prefix`` and a prompt
-        repeats in the micro-batch of *every* rank. Ranks must agree (a collective): the two paths
-        run different numbers of model forwards, each a round of FSDP all-gathers."""
-        if not self.cfg.share_prompt_prefix:
-            return False
-        (everywhere,) = self._all_reduce([float(repeats_a_prompt(micro))], dist.ReduceOp.MIN)
-        return bool(everywhere)
 
     def _forward(
         self, micro: Batch, temperature: float, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding,
-        from :func:`rlloom_fsdp.scoring.score_responses`: only real response tokens go through the
-        LM head, in chunks of ``cfg.head_chunk_rows`` rows (0: :func:`rlloom.head.default_chunk_rows`).
-        With ``cfg.share_prompt_prefix``, rows that share a prompt run it once
-        (:mod:`rlloom_fsdp.prefix`; see :meth:`_share_prefix`).
-        """
+        from :func:`rlloom_fsdp.scoring.score_responses`: one forward in ``cfg.sequence_layout``,
+        and only real response tokens go through the LM head, in chunks of ``cfg.head_chunk_rows``
+        rows (0: :func:`rlloom.head.default_chunk_rows`)."""
         return self.model.score_responses(
             micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
-            temperature, entropy, self._share_prefix(micro),
+            temperature, entropy, self.cfg.sequence_layout,
             self.cfg.head_chunk_rows or default_chunk_rows(self.vocab_size),
         )
 
     def _values_forward(self, micro: Batch) -> torch.Tensor:
-        """Critic values [b, R], 0 on padding: the value for response token t is read at the hidden
-        state that predicts token t (positions P-1 … P+R-2 of prompt + response), aligned like the
+        """Critic values [b, R], 0 on padding (:func:`rlloom_fsdp.scoring.score_values`): the value
+        for response token t is read at the hidden state that predicts token t, aligned like the
         log-probs, so V_t estimates the return from the state *before* token t is emitted."""
-        input_ids, attention_mask, position_ids = concat_prompt_response(micro)
-        response_length = micro["responses"].shape[1]
-        values = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        values = response_logits(values, micro["prompts"].shape[1], response_length)
-        return values.masked_fill(micro["response_mask"] == 0, 0.0)
+        return self.model.score_values(
+            micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
+            self.cfg.sequence_layout,
+        )
 
     def _train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
         """What ``train_step`` hands the loss: ``values`` for a critic, else ``log_probs`` (and

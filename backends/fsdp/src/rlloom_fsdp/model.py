@@ -54,17 +54,25 @@ class CriticModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
-    ) -> torch.Tensor:
-        base = getattr(self, self.base_model_prefix)
-        hidden = base(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        # h · w + b as a matrix-vector product: a fresh [B, T] tensor, not a view of [B, T, 1]
+    @property
+    def base(self) -> nn.Module:
+        """The causal LM's base transformer."""
+        return getattr(self, self.base_model_prefix)
+
+    def value(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``value_head(hidden)`` float32 for final hidden states [..., H] -> [...]."""
+        # h · w + b as a matrix-vector product: a fresh tensor, not a view of [..., 1]
         # (FSDP warns that in-place ops on a view returned by a sharded module skip its hooks).
         head = self.value_head
         return hidden.float() @ head.weight[0].float() + head.bias.float()
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = self.base(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        return self.value(hidden)
 
 
 def load_critic(path: str, *, gradient_checkpointing: bool) -> CriticModel:

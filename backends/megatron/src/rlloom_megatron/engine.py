@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
+from rlloom.packing import micro_batches
 from rlloom.protocols import LossFn
 from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
@@ -183,6 +184,11 @@ class MegatronTrainEngine:
         start = sum(len(piece) for piece in pieces[: self.tp_rank])
         return Batch.concat(pieces), start, start + len(batch)
 
+    def _micro_batches(self, union: Batch, rows: int) -> list[Batch]:
+        """The TP group's rows cut into micro-batches of ``rows`` rows, or by
+        ``cfg.max_tokens_per_micro_batch`` when set (:func:`rlloom.packing.micro_batches`)."""
+        return micro_batches(union, rows, self.cfg.max_tokens_per_micro_batch)
+
     def _reduce_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
         """``values`` reduced with ``op`` over the data-parallel group (one value per TP group)."""
         if self.dp_size == 1:
@@ -255,7 +261,7 @@ class MegatronTrainEngine:
         self.model.eval()
         log_probs, entropies = [], []
         with torch.no_grad():
-            for micro in union.split(self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size):
+            for micro in self._micro_batches(union, self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size):
                 micro_log_probs, micro_entropy = self._forward(micro.to(self.device), temperature, entropy)
                 log_probs.append(micro_log_probs)
                 entropies.append(micro_entropy)
@@ -274,7 +280,7 @@ class MegatronTrainEngine:
         self.model.eval()
         with torch.no_grad():
             values = [self._values(micro.to(self.device))
-                      for micro in union.split(self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size)]
+                      for micro in self._micro_batches(union, self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size)]
         return Batch({"values": torch.cat(values)[start:stop].cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_uneven")
@@ -282,7 +288,8 @@ class MegatronTrainEngine:
         """One AdamW step on the mini-batch (this rank's rows of it).
 
         The TP group runs the union of its ranks' rows in micro-batches of ``cfg.micro_batch_size``
-        rows: ``loss, metrics = loss_fn(micro, outputs, stats)`` (``outputs``: ``log_probs`` and, with
+        rows (or ``cfg.max_tokens_per_micro_batch`` tokens): ``loss, metrics = loss_fn(micro, outputs,
+        stats)`` (``outputs``: ``log_probs`` and, with
         ``cfg.train_entropy``, ``entropy``; a critic's: ``values``; all with grad) with ``stats``
         counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
@@ -301,7 +308,7 @@ class MegatronTrainEngine:
         stats = MiniBatchStats.over_ranks(union["response_mask"], self._reduce_over_dp)
         self.model.train()
         sums: dict[str, float] = {}
-        micros = union.split(self.cfg.micro_batch_size)
+        micros = self._micro_batches(union, self.cfg.micro_batch_size)
         for micro in micros:
             micro = micro.to(self.device)
             loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
