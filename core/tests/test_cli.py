@@ -88,7 +88,7 @@ def test_plugins_json_lists_core_builtins():
     version = importlib.metadata.version("rlloom")
     core_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom")
     assert core_rows == [("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
-                         ("dispatch_mode", "dp_split_uneven"),
+                         ("dispatch_mode", "dp_split_tokens"), ("dispatch_mode", "dp_split_uneven"),
                          ("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero"), ("launcher", "local"),
                          ("resharder", "in_process"), ("tracker", "console"), ("tracker", "jsonl")]
     for row in rows:

@@ -61,18 +61,18 @@ def test_packed_layout_repeats_prompts_and_masks_each_sequence():
     assert mask[3].tolist() == [1, 1, 1, 1, 0, 0, 0]
 
 
-def test_long_sequences_get_packs_of_their_own_width(monkeypatch):
-    monkeypatch.setattr("rlloom.packing.PACK_WIDTH", 4)
+def test_long_groups_are_split_and_packs_hold_twice_the_longest_row(monkeypatch):
+    monkeypatch.setattr("rlloom.packing.GROUP_WIDTH", 4)
     batch = rows([[5, 6], [5, 6], [7]], [[11, 12], [21, 22], [31]])
     packing = pack_rows(batch, share_prompts=True)
     # Prompt [5 6] + both responses would be 6 > 4 tokens: the group splits, its prompt repeated.
-    # Units [5 6 11 12], [5 6 21 22], [7 31]: 3 packs of width 4, the last one padded.
-    assert packing.input_ids.shape == (3, 4)
-    assert sorted(packing.input_ids.tolist()) == [[5, 6, 11, 12], [5, 6, 21, 22], [7, 31, 0, 0]]
-    last = packing.segments[packing.input_ids[:, 0] == 7][0]
-    assert last[2:].tolist() == [-1, -1]
+    # Units [5 6 11 12], [5 6 21 22], [7 31]; packs of at most 2 x 4 tokens: [unit 1, unit 2], [unit 3].
+    assert packing.input_ids.tolist() == [[5, 6, 11, 12, 5, 6, 21, 22], [7, 31, 0, 0, 0, 0, 0, 0]]
+    assert packing.position_ids[0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert packing.segments[1].tolist() == [4, 5, -1, -1, -1, -1, -1, -1]
     mask = packing.attention_mask()
     assert bool(mask.any(dim=-1).all())  # every slot, padding included, attends somewhere (no NaN rows)
+    assert not bool(mask[0, 0, 6, :4].any())  # the second unit does not see the first
 
 
 def test_response_states_pick_the_predicting_positions():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rlloom import Batch
+from rlloom.packing import pack_rows
 from rlloom_fsdp.scoring import score_responses
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
     LR,
@@ -82,12 +83,10 @@ def test_packed_engine_log_probs_match_plain_transformers(layout, model_dir, eng
     engine = engines(model_dir, micro_batch_size=9, sequence_layout=layout)
     tokens = record_forward_tokens(engine)
     out = engine.compute_log_probs(batch, entropy=True)
-    real = int(batch["response_mask"].sum())
-    prompts = int(batch["prompt_mask"].sum())
-    shared_prompts = prompts // 3  # each of the 3 prompts once
-    # One forward of the real tokens only (no padding; packs are at least as wide as the batch).
-    assert tokens == [shared_prompts + real if layout == "shared_prompt" else prompts + real]
-    assert tokens[0] < batch["prompts"].numel() + batch["responses"].numel()
+    # One forward over the packing, fewer slots than the padded batch (and, shared, fewer than packed).
+    slots = {name: pack_rows(batch, name == "shared_prompt").input_ids.numel() for name in PACKED}
+    assert tokens == [slots[layout]]
+    assert slots["shared_prompt"] < slots["packed"] < batch["prompts"].numel() + batch["responses"].numel()
     with torch.no_grad():
         expected_log_probs, expected_entropy = reference_forward(reference_model(model_dir), batch)
     torch.testing.assert_close(out["log_probs"], expected_log_probs, atol=1e-5, rtol=0)

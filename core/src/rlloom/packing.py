@@ -11,11 +11,13 @@ lays the real tokens out without either waste:
 - ``packed``: each row's real prompt + response tokens as its own sequence (varlen packing as
   verl and OpenRLHF do; a prompt shared by n rows runs n times).
 
-Sequences are placed into packs — rows of a ``[k, W]`` model input — by first-fit decreasing, a
-pack at most ``max(longest sequence unit, PACK_WIDTH)`` tokens wide. Attention inside a pack is
-masked to each sequence (a ``[k, 1, W, W]`` boolean mask, True = may attend) but computed densely,
-so the width cap keeps the masked-out work per token bounded (≤ ``W`` keys) while every linear
-layer sees real tokens only. Position ids restart at 0 for each prompt and continue through its
+A unit — one prompt and the responses that follow it — is split (its prompt repeated) only when
+longer than ``max(GROUP_WIDTH, longest row)``. Units are placed into packs — rows of a ``[k, W]``
+model input — by first-fit decreasing, a pack at most ``max(longest unit, 2 × longest row)``
+tokens wide. Attention inside a pack is masked to each sequence (a ``[k, 1, W, W]`` boolean mask,
+True = may attend) but computed densely, so these caps keep the masked-out work per token within
+a small multiple of what the padded layout computes, while every linear layer sees real tokens
+only. Position ids restart at 0 for each prompt and continue through its
 responses, so every token sees exactly the positions and keys it has in the padded layout; the
 hidden state predicting response token t is the one at response token t − 1 (the last prompt
 token for t = 0). Results equal the padded computation up to floating-point summation order.
@@ -37,8 +39,9 @@ LAYOUTS = ("shared_prompt", "packed", "padded")
 """``train_engine.sequence_layout`` choices: :func:`pack_rows`'s two layouts, and the padded
 ``[B, P + R]`` batch (:func:`rlloom.tokens.concat_prompt_response`)."""
 
-PACK_WIDTH = 512
-"""Smallest width cap of a pack (tokens); a longer sequence unit gets a pack of its own length."""
+GROUP_WIDTH = 4096
+"""Tokens of one prompt and its responses beyond which the group is split into several units (the
+attention mask of a pack costs W² elements)."""
 
 
 @dataclass
@@ -117,9 +120,10 @@ def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
     """The padding-free input of ``micro`` (fields ``prompts``, ``prompt_mask``, ``responses``,
     ``response_mask``) in the ``shared_prompt`` (``share_prompts``) or ``packed`` layout."""
     prompt_lengths, response_lengths = (lengths.tolist() for lengths in real_lengths(micro))
-    width = max(PACK_WIDTH, max(map(sum, zip(prompt_lengths, response_lengths))))
-    units = sequence_units(micro, prompt_lengths, response_lengths, share_prompts, width)
+    longest_row = max(map(sum, zip(prompt_lengths, response_lengths)))
+    units = sequence_units(micro, prompt_lengths, response_lengths, share_prompts, max(GROUP_WIDTH, longest_row))
     unit_lengths = [prompt_lengths[prompt] + sum(response_lengths[row] for row in rows) for prompt, rows in units]
+    width = max(max(unit_lengths), 2 * longest_row)
 
     packs: list[list[int]] = []  # unit indices per pack, first-fit decreasing
     room: list[int] = []
@@ -127,7 +131,7 @@ def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
         pack = next((index for index, free in enumerate(room) if free >= unit_lengths[unit]), None)
         if pack is None:
             packs.append([])
-            room.append(max(width, unit_lengths[unit]))
+            room.append(width)
             pack = len(packs) - 1
         packs[pack].append(unit)
         room[pack] -= unit_lengths[unit]

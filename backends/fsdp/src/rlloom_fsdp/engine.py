@@ -2,7 +2,8 @@
 critic (the LM's base transformer with a value head).
 
 Data parallelism: with world size N every rank holds one shard of the parameters and gets its own
-part of the batch. ``compute_log_probs``, ``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load``
+part of the batch (balanced by tokens for ``train_step``; at world size 1 in float32 the model is
+not wrapped at all, see :func:`rlloom_fsdp.model.shard_model`). ``compute_log_probs``, ``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load``
 are collectives: every rank must call them together. Ranks may hold different numbers of rows:
 a rank with fewer micro-batches runs extra forward (and backward) passes on one of its rows whose
 result is discarded (zero loss), so that the ranks' FSDP collectives stay in step.
@@ -37,6 +38,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
 from rlloom.packing import micro_batches
@@ -246,7 +248,7 @@ class FSDPTrainEngine:
                 self._values_forward(micros[0].slice(0, 1))
         return Batch({"values": torch.cat(values).cpu()}, meta=batch.meta, batch_size=len(batch))
 
-    @dispatch("dp_split_uneven")
+    @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
 
@@ -267,7 +269,8 @@ class FSDPTrainEngine:
 
         Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
         must report the same metric names), ``grad_norm`` (before clipping), ``lr`` (the LR this
-        step used) and ``skipped_update`` (1.0 when the update was skipped, else 0.0). On CUDA also
+        step used), ``skipped_update`` (1.0 when the update was skipped, else 0.0) and
+        ``perf/dp_rank_tokens/max|min`` (:func:`rlloom.controller.dispatch.rank_token_metrics`). On CUDA also
         ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (this process's peaks so
         far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu`, when the GPU's peak is known).
         """
@@ -303,6 +306,7 @@ class FSDPTrainEngine:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        result.update(rank_token_metrics(batch, self._all_reduce))
         if self.device.type == "cuda":
             tokens = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
             result.update(cuda_memory_metrics(self.device))

@@ -105,7 +105,15 @@ def shard_model(
 
     Parameters stay in their loaded dtype (float32: the master weights the optimizer updates);
     with a ``compute_dtype`` other than float32 FSDP2 all-gathers them cast to it, runs forward and
-    backward in it and reduce-scatters gradients in float32 (``MixedPrecisionPolicy``)."""
+    backward in it and reduce-scatters gradients in float32 (``MixedPrecisionPolicy``).
+
+    A one-rank mesh with float32 compute has nothing to shard or cast: the model only moves to the
+    mesh's device and stays a plain module (FSDP2 would still copy every parameter into an
+    all-gather buffer for each forward and backward: about a quarter of a CPU train step on
+    SmolLM2-135M, measured with ``bench/bench_train_step.py``)."""
+    if mesh.size() == 1 and compute_dtype == torch.float32:
+        model.to(mesh.device_type)
+        return
     policy = MixedPrecisionPolicy() if compute_dtype == torch.float32 else MixedPrecisionPolicy(
         param_dtype=compute_dtype, reduce_dtype=torch.float32
     )

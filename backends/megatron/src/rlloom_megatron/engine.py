@@ -35,6 +35,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.packing import micro_batches
 from rlloom.protocols import LossFn
@@ -283,7 +284,7 @@ class MegatronTrainEngine:
                       for micro in self._micro_batches(union, self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size)]
         return Batch({"values": torch.cat(values)[start:stop].cpu()}, meta=batch.meta, batch_size=len(batch))
 
-    @dispatch("dp_split_uneven")
+    @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch (this rank's rows of it).
 
@@ -295,8 +296,8 @@ class MegatronTrainEngine:
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
         mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
         this step's LR; a non-finite norm skips the update but counts the step. Returns the loss
-        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``
-        (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
+        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``,
+        ``perf/dp_rank_tokens/max|min`` (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
         """
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
@@ -328,6 +329,7 @@ class MegatronTrainEngine:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
+        result.update(rank_token_metrics(union, self._reduce_over_dp))
         if self.device.type == "cuda":
             result.update(cuda_memory_metrics(self.device))
         return result

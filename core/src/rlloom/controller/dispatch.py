@@ -22,6 +22,11 @@ Built in (registered by the core under these names):
 - ``dp_split_uneven``: as ``dp_split`` but without padding: piece sizes differ by at most one row.
   For train steps, where padding rows would change the loss normalisation; the engine must accept
   ranks holding unequal row counts.
+- ``dp_split_tokens``: as ``dp_split_uneven``, but the pieces balance real tokens (``prompt_mask``
+  + ``response_mask``), not rows (:func:`balanced_partition`, sorted greedy over runs of rows that
+  share a prompt, so a rank still runs a shared prompt once); each rank keeps its rows in batch
+  order, and returned batches are put back in the caller's order. The default of ``train_step``:
+  with responses of very different lengths, equal rows leave ranks waiting on the longest piece.
 
 - ``dp_split_rollout``: for ``generate(prompts, sampling)``: the prompt rows are cut as in
   ``dp_split_uneven``, except that ranks beyond the number of prompts sit out; each piece is
@@ -48,6 +53,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import torch
+
 from rlloom.batch import Batch
 from rlloom.types import SamplingParams
 
@@ -58,7 +65,7 @@ ONE_TO_ALL = "one_to_all"
 DEFAULT_MODES: dict[str, str] = {
     "compute_log_probs": "dp_split",
     "compute_values": "dp_split",
-    "train_step": "dp_split_uneven",
+    "train_step": "dp_split_tokens",
     "generate": "dp_split_rollout",
 }
 
@@ -145,6 +152,73 @@ class DataParallelSplit:
         return joined.slice(0, rows)
 
 
+def balanced_partition(weights: list[int], parts: int) -> list[list[int]]:
+    """Indices of ``weights`` in ``parts`` groups of nearly equal sum (sorted greedy, "longest
+    processing time first": heaviest item to the lightest group, ties to the group with fewer items),
+    each group sorted; every group gets an item when there are at least ``parts``. Its largest sum is
+    at most 4/3 of the best possible (Graham's bound)."""
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    totals = [0] * parts
+    for index in sorted(range(len(weights)), key=lambda item: -weights[item]):
+        lightest = min(range(parts), key=lambda group: (totals[group], len(groups[group])))
+        groups[lightest].append(index)
+        totals[lightest] += weights[index]
+    return [sorted(group) for group in groups]
+
+
+def prompt_runs(batch: Batch) -> list[list[int]]:
+    """Consecutive rows of ``batch`` with the same prompt (the n responses of a group), as row lists."""
+    runs: list[list[int]] = []
+    prompts = batch["prompts"]
+    for row in range(len(batch)):
+        if runs and torch.equal(prompts[row], prompts[runs[-1][0]]):
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    return runs
+
+
+def rank_token_metrics(batch: Batch, reduce: Callable[[list[float], Any], list[float]]) -> dict[str, float]:
+    """``perf/dp_rank_tokens/max`` and ``/min``: the real tokens (prompt + response) of the busiest
+    and the idlest data-parallel rank in this call; ``reduce(values, op)`` reduces over the ranks
+    that split the batch (see :class:`rlloom.types.MiniBatchStats`)."""
+    import torch.distributed as dist
+
+    tokens = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+    most, negated_least = reduce([tokens, -tokens], dist.ReduceOp.MAX)
+    return {"perf/dp_rank_tokens/max": most, "perf/dp_rank_tokens/min": -negated_least}
+
+
+class TokenBalancedSplit:
+    """Pieces of balanced real-token counts (``dp_split_tokens``; see the module docstring)."""
+
+    def pieces(self, batch: Batch, world_size: int) -> list[list[int]]:
+        """The rows of each rank."""
+        if len(batch) < world_size:
+            raise ValueError(f"a batch of {len(batch)} rows cannot feed {world_size} ranks without padding; "
+                             "every rank needs at least one row")
+        batch.require("prompts", "prompt_mask", "response_mask")
+        runs = prompt_runs(batch)
+        if len(runs) < world_size:
+            runs = [[row] for row in range(len(batch))]
+        tokens = (batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)).tolist()
+        groups = balanced_partition([sum(tokens[row] for row in run) for run in runs], world_size)
+        return [[row for run in group for row in runs[run]] for group in groups]
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        batch, rest = args[0], args[1:]
+        if not isinstance(batch, Batch):
+            raise TypeError(f"a data-parallel split needs a Batch as first argument, got {type(batch).__name__}")
+        return [RankCall((batch.reorder(rows), *rest), kwargs) for rows in self.pieces(batch, world_size)]
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        if not isinstance(results[0], Batch):
+            return results[0]
+        order = [row for rows in self.pieces(args[0], len(results)) for row in rows]
+        joined = Batch.concat(results)
+        return joined.reorder(sorted(range(len(order)), key=order.__getitem__))
+
+
 class RolloutSplit:
     """``generate(prompts, sampling)`` spread over the ranks by prompt rows (see ``dp_split_rollout``)."""
 
@@ -174,5 +248,6 @@ def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
         "rank_zero": RankZero,
         "dp_split": DataParallelSplit,
         "dp_split_uneven": lambda: DataParallelSplit(pad=False),
+        "dp_split_tokens": TokenBalancedSplit,
         "dp_split_rollout": RolloutSplit,
     }
