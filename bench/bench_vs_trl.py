@@ -15,6 +15,11 @@ ratios rlloom / TRL are printed at the end:
   2 KV heads, intermediate 4864) with SmolLM2's 49,152-token tokenizer, 8 prompts x 8 samples,
   ~128 prompt tokens, 256 forced new tokens (EOS ignored), the ``digit_fraction`` reward;
   ``--size small`` shrinks it (4 layers, hidden 256, 32 new tokens) for a 2-core CPU.
+- ``varlen``: responses of very different lengths, where padding dominates a padded trainer's
+  work: a tiny random Phi (hidden 256, 4 layers; its LM head has a bias) whose next token is
+  nearly uniform except that EOS has probability 1/64 at every step, so response lengths are
+  geometric, from 1 to the 256-token cap (mean ~63; about 2 % reach the cap); the
+  quickstart's arithmetic prompts, 8 prompts x 8 samples, the ``digit_fraction`` reward.
 
 TRL runs in float32 on the quickstart (its faster setting on the H100: 0.82 s/step against
 1.01 s/step in bf16, ../shared/gpu/README.md) and in bf16 on the 0.5B shape on CUDA, as
@@ -44,6 +49,8 @@ SHAPES = {  # name -> (Qwen2 config fields, new tokens)
     "small": (dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2), 32),
 }
+VARLEN = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)
+VARLEN_TOKENS, VARLEN_MEAN = 256, 64  # response cap, and 1 / P(EOS) at every step
 # ~128 prompt tokens with SmolLM2's chat template (its system prompt adds ~30).
 FILLER = "Consider the following careful question about numbers and answer it step by step. " * 8
 SHAPE_TEMPLATE = FILLER + "What is {a}+{b}?"
@@ -76,12 +83,43 @@ def shape_folder(size: str) -> str:
     return folder
 
 
+def varlen_folder() -> str:
+    """The ``varlen`` workload's random Phi with SmolLM2's tokenizer, in a temporary folder: LM head
+    weights scaled to ~0 so the logits are its bias, 0 except ``log((V - 1) / (VARLEN_MEAN - 1))``
+    at EOS, which makes P(EOS) = 1 / VARLEN_MEAN at every step."""
+    import math
+
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, PhiConfig, PhiForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_folder())
+    vocab = len(tokenizer)
+    config = PhiConfig(vocab_size=vocab, max_position_embeddings=1024, eos_token_id=tokenizer.eos_token_id,
+                       bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id, **VARLEN)
+    torch.manual_seed(0)
+    model = PhiForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e-3)
+        model.lm_head.bias.zero_()
+        model.lm_head.bias[tokenizer.eos_token_id] = math.log((vocab - 1) / (VARLEN_MEAN - 1))
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    folder = tempfile.mkdtemp(prefix="rlloom-bench-varlen-")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def workload(name: str, args: argparse.Namespace) -> dict:
     """Everything both sides need to run ``name``, as plain JSON values."""
     if name == "quickstart":
         return dict(name=name, model=smollm2_folder(), prompts=4, n=8, new_tokens=QUICKSTART_LENGTH,
                     template="What is {a}{op}{b}? Reply with only the number.", reward="arithmetic",
                     ignore_eos=False, steps=args.steps, val_every=args.val_every, trl_bf16=False)
+    if name == "varlen":
+        return dict(name=name, model=varlen_folder(), prompts=8, n=8, new_tokens=VARLEN_TOKENS,
+                    template="What is {a}{op}{b}? Reply with only the number.", reward="digit_fraction",
+                    ignore_eos=False, steps=args.varlen_steps, val_every=0, trl_bf16=args.device == "cuda")
     new_tokens = SHAPES[args.size][1]
     return dict(name=name, model=shape_folder(args.size), prompts=8, n=8, new_tokens=new_tokens,
                 template=SHAPE_TEMPLATE, reward="digit_fraction", ignore_eos=True, steps=args.shape_steps,
@@ -126,7 +164,7 @@ def run_rlloom(work: dict, device: str, threads: int) -> dict:
     else:
         overrides += ["trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1",
                       "trainer.val_n=1"]
-    if work["name"] == "shape":
+    if work["name"] != "quickstart":
         overrides += ["model=hf", f"model.path={work['model']}"]
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "rlloom"), "train", *overrides], check=True,
                    stdout=subprocess.DEVNULL)
@@ -136,7 +174,8 @@ def run_rlloom(work: dict, device: str, threads: int) -> dict:
     accuracy = [(row["step"], row["val-core/arithmetic/acc/mean@4"]) for row in rows
                 if "val-core/arithmetic/acc/mean@4" in row]
     return dict(step_s=[row["timing_s/step"] for row in steps],
-                peak_gb=max(row.get(memory_key, 0.0) for row in steps), accuracy=accuracy)
+                peak_gb=max(row.get(memory_key, 0.0) for row in steps), accuracy=accuracy,
+                response_len=[row["response_length/mean"] for row in steps])
 
 
 # ---------------------------------------------------------------------------------- TRL side
@@ -166,7 +205,7 @@ def run_trl(work: dict, device: str, threads: int) -> dict:
         num_generations=work["n"], max_completion_length=work["new_tokens"], learning_rate=1e-5,
         lr_scheduler_type="constant", beta=0.0, temperature=1.0, max_steps=work["steps"], logging_steps=1,
         save_strategy="no", report_to="none", seed=0, bf16=work["trl_bf16"], use_cpu=not cuda,
-        generation_kwargs=generation, dataloader_num_workers=0,
+        generation_kwargs=generation, dataloader_num_workers=0, gradient_checkpointing=False,
     )
 
     def sync() -> None:
@@ -218,7 +257,8 @@ def run_trl(work: dict, device: str, threads: int) -> dict:
     trainer.train()
     peak = (torch.cuda.max_memory_allocated() / 1e9 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9)
-    return dict(step_s=timer.step_s, peak_gb=peak, accuracy=timer.accuracy)
+    lengths = [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
+    return dict(step_s=timer.step_s, peak_gb=peak, accuracy=timer.accuracy, response_len=lengths)
 
 
 # ---------------------------------------------------------------------------------- report
@@ -228,9 +268,10 @@ def summary(result: dict, work: dict) -> dict:
     median = statistics.median(steps[1:] if len(steps) > 1 else steps)
     elapsed = {step: sum(steps[:step]) for step, _ in result["accuracy"]}
     reached = [elapsed[step] for step, acc in result["accuracy"] if acc >= 0.9]
+    lengths = result.get("response_len") or [float("nan")]
     return dict(median_step_s=median, samples_per_s=work["prompts"] * work["n"] / median,
                 peak_gb=result["peak_gb"], time_to_0_9_s=reached[0] if reached else None,
-                accuracy=result["accuracy"])
+                accuracy=result["accuracy"], mean_response_len=statistics.fmean(lengths))
 
 
 def side(name: str, work: dict, args: argparse.Namespace) -> dict:
@@ -253,6 +294,7 @@ def report(name: str, work: dict, results: dict[str, dict]) -> None:
         a, b = rl[key], trl[key]
         ratio = "" if a is None or b is None else f"{(a / b if key == 'samples_per_s' else b / a):14.2f}"
         print(f"{label:24}{'-' if a is None else f'{a:12.3f}':>12}{'-' if b is None else f'{b:12.3f}':>12}{ratio}")
+    print(f"{'mean response length':24}{rl['mean_response_len']:12.1f}{trl['mean_response_len']:12.1f}")
     for label, result in (("rlloom", rl), ("TRL", trl)):
         if result["accuracy"]:
             print(f"{label} sampled accuracy by step: " + ", ".join(f"{s}: {a:.2f}" for s, a in result["accuracy"]))
@@ -261,10 +303,11 @@ def report(name: str, work: dict, results: dict[str, dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
-    parser.add_argument("--workload", default="all", choices=["quickstart", "shape", "all"])
+    parser.add_argument("--workload", default="all", choices=["quickstart", "shape", "varlen", "all"])
     parser.add_argument("--steps", type=int, default=15, help="quickstart steps")
     parser.add_argument("--val-every", type=int, default=5)
     parser.add_argument("--shape-steps", type=int, default=4, help="0.5B-shape steps")
+    parser.add_argument("--varlen-steps", type=int, default=4, help="variable-length workload steps")
     parser.add_argument("--size", default="full", choices=sorted(SHAPES), help="the shape workload's size")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", help="write every number measured to this JSON file")
@@ -283,7 +326,7 @@ def main() -> None:
         import trl  # noqa: F401 - only checked here; it runs in the TRL subprocess
     except ImportError:
         sys.exit(f"bench_vs_trl: TRL is not installed (a benchmark-only dependency): {REQUIREMENTS}")
-    names = ["quickstart", "shape"] if args.workload == "all" else [args.workload]
+    names = ["quickstart", "shape", "varlen"] if args.workload == "all" else [args.workload]
     everything = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "argv": sys.argv[1:]}
     for name in names:
         work = workload(name, args)

@@ -20,7 +20,7 @@ def test_unmapped_roles_go_to_the_global_pool_of_one():
     ({"mapping": {"rollout": "gen"}}, "launcher.mapping.rollout=gen: no such pool; pools are global"),
     ({"mapping": {"critc": "global"}}, "launcher.mapping.critc: unknown role"),
     ({"cpus_per_worker": 0.0}, "launcher.cpus_per_worker=0.0: must be > 0"),
-    ({"threads_per_worker": 0}, "launcher.threads_per_worker=0: must be >= 1"),
+    ({"threads_per_worker": -1}, "launcher.threads_per_worker=-1: must be >= 0"),
     ({"gpus_per_worker": -1.0}, "launcher.gpus_per_worker=-1.0: must be >= 0"),
     ({"call_timeout_s": 0.0}, "launcher.call_timeout_s=0.0: must be > 0"),
     ({"connect_timeout_s": 0.0}, "launcher.connect_timeout_s=0.0: must be > 0"),

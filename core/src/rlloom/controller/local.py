@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from rlloom.plugins.registry import Registry
+from rlloom.threads import available_cores, threads_for, use_threads
 from rlloom.types import EngineSpec
 
 
@@ -61,7 +60,8 @@ class RoleStartError(RuntimeError):
 
 @dataclass
 class LocalLauncherConfig:
-    """``num_threads``: torch intra-op threads for this process (0: leave torch's default, one per core)."""
+    """``num_threads``: torch intra-op threads for this process (0: ``OMP_NUM_THREADS`` when set, else
+    every core the process may run on; :mod:`rlloom.threads`)."""
 
     num_threads: int = 0
 
@@ -78,8 +78,7 @@ class LocalLauncher:
     def __init__(self, cfg: LocalLauncherConfig) -> None:
         if cfg.num_threads < 0:
             raise ValueError(f"launcher.num_threads must be >= 0, got {cfg.num_threads}")
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        use_threads(threads_for(cfg.num_threads, available_cores()))
         self._closables: list[object] = []
 
     def start_role(self, spec: RoleSpec, registry: Registry) -> Any:

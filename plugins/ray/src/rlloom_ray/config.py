@@ -23,7 +23,9 @@ class RayLauncherConfig:
     - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.
     - ``gpus_per_worker``: GPUs each worker reserves (0: a CPU-only pool). Pools of GPU workers form
       their process group with NCCL for CUDA tensors (and gloo for CPU ones), CPU pools with gloo.
-    - ``threads_per_worker``: torch intra-op threads in each worker (keep workers x threads <= cores).
+    - ``threads_per_worker``: torch intra-op threads in each worker (0: ``OMP_NUM_THREADS`` when
+      set, else the whole CPUs its bundle reserves, ``cpus_per_worker`` rounded down, at least 1; so
+      the workers of a node never run more threads than the CPUs Ray gave them; :mod:`rlloom.threads`).
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
     - ``connect_timeout_s``: how long an ``address`` of the form ``host:port`` or
@@ -36,7 +38,7 @@ class RayLauncherConfig:
     mapping: dict[str, str] = field(default_factory=dict)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
-    threads_per_worker: int = 1
+    threads_per_worker: int = 0
     call_timeout_s: float = 600.0
     connect_timeout_s: float = 15.0
 
@@ -54,8 +56,9 @@ class RayLauncherConfig:
             raise ValueError(f"launcher.cpus_per_worker={self.cpus_per_worker}: must be > 0")
         if self.gpus_per_worker < 0:
             raise ValueError(f"launcher.gpus_per_worker={self.gpus_per_worker}: must be >= 0")
-        if self.threads_per_worker < 1:
-            raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 1")
+        if self.threads_per_worker < 0:
+            raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 0 (0: from "
+                             "launcher.cpus_per_worker)")
         if self.call_timeout_s <= 0:
             raise ValueError(f"launcher.call_timeout_s={self.call_timeout_s}: must be > 0")
         if self.connect_timeout_s <= 0:

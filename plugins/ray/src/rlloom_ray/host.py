@@ -28,6 +28,7 @@ import torch.distributed as dist
 from rlloom.controller.dispatch import declared_mode
 from rlloom.controller.local import RoleSpec
 from rlloom.plugins.registry import get_registry
+from rlloom.threads import use_threads
 from rlloom.types import SyncStats
 
 FAULT_ENV = "RLLOOM_RAY_FAULT"
@@ -45,7 +46,7 @@ class Worker:
 
     def __init__(self, rank: int, world_size: int, num_threads: int, env: dict[str, str]) -> None:
         os.environ.update(env)
-        torch.set_num_threads(num_threads)
+        use_threads(num_threads)
         self.rank, self.world_size = rank, world_size
         self.roles: dict[str, Any] = {}
         self.resharder: Any = None

@@ -20,6 +20,7 @@ from typing import Any
 
 from rlloom.controller.local import RoleSpec
 from rlloom.plugins.registry import Registry
+from rlloom.threads import threads_for
 
 from rlloom_ray.config import RayLauncherConfig
 from rlloom_ray.group import WorkerGroup
@@ -99,7 +100,7 @@ class RayLauncher:
             remote.options(
                 num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(placement, placement_group_bundle_index=rank),
-            ).remote(rank, size, cfg.threads_per_worker, env)
+            ).remote(rank, size, threads_for(cfg.threads_per_worker, cfg.cpus_per_worker), env)
             for rank in range(size)
         ]
         group = self.groups[pool] = WorkerGroup(pool, workers, placement, cfg.call_timeout_s)
