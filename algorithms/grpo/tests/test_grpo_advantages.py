@@ -11,14 +11,16 @@ EPS = 1e-6
 
 
 def numpy_advantages(scores, groups, mask, norm_by_std=True, eps=EPS):
-    """Per group: (r − mean) / (std_ddof1 + eps), or r − mean; size-1 groups get 0; × mask."""
+    """Per group: (r − mean) / (std_ddof1 + eps), or r − mean; a size-1 group uses mean 0 and std 1
+    (verl's compute_grpo_outcome_advantage); × mask."""
     scores = np.asarray(scores, dtype=np.float64)
     out = np.zeros_like(scores)
     for group in set(groups):
         rows = [i for i, g in enumerate(groups) if g == group]
-        if len(rows) == 1:
-            continue
         values = scores[rows]
+        if len(rows) == 1:
+            out[rows] = values / (1 + eps) if norm_by_std else values
+            continue
         centered = values - values.mean()
         out[rows] = centered / (values.std(ddof=1) + eps) if norm_by_std else centered
     return out[:, None] * np.asarray(mask)
@@ -57,12 +59,29 @@ def test_dr_grpo_hand_values():
     np.testing.assert_allclose(adv[:, 0].numpy(), [1.0, -0.5, -1.0, -0.5, 1.0], rtol=1e-6)
 
 
-def test_singleton_groups_get_zero():
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_singleton_groups_keep_their_raw_reward_as_verl(norm_by_std):
     mask = torch.ones(4, 2, dtype=torch.int64)
-    adv = group_relative_advantages(torch.tensor([5.0, 1.0, 2.0, -3.0]), ["x", "y", "y", "z"], mask)
-    # x and z are alone: 0. y: [1, 2] → mean 1.5, std sqrt(0.5) → ∓0.5/0.7071068 = ∓0.7071068.
-    np.testing.assert_allclose(adv[:, 0].numpy(), [0.0, -0.7071061, 0.7071061, 0.0], rtol=1e-5)
-    assert adv[0].eq(0).all() and adv[3].eq(0).all()
+    adv = group_relative_advantages(torch.tensor([5.0, 1.0, 2.0, -3.0]), ["x", "y", "y", "z"], mask,
+                                    norm_by_std=norm_by_std, eps=1e-6)
+    # x and z are alone: verl uses mean 0 and std 1 → r / (1 + eps) (GRPO) or r (Dr.GRPO).
+    # y: [1, 2] → mean 1.5; GRPO divides by std sqrt(0.5): ∓0.5 / 0.7071068 = ∓0.7071068.
+    alone = 1 / (1 + 1e-6) if norm_by_std else 1.0
+    pair = 0.5 / (np.sqrt(0.5) + 1e-6) if norm_by_std else 0.5
+    np.testing.assert_allclose(adv[:, 0].numpy(), [5.0 * alone, -pair, pair, -3.0 * alone], rtol=1e-6)
+    np.testing.assert_allclose(adv[:, 1].numpy(), adv[:, 0].numpy())
+
+
+def test_n_equal_to_one_trains_on_the_raw_reward():
+    # n = 1: every group is a singleton; before, every advantage was 0 and nothing was learned.
+    adv = group_relative_advantages(torch.tensor([1.0, 0.0, 1.0]), [0, 1, 2], torch.ones(3, 1, dtype=torch.int64),
+                                    norm_by_std=False)
+    assert adv[:, 0].tolist() == [1.0, 0.0, 1.0]
+
+
+def test_passk_needs_two_samples_per_group():
+    with pytest.raises(ValueError, match="grpo_passk .* needs n >= 2, got n=1"):
+        GRPOConfig(adv_estimator="grpo_passk", n=1)
 
 
 @pytest.mark.parametrize("value", [0.0, 1.0, 0.1, -7.3])

@@ -20,6 +20,7 @@ NEW = OLD + LOG_RATIO
 REF = OLD + np.array([[0.2, -0.3, 0.1, 0.5], [0.0, 0.0, 0.0, 0.0], [-0.25, 0.4, 0.05, 0.0]])
 ADV = np.array([1.0, -0.5, -1.5])[:, None] * MASK
 ENTROPY = np.array([[1.2, 0.8, 0.5, 0.3], [2.0, 0.0, 0.0, 0.0], [0.9, 1.1, 0.7, 0.0]])
+MAX_NEW = 6  # the step's sampling.max_new_tokens (batch.meta): Dr.GRPO's constant length
 
 
 def numpy_token_terms(clip_low=0.2, clip_high=0.2, c=None):
@@ -48,7 +49,7 @@ def numpy_aggregate_weights(mode, mask=MASK):
         counts = mask.sum(axis=1, keepdims=True)
         nonempty = (counts > 0).sum()
         return np.where(counts > 0, mask / np.maximum(counts, 1), 0.0) / nonempty
-    return mask / (rows * width)
+    return mask / (rows * MAX_NEW)  # seq-mean-token-sum-norm: a constant length, not the padded width
 
 
 def make_batch(mask=MASK):
@@ -58,7 +59,8 @@ def make_batch(mask=MASK):
             "ref_log_probs": torch.tensor(REF, dtype=torch.float64),
             "advantages": torch.tensor(ADV, dtype=torch.float64),
             "response_mask": torch.tensor(mask),
-        }
+        },
+        meta={"max_new_tokens": MAX_NEW},
     )
 
 
@@ -107,15 +109,48 @@ def test_loss_value_and_gradient_match_numpy_with_kl_and_entropy(mode):
 
 
 def test_default_config_loss_and_gradient_signs():
-    # Defaults: no dual clip, no KL, no entropy bonus, token-mean.
-    pg, pg_grad, _, _ = numpy_token_terms()
+    # Defaults: dual clip at verl's 3.0, no KL, no entropy bonus, token-mean.
+    assert GRPOConfig().clip_ratio_c == 3.0
+    pg, pg_grad, _, dual = numpy_token_terms(c=3.0)
     loss, metrics, grad, entropy_grad = run_loss(GRPOConfig(), make_batch())
     assert loss.item() == pytest.approx(pg.sum() / MASK.sum(), rel=1e-10)
     np.testing.assert_allclose(grad, pg_grad / MASK.sum(), rtol=1e-10, atol=1e-14)
     assert not entropy_grad.any() and "kl_loss" not in metrics
+    # Row 2 (A = −1.5) has ratio e^1.3 = 3.67 > c: its loss is capped at −A·c = 4.5 (before: 5.5).
+    assert dual.sum() >= 1 and metrics["pg_clipfrac_lower"] == pytest.approx(dual.sum() / MASK.sum())
+    assert pg[2, 0] == pytest.approx(1.5 * 3.0)
     # Gradient descent raises log π where A > 0 and lowers it where A < 0 (unless clipped).
     unclipped = pg_grad != 0
     assert (grad[unclipped & (ADV > 0)] < 0).all() and (grad[unclipped & (ADV < 0)] > 0).all()
+
+
+def test_dr_grpo_normaliser_does_not_depend_on_padding():
+    # The same three responses, padded to width 4 and to width 40 (as when one long response
+    # elsewhere in the step widens every row): the loss and gradients must not change.
+    cfg = GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm")
+    narrow, _, narrow_grad, _ = run_loss(cfg, make_batch())
+    wide_mask = np.pad(MASK, ((0, 0), (0, 36)))
+    pad = ((0, 0), (0, 36))
+    wide = Batch({"old_log_probs": torch.tensor(np.pad(OLD, pad)), "ref_log_probs": torch.tensor(np.pad(REF, pad)),
+                  "advantages": torch.tensor(np.pad(ADV, pad)), "response_mask": torch.tensor(wide_mask)},
+                 meta={"max_new_tokens": MAX_NEW})
+    log_probs = torch.tensor(np.pad(NEW, pad), requires_grad=True)
+    loss, _ = make_policy_loss_fn(cfg)(wide, {"log_probs": log_probs}, global_stats(wide_mask))
+    loss.backward()
+    pg, _, _, _ = numpy_token_terms(c=3.0)
+    assert loss.item() == pytest.approx(narrow.item(), rel=1e-12)
+    assert narrow.item() == pytest.approx(pg.sum() / (3 * MAX_NEW), rel=1e-10)  # Σ L / (seqs · L_max)
+    np.testing.assert_allclose(log_probs.grad.numpy()[:, :4], narrow_grad, rtol=1e-12)
+    # An explicit loss_scale_factor wins over the step's max_new_tokens.
+    scaled, _, _, _ = run_loss(GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=12), make_batch())
+    assert scaled.item() == pytest.approx(narrow.item() / 2, rel=1e-12)
+
+
+def test_dr_grpo_normaliser_needs_a_constant_length():
+    batch = make_batch()
+    batch.meta.pop("max_new_tokens")
+    with pytest.raises(KeyError, match="set algorithm.loss_scale_factor"):
+        run_loss(GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm"), batch)
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)

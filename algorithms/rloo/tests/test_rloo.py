@@ -17,10 +17,11 @@ def test_leave_one_out_baseline():
     expected = np.zeros(8)
     for i, uid in enumerate(uids):
         others = [scores[j] for j, u in enumerate(uids) if u == uid and j != i]
-        expected[i] = scores[i] - np.mean(others) if others else 0.0  # c: a group of one → 0
+        expected[i] = scores[i] - np.mean(others) if others else scores[i]  # c: alone → its raw score (verl)
     out = rloo_advantages(torch.tensor(scores), uids, torch.tensor(mask))
     np.testing.assert_allclose(out.numpy(), expected[:, None] * mask, atol=1e-6)
     assert expected[0] == 1.0 - 1.25 and expected[6] == 0.0  # by hand: a = (1, 0.5, 2); d all equal
+    assert out[5, 0] == pytest.approx(0.7)  # before, a group of one trained on 0
 
 
 def test_entry_point_registers_rloo():

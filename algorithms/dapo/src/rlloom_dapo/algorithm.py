@@ -8,7 +8,7 @@ import torch
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
 from rlloom_dapo.config import DAPOConfig
-from rlloom_dapo.sampling import varied_groups
+from rlloom_dapo.sampling import filter_values, varied_groups
 from rlloom_dapo.shaping import apply_overlong_penalty
 from rlloom_grpo.algorithm import GRPO
 
@@ -22,7 +22,9 @@ class DAPO(GRPO):
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One DAPO step. Each round generates ``n`` responses for its prompts, scores them and
         applies overlong shaping (when enabled); with ``dynamic_sampling`` it keeps the groups
-        whose (shaped) scores are not all equal and, while it has fewer than ``len(prompts)`` of
+        whose ``filter_groups_metric`` values are not all equal
+        (:func:`rlloom_dapo.sampling.filter_values`; correctness by default, as the paper and verl's
+        recipes) and, while it has fewer than ``len(prompts)`` of
         them and fewer than ``max_gen_rounds`` rounds, draws ``ctx.more_prompts()`` for another
         round. The kept groups, trimmed to ``len(prompts)``, train as in GRPO.
 
@@ -40,13 +42,15 @@ class DAPO(GRPO):
         while True:
             rounds += 1
             batch = ctx.score(ctx.generate(prompts, n=cfg.n))
-            scores.append(batch["scores"])
+            unshaped = batch["scores"]
+            scores.append(unshaped)
             if cfg.overlong_buffer_enable:
                 penalties.append(apply_overlong_penalty(batch, cfg.overlong_buffer_len, cfg.overlong_penalty_factor))
             if not cfg.dynamic_sampling:
                 kept, num_kept = [batch], target
                 break
-            groups, round_dropped = varied_groups(batch["scores"], batch["uid"])
+            groups, round_dropped = varied_groups(filter_values(batch, cfg.filter_groups_metric, unshaped),
+                                                  batch["uid"])
             dropped += round_dropped
             taken = groups[: target - num_kept]
             if taken:

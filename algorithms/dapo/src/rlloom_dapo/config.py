@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rlloom_dapo.sampling import FILTER_METRICS
 from rlloom_grpo.config import GRPOConfig
 
 
@@ -11,8 +12,12 @@ class DAPOConfig(GRPOConfig):
     """DAPO = GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`) with DAPO's defaults
     (clip-higher ``clip_ratio_high=0.28``, ``token-mean`` aggregation, no KL loss) plus:
 
-    - ``dynamic_sampling``: drop groups whose scores are all equal and refill the batch with groups
-      of new prompts (:meth:`rlloom_dapo.algorithm.DAPO.step`).
+    - ``dynamic_sampling``: drop groups whose ``filter_groups_metric`` values are all equal and
+      refill the batch with groups of new prompts (:meth:`rlloom_dapo.algorithm.DAPO.step`).
+    - ``filter_groups_metric``: ``acc`` (default, verl's recipes' ``filter_groups.metric``): the
+      reward's ``correct`` component, or the score before overlong shaping when the reward reports
+      none; ``score``: the shaped score (a group all correct but of different lengths then counts
+      as varied).
     - ``max_gen_rounds``: generation rounds per step at most (the first included); when the cap is
       hit the step trains on the groups it has (metric ``dapo/missing_groups``).
     - ``overlong_buffer_enable`` / ``overlong_buffer_len`` / ``overlong_penalty_factor``: overlong
@@ -24,6 +29,7 @@ class DAPOConfig(GRPOConfig):
 
     clip_ratio_high: float = 0.28
     dynamic_sampling: bool = True
+    filter_groups_metric: str = "acc"
     max_gen_rounds: int = 3
     overlong_buffer_enable: bool = False
     overlong_buffer_len: int = 4096
@@ -32,6 +38,9 @@ class DAPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         problems = []
+        if self.filter_groups_metric not in FILTER_METRICS:
+            problems.append(f"filter_groups_metric must be one of {list(FILTER_METRICS)}, got "
+                            f"{self.filter_groups_metric!r}")
         if self.max_gen_rounds < 1:
             problems.append(f"max_gen_rounds must be >= 1, got {self.max_gen_rounds}")
         if self.overlong_buffer_len < 1:

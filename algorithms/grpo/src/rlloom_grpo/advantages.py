@@ -34,9 +34,10 @@ def group_relative_advantages(
     - GRPO (``norm_by_std``):      A_i = (r_i − mean_G) / (std_G + eps), std_G unbiased (ddof 1);
     - Dr.GRPO (not ``norm_by_std``): A_i = r_i − mean_G;
 
-    a group of one sample gets A = 0. A_i is broadcast over the response: A_it = A_i · m_it.
-    Computed in float64; the mean is taken relative to the group's first score, so a group whose
-    scores are all equal gets exactly 0.
+    a group of one sample has no peers to compare with and, as in verl, uses mean 0 and std 1:
+    A = r / (1 + eps) (GRPO) or A = r (Dr.GRPO), so ``n = 1`` still learns from its raw reward.
+    A_i is broadcast over the response: A_it = A_i · m_it. Computed in float64; the mean is taken
+    relative to the group's first score, so a group of two or more equal scores gets exactly 0.
     """
     if scores.dim() != 1:
         raise ValueError(f"scores must be 1-D [N], got shape {tuple(scores.shape)}")
@@ -58,7 +59,7 @@ def group_relative_advantages(
 
     count = group_sum(torch.ones_like(r))
     shift = r[first][group]
-    mean = r[first] + group_sum(r - shift) / count
+    mean = torch.where(count > 1, r[first] + group_sum(r - shift) / count, torch.zeros_like(count))
     deviation = r - mean[group]
     if norm_by_std:
         unbiased_var = group_sum(deviation.square()) / (count - 1).clamp(min=1)

@@ -16,9 +16,14 @@ class GRPOConfig:
     - ``n``: responses sampled per prompt (the group size).
     - ``norm_adv_by_std``: divide advantages by the group std (GRPO); False gives Dr.GRPO.
     - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio.
-    - ``clip_ratio_c``: dual-clip bound c (> 1) for negative advantages; None disables it.
+    - ``clip_ratio_c``: dual-clip bound c (> 1) for negative advantages (verl's default 3); None
+      disables it.
     - ``loss_agg_mode``: one of :data:`rlloom.losses.AGG_MODES` (Dr.GRPO pairs with
       ``seq-mean-token-sum-norm``); used for the policy, entropy and KL terms alike.
+    - ``loss_scale_factor``: the constant length L that ``seq-mean-token-sum-norm`` divides by
+      (with the number of sequences); None: the step's ``sampling.max_new_tokens``. A constant, as
+      Dr.GRPO and verl (its ``loss_scale_factor``, else its fixed ``response_length``) have it, so
+      a token's weight does not change with the step's longest response.
     - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the loss,
       with estimator ``kl_loss_type`` (see :data:`rlloom.losses.KL_ESTIMATORS`); needs a
       reference model.
@@ -29,7 +34,7 @@ class GRPOConfig:
     - ``adv_estimator``: one of :data:`ADV_ESTIMATORS`: ``grpo`` (group-relative, see
       :func:`rlloom_grpo.advantages.group_relative_advantages`) or ``grpo_passk`` (only each
       group's best sample learns, see :func:`rlloom_grpo.advantages.passk_advantages`; divided by
-      the group std when ``norm_adv_by_std``).
+      the group std when ``norm_adv_by_std``; needs ``n`` >= 2, as verl's).
     - ``epsilon``: added to the group std before dividing.
     - ``recompute_old_log_probs``: compute behaviour log-probs with a separate forward pass even
       when the step takes a single optimizer step (then they equal the training forward's own
@@ -43,8 +48,9 @@ class GRPOConfig:
     norm_adv_by_std: bool = True
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
-    clip_ratio_c: Optional[float] = None
+    clip_ratio_c: Optional[float] = 3.0
     loss_agg_mode: str = "token-mean"
+    loss_scale_factor: Optional[int] = None
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "k3"
@@ -65,6 +71,12 @@ class GRPOConfig:
             problems.append(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
         if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
             problems.append(f"clip_ratio_c must be > 1 (or null to disable dual clip), got {self.clip_ratio_c}")
+        if self.loss_scale_factor is not None and self.loss_scale_factor < 1:
+            problems.append(f"loss_scale_factor must be >= 1 (or null: sampling.max_new_tokens), got "
+                            f"{self.loss_scale_factor}")
+        if self.adv_estimator == "grpo_passk" and self.n < 2:
+            problems.append(f"adv_estimator=grpo_passk compares the best of a group with the second best and "
+                            f"needs n >= 2, got n={self.n}")
         if self.loss_agg_mode not in AGG_MODES:
             problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
         if self.kl_loss_type not in KL_ESTIMATORS:

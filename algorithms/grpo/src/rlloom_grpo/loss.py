@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from rlloom.batch import Batch
-from rlloom.losses import aggregate, kl_estimate, masked_mean, ppo_clip_loss
+from rlloom.losses import aggregate, kl_estimate, masked_mean, mini_batch_stats, ppo_clip_loss
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
 from rlloom_grpo.config import GRPOConfig
+
+
+def constant_length(stats: MiniBatchStats, micro_batch: Batch, scale_factor: int | None) -> MiniBatchStats:
+    """``stats`` with ``max_response_len`` replaced by the constant L of ``seq-mean-token-sum-norm``:
+    ``scale_factor``, else ``micro_batch.meta["max_new_tokens"]`` (set by ``StepContext.generate``)."""
+    length = scale_factor or micro_batch.meta.get("max_new_tokens")
+    if not length:
+        raise KeyError("loss_agg_mode=seq-mean-token-sum-norm divides by a constant length: set "
+                       "algorithm.loss_scale_factor, or pass batches whose meta has 'max_new_tokens'")
+    return dataclasses.replace(stats, max_response_len=int(length))
 
 
 def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
@@ -26,6 +38,10 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
     separate forward pass that would compute the same numbers — and KL (only when ``use_kl_loss``) is
     :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
     needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0.
+
+    With ``seq-mean-token-sum-norm`` the length in the denominator is the constant
+    ``cfg.loss_scale_factor`` (None: ``micro_batch.meta["max_new_tokens"]``, the step's
+    ``sampling.max_new_tokens``), not the padded width (:func:`constant_length`).
 
     Metrics are this micro-batch's own values: ``pg_loss`` (agg of L_clip by its own counts),
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
@@ -52,6 +68,9 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
                 f"train engine); got outputs {sorted(outputs)}"
             )
         mask = micro_batch["response_mask"]
+        own = mini_batch_stats(mask)
+        if mode == "seq-mean-token-sum-norm":
+            stats, own = (constant_length(counts, micro_batch, cfg.loss_scale_factor) for counts in (stats, own))
         old_log_probs = micro_batch.get("old_log_probs")
         terms = ppo_clip_loss(
             log_probs,
@@ -65,7 +84,7 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
         loss = aggregate(terms.loss, mask, mode, stats)
         with torch.no_grad():
             metrics = {
-                "pg_loss": aggregate(terms.loss, mask, mode).item(),
+                "pg_loss": aggregate(terms.loss, mask, mode, own).item(),
                 "pg_clipfrac": masked_mean(terms.clipped, mask).item(),
                 "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask).item(),
                 "ppo_kl": masked_mean(terms.ppo_kl, mask).item(),
@@ -77,12 +96,12 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
             if cfg.entropy_coeff != 0:
                 loss = loss - cfg.entropy_coeff * aggregate(entropy, mask, mode, stats)
             with torch.no_grad():
-                metrics["entropy"] = aggregate(entropy, mask, mode).item()
+                metrics["entropy"] = aggregate(entropy, mask, mode, own).item()
         if cfg.use_kl_loss:
             kl = kl_estimate(log_probs, micro_batch["ref_log_probs"], cfg.kl_loss_type)
             loss = loss + cfg.kl_loss_coef * aggregate(kl, mask, mode, stats)
             with torch.no_grad():
-                metrics["kl_loss"] = aggregate(kl, mask, mode).item()
+                metrics["kl_loss"] = aggregate(kl, mask, mode, own).item()
         return loss, metrics
 
     return loss_fn

@@ -20,7 +20,7 @@ def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: fl
 def reinforce_pp_baseline_advantages(
     rewards: torch.Tensor, group_ids: Sequence[Hashable], mask: torch.Tensor
 ) -> torch.Tensor:
-    """REINFORCE++-baseline: a_i = r_i − mean_G with r_i = Σ_t rewards_it (a group of one gets 0),
+    """REINFORCE++-baseline: a_i = r_i − mean_G with r_i = Σ_t rewards_it (a group of one keeps r_i, as verl),
     broadcast over the response, then whitened over all response tokens of the batch."""
     centered = group_relative_advantages(rewards.sum(dim=1), group_ids, mask, norm_by_std=False)
     return masked_whiten(centered, mask)

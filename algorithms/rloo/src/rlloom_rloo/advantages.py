@@ -13,11 +13,12 @@ from rlloom_grpo.advantages import group_relative_advantages
 def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], response_mask: torch.Tensor) -> torch.Tensor:
     """Per-token advantages [N, R] (float32) from scores [N]; groups are rows of equal ``group_ids``:
 
-        A_i = r_i − mean_{j∈G, j≠i} r_j = n/(n−1) · (r_i − mean_G)     (n = |G|; n = 1 → A = 0)
+        A_i = r_i − mean_{j∈G, j≠i} r_j = n/(n−1) · (r_i − mean_G)     (n = |G| > 1)
 
+    and A_i = r_i for a group of one (no other sample to compare with; verl's choice too),
     broadcast over the response (× ``response_mask``).
     """
     centered = group_relative_advantages(scores, group_ids, response_mask, norm_by_std=False)
     sizes = Counter(group_ids)
-    scale = [sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 0.0 for g in group_ids]
+    scale = [sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 1.0 for g in group_ids]
     return centered * torch.tensor(scale, device=centered.device)[:, None]

@@ -3,10 +3,11 @@ critic (the LM's base transformer with a value head).
 
 Data parallelism: with world size N every rank holds one shard of the parameters and gets its own
 part of the batch (balanced by tokens for ``train_step``; at world size 1 in float32 the model is
-not wrapped at all, see :func:`rlloom_fsdp.model.shard_model`). ``compute_log_probs``, ``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load``
-are collectives: every rank must call them together. Ranks may hold different numbers of rows:
-a rank with fewer micro-batches runs extra forward (and backward) passes on one of its rows whose
-result is discarded (zero loss), so that the ranks' FSDP collectives stay in step.
+not wrapped at all, see :func:`rlloom_fsdp.model.shard_model`). ``compute_log_probs``,
+``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load`` are collectives: every
+rank must call them together. Ranks may hold different numbers of rows: a rank with fewer
+micro-batches runs extra forward (and backward) passes on one of its rows whose result is
+discarded (zero loss), so that the ranks' FSDP collectives stay in step.
 
 Devices: the engine runs on ``train_engine.device`` when set, else the run's ``trainer.device``
 (:func:`rlloom.devices.role_device`); on CUDA each rank uses the GPU of its ``LOCAL_RANK`` (the

@@ -280,8 +280,8 @@ class MegatronTrainEngine:
         union, start, stop = self._tp_union(batch)
         self.model.eval()
         with torch.no_grad():
-            values = [self._values(micro.to(self.device))
-                      for micro in self._micro_batches(union, self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size)]
+            rows = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+            values = [self._values(micro.to(self.device)) for micro in self._micro_batches(union, rows)]
         return Batch({"values": torch.cat(values)[start:stop].cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_tokens")

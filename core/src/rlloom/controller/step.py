@@ -26,6 +26,9 @@ from rlloom.losses import masked_mean
 from rlloom.protocols import LossFn, Resharder, RewardFn, RolloutEngine, TrainEngine
 from rlloom.types import RewardResult, SamplingParams
 
+COMPONENT_PREFIX = "reward_"
+"""Batch field prefix of the reward's named components (``reward_correct`` [B], …)."""
+
 
 @dataclass
 class Roles:
@@ -185,7 +188,8 @@ class StepContext:
         return batch
 
     def score(self, batch: Batch) -> Batch:
-        """Run the reward function: adds ``scores`` [B] and ``token_level_scores`` [B, R].
+        """Run the reward function: adds ``scores`` [B], ``token_level_scores`` [B, R] and, for each
+        named component the reward reports (``RewardResult.components``), ``reward_<name>`` [B].
 
         Without token-level rewards from the reward function, each score sits on the response's last
         token (an empty response has no token and contributes nothing to the loss).
@@ -205,6 +209,8 @@ class StepContext:
             token_level[rows, lengths[rows] - 1] = scores[rows]
         batch["scores"] = scores
         batch["token_level_scores"] = token_level
+        for name, values in result.components.items():
+            batch[f"{COMPONENT_PREFIX}{name}"] = values.float()
         self.metrics.update({
             "critic/score/mean": float(scores.mean()),
             "critic/score/max": float(scores.max()),
