@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
 from rlloom.batch import Batch
-from rlloom.losses import aggregate, kl_estimate, masked_mean, mini_batch_stats, ppo_clip_loss
+from rlloom.losses import ClipLossTerms, aggregate, kl_estimate, masked_mean, mini_batch_stats, ppo_clip_loss
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
 from rlloom_grpo.config import GRPOConfig
@@ -23,7 +24,21 @@ def constant_length(stats: MiniBatchStats, micro_batch: Batch, scale_factor: int
     return dataclasses.replace(stats, max_response_len=int(length))
 
 
-def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
+TokenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, GRPOConfig], ClipLossTerms]
+"""``token_loss(log_probs, old_log_probs, advantages, mask, cfg) -> ClipLossTerms``: the per-token
+policy loss and its clipping indicators (all [B, R], 0 on padding)."""
+
+
+def clipped_ratio_loss(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    cfg: GRPOConfig,
+) -> ClipLossTerms:
+    """PPO's clipped surrogate with ``cfg``'s clip range and dual clip (:func:`rlloom.losses.ppo_clip_loss`)."""
+    return ppo_clip_loss(log_probs, old_log_probs, advantages, mask, clip_low=cfg.clip_ratio_low,
+                         clip_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c)
+
+
+def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_loss) -> LossFn:
     """A :data:`rlloom.protocols.LossFn` for ``cfg``.
 
     With ``agg`` = :func:`rlloom.losses.aggregate` in mode ``cfg.loss_agg_mode`` over the
@@ -31,7 +46,8 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
 
         loss = agg(L_clip) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
 
-    where L_clip is :func:`rlloom.losses.ppo_clip_loss` of ``outputs["log_probs"]`` against the
+    where L_clip is ``token_loss`` (default :func:`clipped_ratio_loss`; CISPO passes its own) of
+    ``outputs["log_probs"]`` against the
     micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
     ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
     current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the
@@ -72,15 +88,8 @@ def make_policy_loss_fn(cfg: GRPOConfig) -> LossFn:
         if mode == "seq-mean-token-sum-norm":
             stats, own = (constant_length(counts, micro_batch, cfg.loss_scale_factor) for counts in (stats, own))
         old_log_probs = micro_batch.get("old_log_probs")
-        terms = ppo_clip_loss(
-            log_probs,
-            log_probs.detach() if old_log_probs is None else old_log_probs,
-            micro_batch["advantages"],
-            mask,
-            clip_low=cfg.clip_ratio_low,
-            clip_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c,
-        )
+        terms = token_loss(log_probs, log_probs.detach() if old_log_probs is None else old_log_probs,
+                           micro_batch["advantages"], mask, cfg)
         loss = aggregate(terms.loss, mask, mode, stats)
         with torch.no_grad():
             metrics = {

@@ -54,6 +54,7 @@ KNOWN_PACKAGES: dict[tuple[str, str], str] = {
     ("algorithm", "reinforce_pp_baseline"): "rlloom-reinforce-pp",
     ("algorithm", "remax"): "rlloom-remax",
     ("algorithm", "gspo"): "rlloom-gspo",
+    ("algorithm", "cispo"): "rlloom-cispo",
     ("launcher", "ray"): "rlloom-ray",
     ("resharder", "safetensors"): "rlloom-resharders",
     ("resharder", "broadcast"): "rlloom-resharders",
