@@ -86,6 +86,8 @@ def test_dp_split_tokens_balances_groups_by_tokens_and_restores_the_order():
     assert [call.args[0]["x"].tolist() for call in calls] == [[1], [0, 2]]
     with pytest.raises(ValueError, match="a batch of 1 rows cannot feed 2 ranks"):
         mode.scatter((token_rows([1], [1]),), {}, 2)
+    # No token fields: consecutive pieces as dp_split_uneven.
+    assert [call.args[0]["x"].tolist() for call in mode.scatter((rows(5),), {}, 2)] == [[0, 1, 2], [3, 4]]
 
 
 def test_rollout_split_cuts_prompts_and_tells_each_rank_where_its_prompts_start():

@@ -25,8 +25,9 @@ Built in (registered by the core under these names):
 - ``dp_split_tokens``: as ``dp_split_uneven``, but the pieces balance real tokens (``prompt_mask``
   + ``response_mask``), not rows (:func:`balanced_partition`, sorted greedy over runs of rows that
   share a prompt, so a rank still runs a shared prompt once); each rank keeps its rows in batch
-  order, and returned batches are put back in the caller's order. The default of ``train_step``:
-  with responses of very different lengths, equal rows leave ranks waiting on the longest piece.
+  order, and returned batches are put back in the caller's order (a batch without those fields is
+  cut as ``dp_split_uneven``). The default of ``train_step``: with responses of very different
+  lengths, equal rows leave ranks waiting on the longest piece.
 
 - ``dp_split_rollout``: for ``generate(prompts, sampling)``: the prompt rows are cut as in
   ``dp_split_uneven``, except that ranks beyond the number of prompts sit out; each piece is
@@ -197,7 +198,8 @@ class TokenBalancedSplit:
         if len(batch) < world_size:
             raise ValueError(f"a batch of {len(batch)} rows cannot feed {world_size} ranks without padding; "
                              "every rank needs at least one row")
-        batch.require("prompts", "prompt_mask", "response_mask")
+        if not all(name in batch for name in ("prompts", "prompt_mask", "response_mask")):
+            return [piece.tolist() for piece in torch.arange(len(batch)).chunk(world_size)]  # no tokens to count
         runs = prompt_runs(batch)
         if len(runs) < world_size:
             runs = [[row] for row in range(len(batch))]
