@@ -109,6 +109,9 @@ class FSDPTrainEngine:
                 betas=(cfg.betas[0], cfg.betas[1]),
                 eps=cfg.eps,
                 weight_decay=cfg.weight_decay,
+                # One fused kernel over plain (unsharded) parameters: on CPU the default per-tensor
+                # loop took several times as long. Sharded DTensor parameters keep the default.
+                fused=not any(isinstance(parameter, DTensor) for parameter in self.model.parameters()) or None,
             )
             if self.trainable
             else None
