@@ -181,6 +181,11 @@ def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
     )
 
 
+def row_tokens(batch: Batch) -> torch.Tensor:
+    """Real tokens (prompt + response) of each row of ``batch``: [B]."""
+    return batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)
+
+
 def micro_batches(batch: Batch, rows: int, max_tokens: int | None) -> list[Batch]:
     """``batch`` cut into consecutive rows: ``rows`` rows each when ``max_tokens`` is None, else as
     many rows as fit in ``max_tokens`` real tokens (prompt + response, as verl's dynamic batch size
@@ -189,7 +194,7 @@ def micro_batches(batch: Batch, rows: int, max_tokens: int | None) -> list[Batch
     size = len(batch)
     if max_tokens is None:
         return batch.split(rows)
-    lengths = (batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)).tolist()
+    lengths = row_tokens(batch).tolist()
     micros, start, total = [], 0, 0
     for row, length in enumerate(lengths):
         if row > start and total + length > max_tokens:

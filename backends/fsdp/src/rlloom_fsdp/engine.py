@@ -42,7 +42,7 @@ from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
 from rlloom.head import default_chunk_rows
-from rlloom.packing import micro_batches
+from rlloom.packing import micro_batches, row_tokens
 from rlloom.protocols import LossFn
 from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
@@ -312,7 +312,7 @@ class FSDPTrainEngine:
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
         result.update(rank_token_metrics(batch, self._all_reduce))
         if self.device.type == "cuda":
-            tokens = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+            tokens = float(row_tokens(batch).sum())
             result.update(cuda_memory_metrics(self.device))
             utilisation = mfu(self.flops_per_token * tokens, time.perf_counter() - started, self.device)
             if utilisation is not None:

@@ -57,6 +57,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from rlloom.batch import Batch
+from rlloom.packing import row_tokens
 from rlloom.types import SamplingParams
 
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"
@@ -185,7 +186,7 @@ def rank_token_metrics(batch: Batch, reduce: Callable[[list[float], Any], list[f
     that split the batch (see :class:`rlloom.types.MiniBatchStats`)."""
     import torch.distributed as dist
 
-    tokens = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+    tokens = float(row_tokens(batch).sum())
     most, negated_least = reduce([tokens, -tokens], dist.ReduceOp.MAX)
     return {"perf/dp_rank_tokens/max": most, "perf/dp_rank_tokens/min": -negated_least}
 
@@ -203,7 +204,7 @@ class TokenBalancedSplit:
         runs = prompt_runs(batch)
         if len(runs) < world_size:
             runs = [[row] for row in range(len(batch))]
-        tokens = (batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)).tolist()
+        tokens = row_tokens(batch).tolist()
         groups = balanced_partition([sum(tokens[row] for row in run) for run in runs], world_size)
         return [[row for run in group for row in runs[run]] for group in groups]
 

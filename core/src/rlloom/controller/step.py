@@ -23,6 +23,7 @@ import torch
 from rlloom.batch import Batch
 from rlloom.controller.futures import Future, overlap_s, submit
 from rlloom.losses import masked_mean
+from rlloom.packing import row_tokens
 from rlloom.protocols import LossFn, Resharder, RewardFn, RolloutEngine, TrainEngine
 from rlloom.types import RewardResult, SamplingParams
 
@@ -180,7 +181,7 @@ class StepContext:
         with self.timed(stage):
             batch = self.roles.rollout.generate(prompts, params)
         batch.meta["max_new_tokens"] = params.max_new_tokens
-        self.metrics["perf/total_tokens"] = float(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+        self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
         batch["response_text"] = self.tokenizer.batch_decode(
             [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])],
             skip_special_tokens=True,
