@@ -72,9 +72,14 @@ def build(cfg, *args):
     return cfg
 
 
+class Constrained:
+    needs_cost = True
+
+
 @hookimpl
 def register_algorithms(register):
     register("grpo", build, config=GrpoConfig)
+    register("constrained", Constrained, config=GrpoConfig)
 
 
 @hookimpl
@@ -144,7 +149,7 @@ def test_defaults_compose(registry):
     resolved = compose_config([], registry)
     assert resolved.choices == {
         "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process",
-        "reward": "arithmetic", "data": "arithmetic", "model": "smollm2-135m", "launcher": "local",
+        "reward": "arithmetic", "cost": "none", "data": "arithmetic", "model": "smollm2-135m", "launcher": "local",
         "trainer": "default",
     }
     sections = resolved.sections
@@ -175,7 +180,7 @@ def test_overrides_reach_the_sections(registry):
 # ------------------------------------------------------------------------------ group choices
 def test_unknown_group_option_lists_installed_choices(registry):
     assert error_for(["algorithm=nope"], registry) == (
-        "algorithm=nope: no installed plugin provides algorithm 'nope'. Installed choices: grpo.")
+        "algorithm=nope: no installed plugin provides algorithm 'nope'. Installed choices: constrained, grpo.")
     assert "Installed choices: arithmetic, digits." in error_for(["data=nope"], registry)
     assert error_for(["trainer=fast"], registry) == "trainer=fast: no such option. Valid options: default."
 
@@ -289,3 +294,24 @@ def test_trainer_device_cuda_without_a_gpu_is_a_config_error(registry):
     message = error_for(["trainer.device=cuda"], registry)
     assert message.startswith("trainer.device=cuda: this machine has no usable CUDA device")
     assert message.endswith("use trainer.device=cpu or trainer.device=auto")
+
+
+# ------------------------------------------------------------------------------ the cost group
+def test_cost_group_offers_every_reward_function(registry):
+    resolved = compose_config(["algorithm=constrained", "cost=format", "cost.correct_score=2.0"], registry)
+    assert resolved.choices["cost"] == "format" and resolved.sections["cost"].correct_score == 2.0
+    assert resolved.choices["reward"] == "arithmetic"  # the reward keeps its own choice and settings
+    assert error_for(["cost=nope"], registry) == (
+        "cost=nope: no such option. Valid options: arithmetic, format, none.")
+
+
+def test_an_algorithm_that_constrains_a_cost_needs_one(registry):
+    assert error_for(["algorithm=constrained"], registry) == (
+        "algorithm=constrained constrains a cost: choose the function that scores it with cost=<name>, "
+        "any installed reward function: arithmetic, format.")
+
+
+def test_a_cost_without_an_algorithm_that_uses_it_is_refused(registry):
+    assert error_for(["cost=format"], registry) == (
+        "cost=format: algorithm=grpo scores no cost; remove the cost override (cost=none) or choose an algorithm "
+        "that constrains one: constrained.")

@@ -200,6 +200,9 @@ class Algorithm(Protocol):
 
     Optional: an algorithm with state that must survive a resume (e.g. an adaptive KL coefficient)
     also defines ``state_dict() -> dict`` and ``load_state_dict(state)``; checkpoints keep it.
+    An algorithm that constrains a cost sets the class attribute ``needs_cost = True``: the run then
+    builds the ``cost`` group's function (role ``cost``, scored by ``ctx.cost``) and, with
+    ``needs_critic``, a second critic for it (role ``cost_critic``, ``ctx.cost_values``).
     """
 
     needs_reference: bool

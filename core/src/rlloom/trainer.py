@@ -28,6 +28,7 @@ from rlloom.checkpoint import (
     RESUME_MARKER, TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
+from rlloom.config.schema import NO_COST
 from rlloom.controller.local import RoleSpec, RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
@@ -199,7 +200,8 @@ class Trainer:
                 ) from None
         if target is not None:
             saved = read_trainer_state(target.path)
-            changes = config_changes({"choices": saved["choices"], **saved["config"]},
+            # checkpoints from before the cost group existed ran without a cost
+            changes = config_changes({"choices": {"cost": NO_COST, **saved["choices"]}, **saved["config"]},
                                      {"choices": self.resolved.choices, **self.config})
             if changes:
                 raise ConfigError(
@@ -211,9 +213,8 @@ class Trainer:
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Load engines, counters, data position, algorithm and RNG states; re-sync rollout weights."""
-        self.roles.actor.load(os.path.join(checkpoint.path, "actor"))
-        if self.roles.critic is not None:
-            self.roles.critic.load(os.path.join(checkpoint.path, "critic"))
+        for role, engine in self.roles.trained().items():
+            engine.load(os.path.join(checkpoint.path, role))
         state = read_trainer_state(checkpoint.path)
         self.step, self.draws = int(state["step"]), int(state["draws"])
         self.data.load_state(state["data"])
@@ -229,9 +230,8 @@ class Trainer:
         """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom.checkpoint`)."""
 
         def write(folder: str) -> None:
-            self.roles.actor.save(os.path.join(folder, "actor"))
-            if self.roles.critic is not None:
-                self.roles.critic.save(os.path.join(folder, "critic"))
+            for role, engine in self.roles.trained().items():
+                engine.save(os.path.join(folder, role))
             state = {
                 "step": self.step,
                 "draws": self.draws,
@@ -258,8 +258,9 @@ class Trainer:
         epochs = getattr(sections["algorithm"], "ppo_epochs", 1)
         self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
 
-        def start(role: str, kind: str, group: str, engine: bool = True) -> Any:
-            engine_spec = EngineSpec(self.model_path, role, self.cfg.seed, self.optimizer_steps, self.cfg.device)
+        def start(role: str, kind: str, group: str, engine: bool = True, engine_role: str | None = None) -> Any:
+            engine_spec = EngineSpec(self.model_path, engine_role or role, self.cfg.seed, self.optimizer_steps,
+                                     self.cfg.device)
             spec = RoleSpec(role, kind, choices[group], sections[group], engine_spec if engine else None)
             try:
                 return self.launcher.start_role(spec, registry)
@@ -269,13 +270,18 @@ class Trainer:
         actor = start("actor", "train_engine", "train_engine")
         ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
         critic = start("critic", "train_engine", "train_engine") if self.algorithm.needs_critic else None
+        needs_cost = getattr(self.algorithm, "needs_cost", False)
+        cost_critic = (start("cost_critic", "train_engine", "train_engine", engine_role="critic")
+                       if needs_cost and self.algorithm.needs_critic else None)  # an engine serves it as a critic
         rollout = start("rollout", "rollout_engine", "rollout")
         return Roles(
             rollout=rollout,
             actor=actor,
             ref=ref,
             critic=critic,
+            cost_critic=cost_critic,
             reward_fn=start("reward", "reward_fn", "reward", engine=False),
+            cost_fn=start("cost", "reward_fn", "cost", engine=False) if needs_cost else None,
             resharder=start("resharder", "resharder", "resharder", engine=False),
             sleep_rollout=self.cfg.sleep_rollout,
             offload_train_engines=self.cfg.offload_train_engines,

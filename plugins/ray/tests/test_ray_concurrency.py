@@ -49,6 +49,21 @@ def test_stages_on_separate_pools_overlap_and_match_local(cluster, cache, tmp_pa
         assert stage_time > row["timing_s/concurrent"] - 0.05  # more stage time than wall time (up to noise)
 
 
+@pytest.mark.slow
+def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(cluster, cache, tmp_path):
+    # Safe-RLHF's extra roles are placed like the others: the cost function in its own worker (as a
+    # cost model would be), the cost critic in another; the same numbers as in one process.
+    safe = ["algorithm=safe_rlhf", "cost=forbidden_digits", "algorithm.cost_limit=0.1"]
+    local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *safe)
+    spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *safe,
+                      "+launcher.resource_pools.cost_pool=1", "+launcher.mapping.cost=cost_pool",
+                      "+launcher.resource_pools.cost_critic_pool=1", "+launcher.mapping.cost_critic=cost_critic_pool")
+    assert comparable_rows(spread) == comparable_rows(local)
+    trained = [row for row in spread if row["step"] > 0]
+    assert len(trained) == 2 and all(row["perf/concurrent_overlap_s"] > 0.0 for row in trained)
+    assert all("safe/lambda" in row and "cost_critic/vf_loss" in row for row in trained)
+
+
 def test_a_future_passed_to_another_pool_travels_by_reference(cluster, cache):
     registry = get_registry()
     trained = registry.build("model", "tiny", TinyModelConfig(seed=0, cache_dir=cache))

@@ -18,7 +18,8 @@ def registry():
 
 def test_registers_datasets_and_rewards(registry):
     assert registry.choices("dataset") == ["arithmetic", "digits", "files", "reasoning_gym"]
-    assert registry.choices("reward_fn") == ["arithmetic", "digit_fraction", "format", "reasoning_gym"]
+    assert registry.choices("reward_fn") == ["arithmetic", "digit_fraction", "forbidden_digits", "format",
+                                         "reasoning_gym"]
     assert {c.distribution for kind in ("dataset", "reward_fn") for c in registry.components[kind].values()} == {
         "rlloom-tasks"
     }

@@ -103,3 +103,26 @@ def test_digit_fraction_reward_by_hand(response, expected):
     result = DigitFractionReward(DigitFractionRewardConfig())(Batch(objects={"response_text": [response, None]}))
     assert result.scores[0].item() == pytest.approx(expected)
     assert result.num_errors == 1 and result.scores[1].item() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("digits", "response", "expected"),
+    [("01234", "7", 0.0), ("01234", "73", 1.0), ("01234", "", 0.0), ("7", "a7b", 1.0), ("7", "1234", 0.0)],
+)
+def test_forbidden_digits_cost_by_hand(digits, response, expected):
+    from rlloom_tasks.rewards.forbidden import ForbiddenDigitsReward, ForbiddenDigitsRewardConfig
+
+    result = ForbiddenDigitsReward(ForbiddenDigitsRewardConfig(digits=digits))(
+        Batch(objects={"response_text": [response, None]})
+    )
+    assert result.scores[0].item() == expected
+    assert result.components["forbidden"][0].item() == expected
+    assert result.num_errors == 1 and result.scores[1].item() == 0.0
+
+
+@pytest.mark.parametrize("digits", ["", "1a"])
+def test_forbidden_digits_rejects_non_digits(digits):
+    from rlloom_tasks.rewards.forbidden import ForbiddenDigitsRewardConfig
+
+    with pytest.raises(ValueError, match="digits must be a non-empty string of digits"):
+        ForbiddenDigitsRewardConfig(digits=digits)

@@ -1,7 +1,7 @@
 """``algorithm=ppo`` config schema (a Hydra structured config)."""
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rlloom.losses import KL_ESTIMATORS
 from rlloom_grpo.config import GRPOConfig
@@ -71,7 +71,15 @@ class PPOConfig:
     kl_target: float = 0.1
     kl_horizon: int = 10000
 
+    name: ClassVar[str] = "ppo"  # the algorithm= choice named in config errors
+
     def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"invalid algorithm={self.name} config: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, one phrase per key (empty: valid)."""
         problems = []
         if self.n < 1:
             problems.append(f"n must be >= 1, got {self.n}")
@@ -100,8 +108,7 @@ class PPOConfig:
             self.policy_loss_config()
         except ValueError as error:
             problems.append(f"policy-loss settings (checked as GRPO's): {error}")
-        if problems:
-            raise ValueError("invalid algorithm=ppo config: " + "; ".join(problems))
+        return problems
 
     def policy_loss_config(self) -> GRPOConfig:
         """The policy-loss fields as the config :func:`rlloom_grpo.loss.make_policy_loss_fn` reads

@@ -13,6 +13,7 @@ def gae_advantages(
     response_mask: torch.Tensor,
     gamma: float = 1.0,
     lam: float = 1.0,
+    whiten: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, returns)``, both [B, R] float32 and 0 where ``response_mask`` is 0.
 
@@ -30,7 +31,9 @@ def gae_advantages(
                                     over the masked tokens of the whole batch).
 
     With fewer than two masked tokens in the batch there is no variance to whiten by, and the
-    advantages are returned unwhitened. An empty response gets 0 advantages and returns.
+    advantages are returned unwhitened; ``whiten=False`` returns A as it is (e.g. when advantages of
+    different objectives are combined and must keep their units). An empty response gets 0
+    advantages and returns.
     """
     shapes = {tuple(t.shape) for t in (token_level_rewards, values, response_mask)}
     if len(shapes) != 1 or token_level_rewards.dim() != 2:
@@ -51,6 +54,6 @@ def gae_advantages(
         next_value = torch.where(live, values[:, t], next_value)
         next_advantage = torch.where(live, advantage, next_advantage)
     returns = torch.where(present, advantages + values, torch.zeros_like(values))
-    if int(present.sum()) >= 2:
+    if whiten and int(present.sum()) >= 2:
         advantages = masked_whiten(advantages, present)
     return advantages, returns

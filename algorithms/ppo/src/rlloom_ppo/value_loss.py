@@ -62,10 +62,12 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.
     return float(1.0 - variance(returns.float() - values.float()) / target_variance)
 
 
-def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str) -> LossFn:
+def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str, values_key: str = "values",
+                       returns_key: str = "returns") -> LossFn:
     """A :data:`rlloom.protocols.LossFn` for the critic: ``agg(L_V)`` (:func:`clipped_value_loss`
-    of ``outputs["values"]`` against the micro-batch's rollout ``values`` and ``returns``),
-    aggregated in ``loss_agg_mode`` over the ``response_mask`` with the mini-batch ``stats``.
+    of ``outputs["values"]`` against the micro-batch's rollout values ``values_key`` and its
+    ``returns_key``; e.g. ``cost_values``/``cost_returns`` for a cost critic), aggregated in
+    ``loss_agg_mode`` over the ``response_mask`` with the mini-batch ``stats``.
 
     Metrics (this micro-batch's own counts): ``vf_loss``, ``vf_clipfrac`` (token mean) and
     ``vpred_mean`` (token mean of the current values).
@@ -74,12 +76,12 @@ def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str) -> LossFn:
     def loss_fn(
         micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        micro_batch.require("values", "returns", "response_mask")
+        micro_batch.require(values_key, returns_key, "response_mask")
         if "values" not in outputs:
             raise KeyError(f"the value loss needs outputs['values'] (a critic engine); got outputs {sorted(outputs)}")
         mask = micro_batch["response_mask"]
         terms = clipped_value_loss(
-            outputs["values"], micro_batch["values"], micro_batch["returns"], mask, cliprange_value
+            outputs["values"], micro_batch[values_key], micro_batch[returns_key], mask, cliprange_value
         )
         with torch.no_grad():
             metrics = {

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlloom.devices import DeviceError, check_device_name, resolve_device
-from rlloom.config.schema import DEFAULT_CHOICES, RunConfig, SamplingConfig
+from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
 
 
@@ -57,6 +57,7 @@ def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
             options.setdefault(group, {})[name] = component.config
     for option in registry.configs:
         options.setdefault(option.group, {})[option.name] = option.node
+    options["cost"] = {NO_COST: NoCostConfig, **options["reward"]}  # a cost is scored by any reward function
     return options
 
 
@@ -263,8 +264,31 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     if not 0 <= trainer.seed < 2**32:
         raise ConfigError(f"trainer.seed={trainer.seed}: must be in [0, 2**32 - 1].")
     check_run_dir(trainer.run_dir)
+    if registry is not None:
+        check_cost_choice(resolved.choices, registry)
     if not 0 <= sampling.temperature < math.inf or not 0 < sampling.top_p <= 1:
         raise ConfigError(
             f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "
             f"top_p={sampling.top_p}."
+        )
+
+
+def check_cost_choice(choices: dict[str, str], registry: Registry) -> None:
+    """ConfigError unless a cost function is chosen exactly when the algorithm constrains a cost
+    (its class sets ``needs_cost = True``, see :class:`rlloom.protocols.Algorithm`)."""
+    def needs_cost(name: str) -> bool:
+        return getattr(registry.components["algorithm"][name].factory, "needs_cost", False) is True
+
+    algorithm, cost = choices["algorithm"], choices["cost"]
+    constrained = ", ".join(sorted(name for name in registry.components["algorithm"] if needs_cost(name)))
+    if needs_cost(algorithm) and cost == NO_COST:
+        rewards = ", ".join(sorted(registry.components["reward_fn"]))
+        raise ConfigError(
+            f"algorithm={algorithm} constrains a cost: choose the function that scores it with cost=<name>, "
+            f"any installed reward function: {rewards}."
+        )
+    if not needs_cost(algorithm) and cost != NO_COST:
+        raise ConfigError(
+            f"cost={cost}: algorithm={algorithm} scores no cost; remove the cost override (cost={NO_COST}) or choose "
+            f"an algorithm that constrains one: {constrained or 'none installed (pip install rlloom-safe-rlhf)'}."
         )

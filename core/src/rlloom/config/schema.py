@@ -18,11 +18,23 @@ DEFAULT_CHOICES: dict[str, str] = {
     "train_engine": "fsdp",
     "resharder": "in_process",
     "reward": "arithmetic",
+    "cost": "none",
     "data": "arithmetic",
     "model": "smollm2-135m",
     "launcher": "local",
     "trainer": "default",
 }
+
+
+NO_COST = "none"
+"""The ``cost`` group's default: the run scores no cost."""
+
+
+@dataclass
+class NoCostConfig:
+    """``cost=none``: no cost function. The ``cost`` group's other options are the ``reward`` group's
+    (any reward function can score a cost); algorithms that constrain a cost (``needs_cost``, e.g.
+    ``algorithm=safe_rlhf``) need one of them."""
 
 
 @dataclass
@@ -76,6 +88,7 @@ class RunConfig:
     train_engine: Any = MISSING
     resharder: Any = MISSING
     reward: Any = MISSING
+    cost: Any = MISSING
     data: Any = MISSING
     model: Any = MISSING
     launcher: Any = MISSING

@@ -14,9 +14,9 @@ from rlloom.types import EngineSpec
 class RoleSpec:
     """A picklable description of one role, so a launcher can build it in another process.
 
-    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"rollout"``, ``"reward"`` or ``"resharder"``; ``kind`` and
-    ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its config dataclass;
-    ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
+    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"cost_critic"``, ``"rollout"``, ``"reward"``, ``"cost"`` or
+    ``"resharder"``; ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
+    config dataclass; ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
     """
 
     role: str

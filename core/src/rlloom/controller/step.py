@@ -29,11 +29,14 @@ from rlloom.types import RewardResult, SamplingParams
 
 COMPONENT_PREFIX = "reward_"
 """Batch field prefix of the reward's named components (``reward_correct`` [B], …)."""
+COST_COMPONENT_PREFIX = "cost_"
+"""Batch field prefix of the cost function's named components (``cost_<name>`` [B])."""
 
 
 @dataclass
 class Roles:
-    """The worker groups (or in-process engines) of a run. ``ref``/``critic`` are None when unused."""
+    """The worker groups (or in-process engines) of a run. ``ref``, ``critic``, ``cost_fn`` and
+    ``cost_critic`` are None when the algorithm does not use them."""
 
     rollout: RolloutEngine
     actor: TrainEngine
@@ -41,6 +44,8 @@ class Roles:
     resharder: Resharder
     ref: TrainEngine | None = None
     critic: TrainEngine | None = None
+    cost_fn: RewardFn | None = None
+    cost_critic: TrainEngine | None = None
     sleep_rollout: bool = False
     rollout_asleep: bool = False
     offload_train_engines: bool = False
@@ -50,9 +55,14 @@ class Roles:
         optimizer state to host memory (:meth:`TrainEngine.offload`); each engine brings them back
         at its next call."""
         if self.offload_train_engines:
-            for engine in (self.actor, self.ref, self.critic):
+            for engine in (self.actor, self.ref, self.critic, self.cost_critic):
                 if engine is not None:
                     engine.offload()
+
+    def trained(self) -> dict[str, TrainEngine]:
+        """The engines a checkpoint saves, by role name: ``actor`` and whichever critics the run has."""
+        engines = {"actor": self.actor, "critic": self.critic, "cost_critic": self.cost_critic}
+        return {role: engine for role, engine in engines.items() if engine is not None}
 
     def wake_rollout(self) -> None:
         """Before generating or loading weights: undo :meth:`sleep_rollout_if_asked`."""
@@ -75,6 +85,18 @@ def _store(batch: Batch, name: str, key: str) -> Callable[[Batch], None]:
         batch[name] = out[key]
 
     return finish
+
+
+def token_level(result: RewardResult, response_mask: torch.Tensor) -> torch.Tensor:
+    """The result's token-level values [B, R] (float32), or each row's score on the response's last
+    token (an empty response has no token and gets nothing)."""
+    if result.token_level is not None:
+        return result.token_level.float()
+    values = torch.zeros(response_mask.shape, dtype=torch.float32)
+    lengths = response_mask.sum(dim=1)
+    rows = torch.nonzero(lengths > 0).squeeze(1)
+    values[rows, lengths[rows] - 1] = result.scores.float()[rows]
+    return values
 
 
 def derive_seed(seed: int, step: int, stage: str, call: int) -> int:
@@ -126,8 +148,8 @@ class StepContext:
 
     @contextlib.contextmanager
     def concurrently(self) -> Iterator[None]:
-        """Run the stages called inside the block at the same time: :meth:`score`,
-        :meth:`old_log_probs`, :meth:`ref_log_probs` and :meth:`values`.
+        """Run the stages called inside the block at the same time: :meth:`score`, :meth:`cost`,
+        :meth:`old_log_probs`, :meth:`ref_log_probs`, :meth:`values` and :meth:`cost_values`.
 
         Inside the block each of them submits its call and returns at once; the fields it adds to
         the batch and its metrics appear when the block ends (every call is waited for there, in the
@@ -201,15 +223,8 @@ class StepContext:
     def _add_scores(self, batch: Batch, result: RewardResult) -> None:
         scores = result.scores.float()
         mask = batch["response_mask"]
-        if result.token_level is not None:
-            token_level = result.token_level.float()
-        else:
-            token_level = torch.zeros(mask.shape, dtype=torch.float32)
-            lengths = mask.sum(dim=1)
-            rows = torch.nonzero(lengths > 0).squeeze(1)
-            token_level[rows, lengths[rows] - 1] = scores[rows]
         batch["scores"] = scores
-        batch["token_level_scores"] = token_level
+        batch["token_level_scores"] = token_level(result, mask)
         for name, values in result.components.items():
             batch[f"{COMPONENT_PREFIX}{name}"] = values.float()
         self.metrics.update({
@@ -227,6 +242,30 @@ class StepContext:
             "response_length/max": float(lengths.max()),
             "response_length/min": float(lengths.min()),
             "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
+        })
+
+    def cost(self, batch: Batch) -> Batch:
+        """Run the cost function (the ``cost`` group's choice; algorithms with ``needs_cost``): adds
+        ``costs`` [B], ``token_level_costs`` [B, R] (each cost on the response's last token unless
+        the function gives token-level values) and ``cost_<name>`` [B] per named component.
+        Metrics: ``safe/cost/mean|max|min``, ``safe/cost/errors``, ``safe/cost/timeouts``."""
+        if self.roles.cost_fn is None:
+            raise RuntimeError("this run has no cost function: the algorithm did not ask for one (needs_cost)")
+        self._run("cost", self.roles.cost_fn, "__call__", (batch,), {}, functools.partial(self._add_costs, batch))
+        return batch
+
+    def _add_costs(self, batch: Batch, result: RewardResult) -> None:
+        costs = result.scores.float()
+        batch["costs"] = costs
+        batch["token_level_costs"] = token_level(result, batch["response_mask"])
+        for name, values in result.components.items():
+            batch[f"{COST_COMPONENT_PREFIX}{name}"] = values.float()
+        self.metrics.update({
+            "safe/cost/mean": float(costs.mean()),
+            "safe/cost/max": float(costs.max()),
+            "safe/cost/min": float(costs.min()),
+            "safe/cost/errors": float(result.num_errors),
+            "safe/cost/timeouts": float(result.num_timeouts),
         })
 
     def old_log_probs(self, batch: Batch) -> Batch:
@@ -264,6 +303,14 @@ class StepContext:
                   _store(batch, "values", "values"))
         return batch
 
+    def cost_values(self, batch: Batch) -> Batch:
+        """The cost critic's values (``cost_values`` [B, R]; runs with ``needs_cost`` and ``needs_critic``)."""
+        if self.roles.cost_critic is None:
+            raise RuntimeError("this run has no cost critic: the algorithm did not ask for one")
+        self._run("cost_values", self.roles.cost_critic, "compute_values", (batch,), {},
+                  _store(batch, "cost_values", "values"))
+        return batch
+
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
         step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
@@ -278,6 +325,12 @@ class StepContext:
         if self.roles.critic is None:
             raise RuntimeError("this run has no critic: the algorithm did not ask for one")
         self._update("critic", self.roles.critic, batch, loss_fn, mini_batch_rows, epochs)
+
+    def update_cost_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
+        """As :meth:`update_critic`, on the cost critic; metrics as ``cost_critic/<name>``."""
+        if self.roles.cost_critic is None:
+            raise RuntimeError("this run has no cost critic: the algorithm did not ask for one")
+        self._update("cost_critic", self.roles.cost_critic, batch, loss_fn, mini_batch_rows, epochs)
 
     def _update(self, role: str, engine: TrainEngine, batch: Batch, loss_fn: LossFn, mini_batch_rows: int,
                 epochs: int) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 DEFAULT_POOL = "global"
-PLACED_ROLES = ("actor", "ref", "critic", "rollout", "reward")
+PLACED_ROLES = ("actor", "ref", "critic", "cost_critic", "rollout", "reward", "cost")
 
 
 @dataclass
@@ -17,7 +17,8 @@ class RayLauncherConfig:
     - ``num_cpus``: logical CPUs of the local cluster (None: Ray counts the cores).
     - ``resource_pools``: pool name -> number of worker processes. The pool ``global`` (1 process)
       always exists unless redefined here; pools no role maps to start nothing.
-    - ``mapping``: role (actor, ref, critic, rollout, reward) -> pool; unmapped roles go to ``global``.
+    - ``mapping``: role (actor, ref, critic, cost_critic, rollout, reward, cost) -> pool; unmapped roles go
+      to ``global``.
       Roles mapped to the same pool share its processes (colocated); a pool of N processes forms
       one torch.distributed group of world size N (see ``gpus_per_worker``).
     - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.

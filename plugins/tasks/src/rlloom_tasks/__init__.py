@@ -2,6 +2,7 @@
 
 Datasets (``data=<name>``): ``arithmetic``, ``reasoning_gym``, ``digits``, ``files`` (see
 :mod:`rlloom_tasks.data`). Rewards (``reward=<name>``): ``arithmetic``, ``format``,
-``reasoning_gym`` (see :mod:`rlloom_tasks.rewards`). Answer extraction: :mod:`rlloom_tasks.extract`.
+``reasoning_gym``, ``digit_fraction``, ``forbidden_digits`` (see :mod:`rlloom_tasks.rewards`). Answer
+extraction: :mod:`rlloom_tasks.extract`.
 Importing this package does not import reasoning-gym (it is imported when first needed).
 """

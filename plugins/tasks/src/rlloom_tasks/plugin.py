@@ -10,6 +10,7 @@ from rlloom_tasks.data.files import FilesDataConfig, build_files
 from rlloom_tasks.data.gym import ReasoningGymDataConfig, build_reasoning_gym
 from rlloom_tasks.rewards.arithmetic import ArithmeticReward, ArithmeticRewardConfig
 from rlloom_tasks.rewards.digits import DigitFractionReward, DigitFractionRewardConfig
+from rlloom_tasks.rewards.forbidden import ForbiddenDigitsReward, ForbiddenDigitsRewardConfig
 from rlloom_tasks.rewards.format import FormatReward, FormatRewardConfig
 from rlloom_tasks.rewards.gym import ReasoningGymReward, ReasoningGymRewardConfig
 
@@ -28,3 +29,4 @@ def register_reward_fns(register):
     register("format", FormatReward, config=FormatRewardConfig)
     register("reasoning_gym", ReasoningGymReward, config=ReasoningGymRewardConfig)
     register("digit_fraction", DigitFractionReward, config=DigitFractionRewardConfig)
+    register("forbidden_digits", ForbiddenDigitsReward, config=ForbiddenDigitsRewardConfig)
