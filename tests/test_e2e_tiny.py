@@ -61,3 +61,16 @@ def test_final_policy_is_saved_in_hf_format(tiny_run):
     ids = torch.tensor([[ord(c) for c in "Q: pick a digit\nA:"]])
     next_token = int(model(ids).logits[0, -1].argmax())
     assert chr(next_token).isdigit()
+
+
+@pytest.mark.slow
+def test_with_several_updates_a_step_the_gap_is_the_rollout_trainer_one(tmp_path):
+    # Two epochs of two mini-batches: the behaviour log-probs come from their own pass before any
+    # update, and the logged gap is that pass's; an update's log-probs hold the policy's own drift.
+    from rlloom.testing import train_tiny
+
+    rows = training_rows(train_tiny(tmp_path, "trainer.total_steps=4", "algorithm.ppo_epochs=2",
+                                    "algorithm.ppo_mini_batch_size=2", "trainer.trackers=[jsonl]"))
+    assert len(rows) == 4
+    assert all(row["training/rollout_probs_diff_mean"] < PROBS_DIFF_BOUND["cpu"] for row in rows), rows
+    assert all(row["actor/ppo_kl"] != 0.0 for row in rows)  # the later updates did move the policy

@@ -220,10 +220,19 @@ def test_on_policy_shortcut_without_old_log_probs():
 
 
 def test_rollout_gap_metric():
-    """training/rollout_probs_diff_mean = Σ |e^rollout − e^new|·m / Σ m."""
+    """Without old_log_probs (the update is the behaviour forward):
+    training/rollout_probs_diff_mean = Σ |e^rollout − e^new|·m / Σ m."""
     rollout = NEW + np.array([[0.01, -0.02, 0.0, 0.03], [0.5, 9.0, 9.0, 9.0], [0.0, 0.0, -0.1, 9.0]])
-    batch = make_batch()
+    batch = make_batch().exclude("old_log_probs")
     batch["rollout_log_probs"] = torch.tensor(rollout, dtype=torch.float64)
     _, metrics, _, _ = run_loss(GRPOConfig(), batch)
     expected = (np.abs(np.exp(rollout) - np.exp(NEW)) * MASK).sum() / MASK.sum()
     assert metrics["training/rollout_probs_diff_mean"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_rollout_gap_is_not_reported_by_an_update_after_the_behaviour_pass():
+    # With old_log_probs the gap was measured before any update; an update's log-probs include drift.
+    batch = make_batch()
+    batch["rollout_log_probs"] = torch.tensor(NEW + 0.5, dtype=torch.float64)
+    _, metrics, _, _ = run_loss(GRPOConfig(), batch)
+    assert "training/rollout_probs_diff_mean" not in metrics

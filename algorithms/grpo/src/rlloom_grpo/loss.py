@@ -62,8 +62,11 @@ def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_l
     Metrics are this micro-batch's own values: ``pg_loss`` (agg of L_clip by its own counts),
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
     outputs hold it and ``kl_loss`` when used (own-count aggregates), and, when the micro-batch has
-    ``rollout_log_probs``, ``training/rollout_probs_diff_mean``: the token mean of
-    |exp(rollout_log_probs) − exp(log_probs)|, the rollout engine vs trainer gap.
+    ``rollout_log_probs`` but no ``old_log_probs`` (the step's single update is its behaviour
+    forward), ``training/rollout_probs_diff_mean``: the token mean of
+    |exp(rollout_log_probs) − exp(log_probs)|, the rollout engine vs trainer gap. With
+    ``old_log_probs`` that gap was measured before any update (:meth:`StepContext.old_log_probs`);
+    a later update's log-probs also hold the policy's own drift, so the loss does not report it.
     """
     mode = cfg.loss_agg_mode
     needed = ["advantages", "response_mask"]
@@ -98,7 +101,7 @@ def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_l
                 "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask).item(),
                 "ppo_kl": masked_mean(terms.ppo_kl, mask).item(),
             }
-            if "rollout_log_probs" in micro_batch:
+            if old_log_probs is None and "rollout_log_probs" in micro_batch:
                 gap = (micro_batch["rollout_log_probs"].exp() - log_probs.exp()).abs()
                 metrics["training/rollout_probs_diff_mean"] = masked_mean(gap, mask).item()
         if entropy is not None:
