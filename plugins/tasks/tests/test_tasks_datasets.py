@@ -107,6 +107,16 @@ def test_digits_sizes_disjoint_plain_text_and_deterministic():
     assert _texts(build_digits(DigitsDataConfig(), seed=1).train) != _texts(splits.train)
 
 
+def test_digits_demonstrations_depend_on_the_object_only():
+    expected = {"a digit": " 1", "one digit": " 2", "a single digit": " 3", "any digit": " 4"}
+    for seed in (0, 1):
+        splits = build_digits(DigitsDataConfig(), seed=seed)
+        for record in splits.train + splits.val:
+            obj = record.prompt.removeprefix("Q: ").removesuffix("\nA:").split(" ", 1)[1]
+            assert record.extra == {"response": expected[obj]}
+            assert record.ground_truth is None
+
+
 def test_digits_num_train_and_size_error():
     assert len(build_digits(DigitsDataConfig(num_val=2, num_train=5), seed=0).train) == 5
     with pytest.raises(ValueError, match=r"4 \+ 30 = 34 exceeds the 24"):

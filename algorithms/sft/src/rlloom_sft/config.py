@@ -1,0 +1,53 @@
+"""``algorithm=sft`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rlloom.choices import AGG_MODES
+
+GROUND_TRUTH = "ground_truth"
+"""The ``response_key`` that trains on ``str(PromptRecord.ground_truth)`` instead of an ``extra`` entry."""
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning settings. Units: *prompts* (one demonstration each).
+
+    - ``response_key``: the key of ``PromptRecord.extra`` holding each prompt's demonstration (a
+      string); ``"ground_truth"``: ``str(PromptRecord.ground_truth)``. With ``data=files`` list the
+      column in ``data.extra_columns``.
+    - ``max_response_length``: demonstration tokens kept (EOS included), > 0; longer ones are cut
+      on the right and so lose their EOS. Also the constant length L that
+      ``seq-mean-token-sum-norm`` divides by.
+    - ``loss_agg_mode``: one of :data:`rlloom.choices.AGG_MODES`, how the per-token NLL is reduced.
+    - ``ppo_mini_batch_size``: prompts per optimizer step; 0 = the whole step's batch (one
+      optimizer step per epoch). Must divide ``trainer.train_batch_size``.
+    - ``ppo_epochs``: passes over each step's batch, >= 1.
+
+    The last two carry the names every rlloom algorithm (and verl) gives its update schedule, so
+    it is set the same way whichever algorithm runs (the trainer counts the run's optimizer steps,
+    the LR schedule's length, from them).
+    """
+
+    algorithm_name: ClassVar[str] = "sft"  # the config group option, for error messages
+
+    response_key: str = "response"
+    max_response_length: int = 256
+    loss_agg_mode: str = "token-mean"
+    ppo_mini_batch_size: int = 0
+    ppo_epochs: int = 1
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.response_key:
+            problems.append("response_key must name a key of the prompts' extra (or be 'ground_truth'), got ''")
+        if self.max_response_length < 1:
+            problems.append(f"max_response_length must be >= 1, got {self.max_response_length}")
+        if self.loss_agg_mode not in AGG_MODES:
+            problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
+        if self.ppo_mini_batch_size < 0:
+            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
+        if self.ppo_epochs < 1:
+            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if problems:
+            raise ValueError(f"invalid algorithm={self.algorithm_name} config: " + "; ".join(problems))
