@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
 from rlloom.devices import resolve_device, resolve_dtype, synchronize
-from rlloom.packing import LAYOUTS
+from rlloom.choices import LAYOUTS
 from rlloom.tokens import token_log_probs
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine

@@ -198,13 +198,22 @@ TRAINER_KEYS = ", ".join(field.name for field in dataclasses.fields(TrainerConfi
 
 def test_unknown_key_names_it_and_lists_valid_keys(registry):
     assert error_for(["trainer.total_stepz=1"], registry) == (
-        f"trainer.total_stepz: no such key in trainer=default. Valid keys of trainer: {TRAINER_KEYS}.")
+        f"trainer.total_stepz: no such key in trainer=default. Valid keys of trainer: {TRAINER_KEYS}. "
+        "Did you mean 'total_steps'?")
     expected = "algorithm.foo: no such key in algorithm=grpo. Valid keys of algorithm: n, ppo_mini_batch_size, clip_ratio."
     assert error_for(["algorithm.foo=1"], registry) == expected
     assert error_for(["+algorithm.foo=1"], registry) == expected
     assert error_for(["+trainer.foo=1"], registry).startswith("trainer.foo: no such key in trainer=default.")
     top_level = error_for(["foo.bar=1"], registry)
     assert top_level.startswith("foo") and "Top-level sections are: algorithm, rollout," in top_level
+    assert error_for(["trainr.seed=1"], registry).endswith("Did you mean 'trainer'?")
+
+
+def test_a_misspelt_option_gets_a_suggestion(registry):
+    assert error_for(["algorithm=gpro"], registry).endswith(
+        "Installed choices: constrained, grpo. Did you mean 'grpo'?")
+    assert error_for(["trainer=defualt"], registry) == (
+        "trainer=defualt: no such option. Valid options: default. Did you mean 'default'?")
 
 
 @pytest.mark.parametrize("override", ["+foo=1", "+sampling.foo=1"])
@@ -302,7 +311,7 @@ def test_cost_group_offers_every_reward_function(registry):
     assert resolved.choices["cost"] == "format" and resolved.sections["cost"].correct_score == 2.0
     assert resolved.choices["reward"] == "arithmetic"  # the reward keeps its own choice and settings
     assert error_for(["cost=nope"], registry) == (
-        "cost=nope: no such option. Valid options: arithmetic, format, none.")
+        "cost=nope: no such option. Valid options: arithmetic, format, none. Did you mean 'none'?")
 
 
 def test_an_algorithm_that_constrains_a_cost_needs_one(registry):

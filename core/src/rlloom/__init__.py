@@ -1,14 +1,23 @@
 """rlloom: plugin-based reinforcement-learning post-training for language models.
 
-Importing this package is cheap: it never imports ray, vllm, sglang, megatron or transformers.
+Importing this package is cheap: it imports pluggy only. The names below that need torch
+(``Batch``, ``RewardResult``, ``dispatch``, …) are imported when first used (``from rlloom import
+Batch`` works as usual), so the command line can compose and check a config, and report an error,
+before torch loads. It never imports ray, vllm, sglang, megatron or transformers.
 """
 
-from rlloom.batch import Batch, BatchError
-from rlloom.controller.dispatch import dispatch
+from rlloom.lazy import lazy_exports
 from rlloom.plugins.hookspecs import hookimpl
-from rlloom.types import Completion, EngineSpec, MiniBatchStats, RewardResult, SamplingParams, SyncStats
 
 __version__ = "0.1.0"
+
+__getattr__ = lazy_exports(__name__, {
+    "Batch": ".batch",
+    "BatchError": ".batch",
+    "dispatch": ".controller.dispatch",
+    **{name: ".types" for name in (
+        "Completion", "EngineSpec", "MiniBatchStats", "RewardResult", "SamplingParams", "SyncStats")},
+})
 
 __all__ = [
     "Batch",

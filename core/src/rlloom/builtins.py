@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from rlloom.config.schema import TrainerConfig
-from rlloom.controller.dispatch import builtin_modes
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
 from rlloom.trackers.console import ConsoleTracker
 from rlloom.trackers.jsonl import JsonlTracker
+
+
+BUILTIN_MODES = {  # dispatch mode -> its factory in rlloom.controller.dispatch (imported when first used)
+    "one_to_all": "OneToAll",
+    "rank_zero": "RankZero",
+    "dp_split": "DataParallelSplit",
+    "dp_split_uneven": "uneven_split",
+    "dp_split_tokens": "TokenBalancedSplit",
+    "dp_split_rollout": "RolloutSplit",
+}
 
 
 @hookimpl
@@ -18,8 +27,8 @@ def register_launchers(register):
 
 @hookimpl
 def register_dispatch_modes(register):
-    for name, factory in builtin_modes().items():
-        register(name, factory)
+    for name, factory in BUILTIN_MODES.items():
+        register(name, f"rlloom.controller.dispatch:{factory}")
 
 
 @hookimpl

@@ -57,12 +57,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    resolved = compose_config(args.overrides)  # a config error is reported before torch loads
     if args.print_config:
-        print(compose_config(args.overrides).to_yaml())
+        print(resolved.to_yaml())
         return 0
-    from rlloom.trainer import run_training
+    from rlloom.trainer import fit_run
 
-    metrics = run_training(args.overrides)
+    metrics = fit_run(resolved)
     summary = {k: v for k, v in metrics.items() if k.startswith("val-") or k == "critic/score/mean"}
     print(json.dumps(summary, indent=1, sort_keys=True))
     return 0

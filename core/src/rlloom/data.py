@@ -1,13 +1,15 @@
-"""Prompt datasets: what a ``data=<name>`` plugin provides, and turning prompts into token batches."""
+"""Prompt datasets: what a ``data=<name>`` plugin provides, and turning prompts into token batches.
+
+Importing this module does not import torch (a dataset plugin's registration stays light); the
+encoder and the iterator import it when they run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-
-from rlloom.batch import Batch
+if TYPE_CHECKING:
+    from rlloom.batch import Batch
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class PromptEncoder:
         return [record for record in records if len(self.token_ids(record)) <= self.max_prompt_length]
 
     def encode(self, records: list[PromptRecord]) -> Batch:
+        import torch
+
+        from rlloom.batch import Batch
+
         ids = [self.token_ids(record) for record in records]
         width = max(len(row) for row in ids)
         prompts = torch.full((len(ids), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -102,6 +108,8 @@ class PromptIterator:
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[int]:
+        import torch
+
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(len(self.records), generator=generator).tolist()
 

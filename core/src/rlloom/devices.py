@@ -12,25 +12,13 @@ import os
 
 import torch
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
-DTYPES: dict[str, torch.dtype] = {
+from rlloom.choices import DTYPE_CHOICES, DeviceError, check_device_name
+
+DTYPES: dict[str, torch.dtype] = {  # every name of DTYPE_CHOICES but auto
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-DTYPE_CHOICES = ("auto", *DTYPES)
-
-
-class DeviceError(ValueError):
-    """A device or dtype setting that cannot be honoured on this machine."""
-
-
-def check_device_name(key: str, name: str) -> None:
-    """Raise :class:`DeviceError` unless ``name`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:<N>``;
-    ``key`` is the config key quoted in the message."""
-    base, _, index = name.partition(":")
-    if base not in DEVICE_CHOICES or (index and (base != "cuda" or not index.isdigit())):
-        raise DeviceError(f"{key}={name!r}: choose one of {list(DEVICE_CHOICES)} (or cuda:<index>)")
 
 
 def resolve_device(name: str, key: str = "trainer.device") -> torch.device:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rlloom.devices import DTYPE_CHOICES, check_device_name
+from rlloom.choices import DTYPE_CHOICES, check_device_name
 
 LR_SCHEDULES = ("constant", "cosine")
 

@@ -14,26 +14,8 @@ from typing import NamedTuple
 
 import torch
 
+from rlloom.choices import AGG_MODES, KL_ESTIMATORS
 from rlloom.types import MiniBatchStats
-
-AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-"""The loss aggregation modes understood by :func:`aggregate`."""
-
-KL_ESTIMATORS: dict[str, str] = {
-    "k1": "k1",
-    "kl": "k1",
-    "abs": "abs",
-    "k2": "k2",
-    "mse": "k2",
-    "k3": "k3",
-    "low_var_kl": "k3",
-}
-"""Accepted names of :func:`kl_estimate` estimators -> the canonical estimator they denote."""
 
 LOG_RATIO_CLAMP = 20.0
 """log π − log π_old is clamped to ±this before ``exp`` (keeps the ratio finite)."""

@@ -35,10 +35,6 @@ import torch
 
 from rlloom.batch import Batch
 
-LAYOUTS = ("shared_prompt", "packed", "padded")
-"""``train_engine.sequence_layout`` choices: :func:`pack_rows`'s two layouts, and the padded
-``[B, P + R]`` batch (:func:`rlloom.tokens.concat_prompt_response`)."""
-
 GROUP_WIDTH = 4096
 """Tokens of one prompt and its responses beyond which the group is split into several units (the
 attention mask of a pack costs W² elements)."""

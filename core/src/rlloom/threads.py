@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 
 ENVIRONMENT = "OMP_NUM_THREADS"
 
@@ -39,4 +38,6 @@ def threads_for(requested: int, placed_cores: float) -> int:
 
 def use_threads(count: int) -> None:
     """Size this process's torch (OpenMP) pool to ``count`` threads."""
+    import torch  # here, so that building a launcher's config does not import torch
+
     torch.set_num_threads(count)

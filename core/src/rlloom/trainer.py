@@ -420,7 +420,11 @@ class Trainer:
 
 def run_training(overrides: list[str]) -> dict[str, float]:
     """Compose and validate the config for ``overrides``, run it, return the final metrics."""
-    resolved = compose_config(overrides)
+    return fit_run(compose_config(overrides))
+
+
+def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
+    """Run the validated config ``resolved`` to its end; return the final metrics."""
     trainer = Trainer(resolved)
     try:
         return trainer.fit()

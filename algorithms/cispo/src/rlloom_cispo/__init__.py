@@ -1,7 +1,11 @@
 """CISPO for rlloom: ``algorithm=cispo``."""
 
-from rlloom_cispo.algorithm import CISPO
-from rlloom_cispo.config import CISPOConfig
-from rlloom_cispo.loss import cispo_token_loss
+from rlloom.lazy import lazy_exports
 
 __all__ = ["CISPO", "CISPOConfig", "cispo_token_loss"]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "CISPO": ".algorithm",
+    "CISPOConfig": ".config",
+    "cispo_token_loss": ".loss",
+})

@@ -1,10 +1,9 @@
 """Entry point ``cispo``: registers ``algorithm=cispo``."""
 
 import rlloom
-from rlloom_cispo.algorithm import CISPO
 from rlloom_cispo.config import CISPOConfig
 
 
 @rlloom.hookimpl
 def register_algorithms(register):
-    register("cispo", CISPO, config=CISPOConfig)
+    register("cispo", "rlloom_cispo.algorithm:CISPO", config=CISPOConfig)

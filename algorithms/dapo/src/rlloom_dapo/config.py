@@ -3,8 +3,10 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom_dapo.sampling import FILTER_METRICS
 from rlloom_grpo.config import GRPOConfig
+
+FILTER_METRICS = ("acc", "score")
+"""``algorithm.filter_groups_metric`` choices (see :func:`rlloom_dapo.sampling.filter_values`)."""
 
 
 @dataclass

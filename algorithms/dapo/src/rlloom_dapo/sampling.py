@@ -9,10 +9,6 @@ import torch
 from rlloom.batch import Batch
 from rlloom.controller.step import COMPONENT_PREFIX
 
-FILTER_METRICS = ("acc", "score")
-"""``algorithm.filter_groups_metric`` choices (see :func:`filter_values`)."""
-
-
 def filter_values(batch: Batch, metric: str, unshaped_scores: torch.Tensor) -> torch.Tensor:
     """Per-row values [B] the group filter compares: for ``acc`` the reward's ``correct`` component
     (``reward_correct``) when it reports one, else ``unshaped_scores`` (the scores before overlong

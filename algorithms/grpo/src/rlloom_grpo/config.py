@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from rlloom.losses import AGG_MODES, KL_ESTIMATORS
+from rlloom.choices import AGG_MODES, KL_ESTIMATORS
 
 ADV_ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_passk")
 """Accepted values of ``GRPOConfig.adv_estimator``."""

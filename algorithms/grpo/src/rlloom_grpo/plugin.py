@@ -1,10 +1,9 @@
 """Entry point ``grpo``: registers ``algorithm=grpo``."""
 
 import rlloom
-from rlloom_grpo.algorithm import GRPO
 from rlloom_grpo.config import GRPOConfig
 
 
 @rlloom.hookimpl
 def register_algorithms(register):
-    register("grpo", GRPO, config=GRPOConfig)
+    register("grpo", "rlloom_grpo.algorithm:GRPO", config=GRPOConfig)

@@ -1,7 +1,11 @@
 """GSPO for rlloom (``algorithm=gspo``): sequence-level importance ratio and clipping."""
 
-from rlloom_gspo.algorithm import GSPO
-from rlloom_gspo.config import GSPOConfig
-from rlloom_gspo.loss import make_gspo_loss_fn
+from rlloom.lazy import lazy_exports
 
 __all__ = ["GSPO", "GSPOConfig", "make_gspo_loss_fn"]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "GSPO": ".algorithm",
+    "GSPOConfig": ".config",
+    "make_gspo_loss_fn": ".loss",
+})

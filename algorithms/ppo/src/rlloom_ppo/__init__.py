@@ -1,11 +1,7 @@
 """PPO for rlloom: a learned critic, GAE advantages, clipped policy and value losses, and an
 optional (adaptive) KL penalty in the reward (``algorithm=ppo``)."""
 
-from rlloom_ppo.algorithm import PPO
-from rlloom_ppo.config import PPOConfig
-from rlloom_ppo.gae import gae_advantages
-from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController
-from rlloom_ppo.value_loss import clipped_value_loss, explained_variance, make_value_loss_fn
+from rlloom.lazy import lazy_exports
 
 __all__ = [
     "PPO",
@@ -17,3 +13,14 @@ __all__ = [
     "gae_advantages",
     "make_value_loss_fn",
 ]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "PPO": ".algorithm",
+    "PPOConfig": ".config",
+    "gae_advantages": ".gae",
+    "AdaptiveKLController": ".kl_control",
+    "FixedKLController": ".kl_control",
+    "clipped_value_loss": ".value_loss",
+    "explained_variance": ".value_loss",
+    "make_value_loss_fn": ".value_loss",
+})

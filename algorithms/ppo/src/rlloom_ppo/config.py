@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from rlloom.losses import KL_ESTIMATORS
+from rlloom.choices import KL_ESTIMATORS
 from rlloom_grpo.config import GRPOConfig
 
 KL_CTRL_TYPES = ("fixed", "adaptive")

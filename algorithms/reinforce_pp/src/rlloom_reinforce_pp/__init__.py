@@ -1,11 +1,6 @@
 """REINFORCE++ for rlloom: ``algorithm=reinforce_pp`` and ``algorithm=reinforce_pp_baseline``."""
 
-from rlloom_reinforce_pp.advantages import (
-    reinforce_pp_advantages,
-    reinforce_pp_baseline_advantages,
-)
-from rlloom_reinforce_pp.algorithm import ReinforcePP, ReinforcePPBaseline
-from rlloom_reinforce_pp.config import ReinforcePPConfig
+from rlloom.lazy import lazy_exports
 
 __all__ = [
     "ReinforcePP",
@@ -14,3 +9,11 @@ __all__ = [
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
 ]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "reinforce_pp_advantages": ".advantages",
+    "reinforce_pp_baseline_advantages": ".advantages",
+    "ReinforcePP": ".algorithm",
+    "ReinforcePPBaseline": ".algorithm",
+    "ReinforcePPConfig": ".config",
+})

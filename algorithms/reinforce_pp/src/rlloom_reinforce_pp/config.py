@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.losses import KL_ESTIMATORS
+from rlloom.choices import KL_ESTIMATORS
 from rlloom_grpo.config import GRPOConfig
 
 

@@ -1,7 +1,11 @@
 """ReMax for rlloom (``algorithm=remax``): REINFORCE with a greedy-rollout baseline."""
 
-from rlloom_remax.advantages import remax_advantages
-from rlloom_remax.algorithm import ReMax
-from rlloom_remax.config import ReMaxConfig
+from rlloom.lazy import lazy_exports
 
 __all__ = ["ReMax", "ReMaxConfig", "remax_advantages"]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "remax_advantages": ".advantages",
+    "ReMax": ".algorithm",
+    "ReMaxConfig": ".config",
+})

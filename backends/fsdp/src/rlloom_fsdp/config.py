@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlloom.engine_config import TrainEngineConfig
-from rlloom.packing import LAYOUTS
+from rlloom.choices import LAYOUTS
 
 
 @dataclass

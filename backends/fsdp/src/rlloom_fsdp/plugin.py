@@ -1,4 +1,7 @@
-"""Entry point ``fsdp``: registers the train engine ``train_engine=fsdp``."""
+"""Entry point ``fsdp``: registers the train engine ``train_engine=fsdp``.
+
+The engine module is named, not imported: it loads when an engine is built, so registering the
+plugin (and reporting a config error) stays cheap."""
 
 from __future__ import annotations
 
@@ -6,14 +9,6 @@ import rlloom
 from rlloom_fsdp.config import FSDPConfig
 
 
-def build_engine(cfg: FSDPConfig, spec: rlloom.EngineSpec):
-    """``factory(cfg, spec) -> TrainEngine`` for the registry. The engine module (transformers, FSDP)
-    is imported only here, so registering the plugin — and reporting a config error — stays cheap."""
-    from rlloom_fsdp.engine import FSDPTrainEngine
-
-    return FSDPTrainEngine(cfg, spec)
-
-
 @rlloom.hookimpl
 def register_train_engines(register):
-    register("fsdp", build_engine, config=FSDPConfig)
+    register("fsdp", "rlloom_fsdp.engine:FSDPTrainEngine", config=FSDPConfig)

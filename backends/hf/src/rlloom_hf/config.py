@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.devices import DTYPE_CHOICES, check_device_name
+from rlloom.choices import DTYPE_CHOICES, check_device_name
 
 DECODE_MODES = ("auto", "eager", "static", "graphs")
 SLEEP_LEVELS = (0, 1, 2)

@@ -1,20 +1,14 @@
-"""Entry point ``hf`` (group ``rlloom``): registers the rollout engine ``rollout=hf``."""
+"""Entry point ``hf``: registers the rollout engine ``rollout=hf``.
+
+The engine module is named, not imported: it loads when an engine is built, so registering the
+plugin (and reporting a config error) stays cheap."""
 
 from __future__ import annotations
 
 import rlloom
-from rlloom import EngineSpec
-
 from rlloom_hf.config import HFRolloutConfig
-
-
-def build_engine(cfg: HFRolloutConfig, spec: EngineSpec):
-    """``factory(cfg, spec) -> HFRolloutEngine``; transformers is imported only when an engine is built."""
-    from rlloom_hf.engine import HFRolloutEngine
-
-    return HFRolloutEngine(cfg, spec)
 
 
 @rlloom.hookimpl
 def register_rollout_engines(register):
-    register("hf", build_engine, config=HFRolloutConfig)
+    register("hf", "rlloom_hf.engine:HFRolloutEngine", config=HFRolloutConfig)

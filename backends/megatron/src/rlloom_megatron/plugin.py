@@ -1,4 +1,7 @@
-"""Entry point ``megatron``: registers the train engine ``train_engine=megatron``."""
+"""Entry point ``megatron``: registers the train engine ``train_engine=megatron``.
+
+The engine module is named, not imported: it loads when an engine is built, so registering the
+plugin (and reporting a config error) stays cheap."""
 
 from __future__ import annotations
 
@@ -6,13 +9,6 @@ import rlloom
 from rlloom_megatron.config import MegatronConfig
 
 
-def build_engine(cfg: MegatronConfig, spec: rlloom.EngineSpec):
-    """``factory(cfg, spec) -> TrainEngine`` for the registry (imports megatron-core only now)."""
-    from rlloom_megatron.engine import MegatronTrainEngine
-
-    return MegatronTrainEngine(cfg, spec)
-
-
 @rlloom.hookimpl
 def register_train_engines(register):
-    register("megatron", build_engine, config=MegatronConfig)
+    register("megatron", "rlloom_megatron.engine:MegatronTrainEngine", config=MegatronConfig)

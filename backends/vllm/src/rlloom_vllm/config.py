@@ -7,10 +7,12 @@ Importing this module does not import vLLM.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from rlloom.devices import DTYPE_CHOICES, DeviceError, check_device_name, resolve_dtype, role_device
+from rlloom.choices import DTYPE_CHOICES, DeviceError, check_device_name
+
+if TYPE_CHECKING:  # torch is imported where a device is resolved: registering the plugin stays cheap
+    import torch
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class VLLMRolloutConfig:
     def device_for(self, run_device: str) -> torch.device:
         """The engine's device: ``device`` when set, else ``run_device`` (``trainer.device``, passed
         as ``EngineSpec.device``), resolved on this machine (``auto``: CUDA when visible)."""
+        from rlloom.devices import role_device
+
         return role_device(self.device, run_device, "rollout.device")
 
     def plan(self, device: torch.device) -> EnginePlan:
@@ -155,6 +159,8 @@ class VLLMRolloutConfig:
             raise DeviceError(f"rollout=vllm on {device}: vLLM's engine runs on the first visible GPU; select "
                               f"GPU {device.index} with CUDA_VISIBLE_DEVICES={device.index} and set the device "
                               f"to cuda (rollout.device, or trainer.device when rollout.device is unset)")
+        from rlloom.devices import resolve_dtype
+
         dtype = resolve_dtype(self.dtype, device, "rollout.dtype")
         kwargs: dict[str, Any] = {
             "dtype": str(dtype).removeprefix("torch."),

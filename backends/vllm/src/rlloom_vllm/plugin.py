@@ -1,20 +1,14 @@
-"""Entry point ``vllm`` (group ``rlloom``): registers the rollout engine ``rollout=vllm``."""
+"""Entry point ``vllm``: registers the rollout engine ``rollout=vllm``.
+
+The engine module is named, not imported: it loads when an engine is built, so registering the
+plugin (and reporting a config error) stays cheap."""
 
 from __future__ import annotations
 
 import rlloom
-from rlloom import EngineSpec
-
 from rlloom_vllm.config import VLLMRolloutConfig
-
-
-def build_engine(cfg: VLLMRolloutConfig, spec: EngineSpec):
-    """``factory(cfg, spec) -> VLLMRolloutEngine``; vLLM is imported only when an engine is built."""
-    from rlloom_vllm.engine import VLLMRolloutEngine
-
-    return VLLMRolloutEngine(cfg, spec)
 
 
 @rlloom.hookimpl
 def register_rollout_engines(register):
-    register("vllm", build_engine, config=VLLMRolloutConfig)
+    register("vllm", "rlloom_vllm.engine:VLLMRolloutEngine", config=VLLMRolloutConfig)

@@ -23,9 +23,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from rlloom.devices import DeviceError, check_device_name, resolve_device
+from rlloom.choices import DeviceError, check_device_name
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
+from rlloom.suggest import did_you_mean
 
 
 class ConfigError(ValueError):
@@ -83,6 +84,17 @@ def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
     return [override for i, (override, item) in enumerate(zip(expanded, parsed)) if last_index[item.key_or_group] == i]
 
 
+def _fits(override: str, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> bool:
+    """Whether a preset's ``group.key=value`` names a key of the option chosen for ``group`` (a preset
+    written for the RL algorithms sets ``algorithm.n``, which ``algorithm=sft`` has not): a preset's
+    setting for a key the chosen option lacks is skipped. The user's own overrides are never skipped."""
+    group, _, key = override.partition("=")[0].lstrip("+~").partition(".")
+    schema = options.get(group, {}).get(choices.get(group, ""))
+    if not key or "." in key or not dataclasses.is_dataclass(schema):
+        return True
+    return key in {field.name for field in dataclasses.fields(schema)}
+
+
 def _parse(overrides: list[str]) -> list[Any]:
     try:
         return OverridesParser.create().parse_overrides(overrides)
@@ -104,7 +116,8 @@ def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]
                 installed = sorted(options[group])
                 if kind is not None:
                     raise ConfigError(unknown_name_message(kind, str(value), installed))
-                raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}.")
+                raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}."
+                                  + did_you_mean(str(value), installed))
 
 
 def _store(options: dict[str, dict[str, Any]]) -> None:
@@ -120,12 +133,14 @@ def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], 
     group = full_key.split(".")[0]
     schema = SamplingConfig if group == "sampling" else options.get(group, {}).get(choices.get(group, ""))
     if isinstance(error, ConfigKeyError) or "not in" in str(error):
+        typed = full_key.split(".")[-1]
         if dataclasses.is_dataclass(schema):
-            valid = ", ".join(f.name for f in dataclasses.fields(schema))
+            valid = [f.name for f in dataclasses.fields(schema)]
             where = f"{group}={choices[group]}" if group in choices else group
-            return f"{full_key}: no such key in {where}. Valid keys of {group}: {valid}."
-        valid = ", ".join(f.name for f in dataclasses.fields(RunConfig) if f.name != "defaults")
-        return f"{full_key}: no such key. Top-level sections are: {valid}."
+            return (f"{full_key}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
+                    + did_you_mean(typed, valid))
+        valid = [f.name for f in dataclasses.fields(RunConfig) if f.name != "defaults"]
+        return f"{full_key}: no such key. Top-level sections are: {', '.join(valid)}." + did_you_mean(typed, valid)
     if isinstance(error, ValidationError):
         expected = ""
         if dataclasses.is_dataclass(schema):
@@ -140,12 +155,14 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     """Compose and validate the run config for ``overrides``; raise :class:`ConfigError` on user errors."""
     registry = registry or get_registry()
     options = group_options(registry)
-    overrides = expand_presets(list(overrides), registry)
+    own = list(overrides)
+    overrides = expand_presets(own, registry)
     check_group_choices(overrides, options)
     choices = dict(DEFAULT_CHOICES)
     for item in _parse(overrides):
         if item.key_or_group in options and isinstance(item.value(), str):
             choices[item.key_or_group] = item.value()
+    overrides = [override for override in overrides if override in own or _fits(override, options, choices)]
     for group, choice in choices.items():
         if choice not in options.get(group, {}):
             kind = GROUP_KIND.get(group)
@@ -188,8 +205,9 @@ def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choi
     sections = [f.name for f in dataclasses.fields(RunConfig)]
     extra = sorted(set(cfg.keys()) - set(sections))
     if extra:
-        valid = ", ".join(name for name in sections if name != "defaults")
-        raise ConfigError(f"{extra[0]}: no such key. Top-level sections are: {valid}.")
+        valid = [name for name in sections if name != "defaults"]
+        raise ConfigError(f"{extra[0]}: no such key. Top-level sections are: {', '.join(valid)}."
+                          + did_you_mean(extra[0], valid))
     schemas = {group: options[group][choice] for group, choice in choices.items()}
     schemas["sampling"] = SamplingConfig
     for group, schema in schemas.items():
@@ -201,6 +219,7 @@ def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choi
                 where = f"{group}={choice}" if choice else group
                 raise ConfigError(
                     f"{group}.{extra[0]}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
+                    + did_you_mean(extra[0], valid)
                 )
 
 
@@ -245,8 +264,6 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
             raise ConfigError(f"{key}={value}: must be >= 1.")
     try:
         check_device_name("trainer.device", trainer.device)
-        if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
-            resolve_device(trainer.device)
     except DeviceError as error:
         raise ConfigError(str(error)) from None
     mini = getattr(algorithm, "ppo_mini_batch_size", 0)
@@ -264,13 +281,26 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     if not 0 <= trainer.seed < 2**32:
         raise ConfigError(f"trainer.seed={trainer.seed}: must be in [0, 2**32 - 1].")
     check_run_dir(trainer.run_dir)
-    if registry is not None:
-        check_cost_choice(resolved.choices, registry)
     if not 0 <= sampling.temperature < math.inf or not 0 < sampling.top_p <= 1:
         raise ConfigError(
             f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "
             f"top_p={sampling.top_p}."
         )
+    if registry is not None:
+        check_cost_choice(resolved.choices, registry)
+    if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
+        check_device_here(trainer.device)
+
+
+def check_device_here(name: str) -> None:
+    """ConfigError unless ``trainer.device`` can be used on this machine (``cuda`` needs a GPU).
+    The last check: the one that imports torch."""
+    from rlloom.devices import resolve_device
+
+    try:
+        resolve_device(name)
+    except DeviceError as error:
+        raise ConfigError(str(error)) from None
 
 
 def check_cost_choice(choices: dict[str, str], registry: Registry) -> None:

@@ -244,13 +244,6 @@ class RolloutSplit:
         return Batch.concat_padded(pieces, {"responses": pad_id})
 
 
-def builtin_modes() -> dict[str, Callable[[], DispatchMode]]:
-    """The core's modes by name (registered through the ``register_dispatch_modes`` hook)."""
-    return {
-        ONE_TO_ALL: OneToAll,
-        "rank_zero": RankZero,
-        "dp_split": DataParallelSplit,
-        "dp_split_uneven": lambda: DataParallelSplit(pad=False),
-        "dp_split_tokens": TokenBalancedSplit,
-        "dp_split_rollout": RolloutSplit,
-    }
+def uneven_split() -> DataParallelSplit:
+    """Mode ``dp_split_uneven``: :class:`DataParallelSplit` without padding the rows to equal parts."""
+    return DataParallelSplit(pad=False)

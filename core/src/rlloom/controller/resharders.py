@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from rlloom.devices import CudaPeak
-from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
+
+if TYPE_CHECKING:  # this module is imported to register the resharder: keep it free of torch
+    import torch
+
+    from rlloom.protocols import RolloutEngine, TrainEngine
 
 
 @dataclass
@@ -44,6 +46,8 @@ class InProcessResharder:
         self.cfg = cfg
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+        from rlloom.devices import CudaPeak
+
         start = time.perf_counter()
         counter = _Counter(train.named_weights())
         with CudaPeak() as peak:

@@ -9,7 +9,10 @@ below, exposed as an entry point in group ``rlloom``::
 Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)``:
 
 - ``name``: what users type in config (``algorithm=<name>``),
-- ``factory``: a callable building the component (signatures below),
+- ``factory``: a callable building the component (signatures below), or the string
+  ``"module:attribute"`` naming it, imported when the component is first built: register heavy
+  components (engines, algorithms, rewards that import torch) this way, so that loading the
+  registry — and reporting a config error — stays fast (a test holds every in-tree plugin to it),
 - ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
   option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
   Its ``__post_init__`` validates values (a ValueError is a config error). A train-engine or

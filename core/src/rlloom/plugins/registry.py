@@ -10,6 +10,8 @@ built-ins always load.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.metadata
 import os
 import traceback
@@ -20,6 +22,7 @@ from typing import Any
 import pluggy
 
 from rlloom.plugins import hookspecs
+from rlloom.suggest import did_you_mean
 
 KINDS: dict[str, tuple[str, str | None]] = {
     # kind: (hook name, config group whose options it provides)
@@ -55,6 +58,7 @@ KNOWN_PACKAGES: dict[tuple[str, str], str] = {
     ("algorithm", "remax"): "rlloom-remax",
     ("algorithm", "gspo"): "rlloom-gspo",
     ("algorithm", "cispo"): "rlloom-cispo",
+    ("algorithm", "sft"): "rlloom-sft",
     ("algorithm", "safe_rlhf"): "rlloom-safe-rlhf",
     ("launcher", "ray"): "rlloom-ray",
     ("resharder", "safetensors"): "rlloom-resharders",
@@ -86,14 +90,29 @@ class UnknownPluginError(LookupError):
 
 @dataclass(frozen=True)
 class Component:
-    """One registered name: what kind it is, how to build it, and who provided it."""
+    """One registered name: what kind it is, how to build it, and who provided it.
+
+    ``target`` is the factory as registered: a callable, or the string ``"module:attribute"`` naming
+    one, imported the first time :attr:`factory` is read (so loading the registry imports only the
+    plugins' entry modules and config schemas, not their engines)."""
 
     kind: str
     name: str
-    factory: Callable[..., Any]
+    target: Callable[..., Any] | str
     config: Any
     distribution: str
     version: str
+
+    @functools.cached_property
+    def factory(self) -> Callable[..., Any]:
+        """The factory, importing ``target``'s module when it is a ``"module:attribute"`` string."""
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, attribute = self.target.partition(":")
+        if not module or not attribute:
+            raise ValueError(f"{self.kind} {self.name!r} of {self.distribution}: factory {self.target!r} must be "
+                             "a callable or 'module:attribute'")
+        return getattr(importlib.import_module(module), attribute)
 
 
 @dataclass
@@ -176,7 +195,7 @@ class Registry:
         staged_configs: list[ConfigOption] = []
         staged_presets: list[Preset] = []
         for kind, (hook_name, _) in KINDS.items():
-            def register(name: str, factory: Callable[..., Any], config: Any = None, *, _kind=kind) -> None:
+            def register(name: str, factory: Callable[..., Any] | str, config: Any = None, *, _kind=kind) -> None:
                 staged_components.append(
                     Component(_kind, name, factory, config, status.distribution, status.version)
                 )
@@ -249,7 +268,8 @@ def unknown_name_message(kind: str, name: str, installed: list[str]) -> str:
     """One paragraph: what was asked, what is installed, and which package provides the name."""
     group = KINDS[kind][1]
     label = f"{group}={name}" if group else f"{kind} {name!r}"
-    message = f"{label}: no installed plugin provides {kind} {name!r}. Installed choices: {', '.join(installed) or 'none'}."
+    message = (f"{label}: no installed plugin provides {kind} {name!r}. Installed choices: "
+               f"{', '.join(installed) or 'none'}." + did_you_mean(name, installed))
     package = KNOWN_PACKAGES.get((kind, name))
     if package:
         message += f" It is provided by the package {package}: pip install {package}"

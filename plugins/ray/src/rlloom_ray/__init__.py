@@ -1,7 +1,11 @@
 """``launcher=ray``: each worker group is a set of Ray actors; see :mod:`rlloom_ray.launcher`."""
 
-from rlloom_ray.config import RayLauncherConfig
-from rlloom_ray.errors import WorkerError
-from rlloom_ray.launcher import RayLauncher
+from rlloom.lazy import lazy_exports
 
 __all__ = ["RayLauncher", "RayLauncherConfig", "WorkerError"]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "RayLauncherConfig": ".config",
+    "WorkerError": ".errors",
+    "RayLauncher": ".launcher",
+})

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import rlloom
+from rlloom_ray.config import RayLauncherConfig
 
 
 @rlloom.hookimpl
 def register_launchers(register):
-    from rlloom_ray.config import RayLauncherConfig
-    from rlloom_ray.launcher import RayLauncher
-
-    register("ray", RayLauncher, config=RayLauncherConfig)
+    register("ray", "rlloom_ray.launcher:RayLauncher", config=RayLauncherConfig)

@@ -6,13 +6,7 @@
   directory, then reloaded by the rollout engine (the universal fallback).
 """
 
-from rlloom_resharders.broadcast import BroadcastResharder, BroadcastResharderConfig
-from rlloom_resharders.safetensors_dir import (
-    SafetensorsResharder,
-    SafetensorsResharderConfig,
-    read_safetensors_dir,
-    write_safetensors_dir,
-)
+from rlloom.lazy import lazy_exports
 
 __all__ = [
     "BroadcastResharder",
@@ -22,3 +16,12 @@ __all__ = [
     "read_safetensors_dir",
     "write_safetensors_dir",
 ]
+
+__getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
+    "BroadcastResharder": ".broadcast",
+    "BroadcastResharderConfig": ".broadcast",
+    "SafetensorsResharder": ".safetensors_dir",
+    "SafetensorsResharderConfig": ".safetensors_dir",
+    "read_safetensors_dir": ".safetensors_dir",
+    "write_safetensors_dir": ".safetensors_dir",
+})

@@ -25,7 +25,6 @@ import datetime
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,8 +33,8 @@ from rlloom.controller.resharders import InProcessResharder, InProcessResharderC
 from rlloom.devices import CudaPeak
 from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
+from rlloom_resharders.config import BroadcastResharderConfig
 
-BACKENDS = ("auto", "gloo", "nccl")
 DTYPES = (
     torch.float32, torch.bfloat16, torch.float16, torch.float64,
     torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
@@ -45,22 +44,6 @@ TENSOR, END, ABORT = 0, 1, 2
 MAX_NDIM = 8
 HEADER_LEN = 4 + MAX_NDIM
 STORE_PREFIX = "rlloom-sync"
-
-
-@dataclass
-class BroadcastResharderConfig:
-    """- ``backend``: ``gloo``, ``nccl`` (tensors go through the current CUDA device), or ``auto``
-      (nccl when CUDA is available, else gloo).
-    - ``timeout_s``: longest wait for the group to form and for any one broadcast."""
-
-    backend: str = "auto"
-    timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"resharder.backend={self.backend!r}: must be one of {', '.join(BACKENDS)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"resharder.timeout_s={self.timeout_s}: must be > 0")
 
 
 def resolve_backend(backend: str) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import rlloom
 
-from rlloom_resharders.broadcast import BroadcastResharder, BroadcastResharderConfig
-from rlloom_resharders.safetensors_dir import SafetensorsResharder, SafetensorsResharderConfig
+from rlloom_resharders.config import BroadcastResharderConfig, SafetensorsResharderConfig
 
 
 @rlloom.hookimpl
 def register_resharders(register):
-    register("safetensors", SafetensorsResharder, config=SafetensorsResharderConfig)
-    register("broadcast", BroadcastResharder, config=BroadcastResharderConfig)
+    register("safetensors", "rlloom_resharders.safetensors_dir:SafetensorsResharder", config=SafetensorsResharderConfig)
+    register("broadcast", "rlloom_resharders.broadcast:BroadcastResharder", config=BroadcastResharderConfig)

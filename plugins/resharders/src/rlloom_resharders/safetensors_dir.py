@@ -18,33 +18,15 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
 from safetensors import safe_open
 from safetensors.torch import save_file
+from rlloom_resharders.config import SafetensorsResharderConfig
 
 SHARD_PATTERN = "model-{:05d}.safetensors"
-
-
-@dataclass
-class SafetensorsResharderConfig:
-    """- ``directory``: where the files go (kept; the next sync replaces them); None: a fresh
-      temporary directory per sync, removed after it unless ``keep_files``.
-    - ``keep_files``: keep the temporary directory (debugging).
-    - ``max_shard_mb``: most megabytes (10^6 bytes) of tensors per file; a larger single tensor gets
-      a file of its own."""
-
-    directory: Optional[str] = None
-    keep_files: bool = False
-    max_shard_mb: int = 1024
-
-    def __post_init__(self) -> None:
-        if self.max_shard_mb < 1:
-            raise ValueError(f"resharder.max_shard_mb must be >= 1, got {self.max_shard_mb}")
 
 
 def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], max_bytes: int

@@ -22,13 +22,14 @@ combined: their scores (row sums) are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from rlloom import Batch, RewardResult
 from rlloom.plugins.registry import Registry, get_registry
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -69,6 +70,9 @@ class CombinedReward:
         self.rewards = {name: build_component(registry, name, cfg.options.get(name)) for name in self.weights}
 
     def __call__(self, batch: Batch) -> RewardResult:
+        import torch
+        from rlloom import RewardResult
+
         total = torch.zeros(len(batch), dtype=torch.float32)
         components: dict[str, torch.Tensor] = {}
         info: dict[str, list] = {}

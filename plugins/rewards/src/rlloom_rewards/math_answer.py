@@ -25,11 +25,13 @@ Components: ``correct`` (1.0/0.0) and ``extracted`` (1.0 when an answer was foun
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_rewards.math_verifier import MathVerifier
 from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

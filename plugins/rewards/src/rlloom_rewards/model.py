@@ -18,8 +18,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch and transformers load when a reward model is built, not when the plugin registers
+    import torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -43,6 +46,7 @@ class ModelReward:
     """See the module doc."""
 
     def __init__(self, cfg: ModelRewardConfig) -> None:
+        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         if not os.path.isfile(os.path.join(cfg.path, "config.json")):
@@ -63,20 +67,24 @@ class ModelReward:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.model.to(cfg.device).eval()
 
-    @torch.no_grad()
     def score_texts(self, texts: list[str]) -> torch.Tensor:
         """The reward model's score of every text: float32 [len(texts)]."""
+        import torch
+
         scores = []
-        for start in range(0, len(texts), self.cfg.batch_size):
-            encoded = self.tokenizer(
-                texts[start : start + self.cfg.batch_size], padding=True, truncation=True,
-                max_length=self.cfg.max_length, return_tensors="pt",
-            ).to(self.cfg.device)
-            logits = self.model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).logits
-            scores.append(logits[:, 0].float().cpu())
+        with torch.no_grad():
+            for start in range(0, len(texts), self.cfg.batch_size):
+                encoded = self.tokenizer(
+                    texts[start : start + self.cfg.batch_size], padding=True, truncation=True,
+                    max_length=self.cfg.max_length, return_tensors="pt",
+                ).to(self.cfg.device)
+                logits = self.model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).logits
+                scores.append(logits[:, 0].float().cpu())
         return torch.cat(scores) if scores else torch.zeros(0)
 
     def __call__(self, batch: Batch) -> RewardResult:
+        from rlloom import RewardResult
+
         batch.require("response_text", *(("prompt_text",) if self.cfg.include_prompt else ()))
         responses = list(batch["response_text"])
         prompts = list(batch["prompt_text"]) if self.cfg.include_prompt else [""] * len(responses)

@@ -21,11 +21,13 @@ in every worker process, so it must not rely on state set up by the trainer's pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
 from rlloom_rewards.user_function import UserFunction, load_function
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

@@ -30,13 +30,15 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from rlloom import Batch, RewardResult
 from rlloom_tasks.rewards.scoring import Verdict
 
 from rlloom_rewards.outcome import ERROR, OK, TIMEOUT, Outcome, call, describe
 from rlloom_rewards.pool import WorkerPool
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -124,6 +126,9 @@ class RowScorer:
 
     def result(self, outcomes: Sequence[Outcome]) -> RewardResult:
         """The :class:`~rlloom.RewardResult` of per-row outcomes whose values are verdicts."""
+        import torch
+        from rlloom import RewardResult
+
         rows = [self._checked(outcome) for outcome in outcomes]
         names = sorted({name for outcome, _, components in rows if outcome.status == OK for name in components})
         scores = [score for _, score, _ in rows]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import rlloom
 from rlloom import EngineSpec
 
-from rlloom_server.client import ServerRolloutConfig
+from rlloom_server.config import ServerRolloutConfig
 
 
 def build_engine(cfg: ServerRolloutConfig, spec: EngineSpec):

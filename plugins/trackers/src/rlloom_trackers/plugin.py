@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from rlloom import hookimpl
-from rlloom_trackers.mlflow import MlflowTracker
-from rlloom_trackers.tensorboard import TensorBoardTracker
-from rlloom_trackers.wandb import WandbTracker
 
 
 @hookimpl
 def register_trackers(register):
-    register("tensorboard", TensorBoardTracker)
-    register("wandb", WandbTracker)
-    register("mlflow", MlflowTracker)
+    register("tensorboard", "rlloom_trackers.tensorboard:TensorBoardTracker")
+    register("wandb", "rlloom_trackers.wandb:WandbTracker")
+    register("mlflow", "rlloom_trackers.mlflow:MlflowTracker")

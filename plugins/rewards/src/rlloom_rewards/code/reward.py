@@ -22,12 +22,14 @@ once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_rewards.code.sandbox import SandboxLimits, sandbox_python
 from rlloom_rewards.code.verifier import CodeVerifier
 from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

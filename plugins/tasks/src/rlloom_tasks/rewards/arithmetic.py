@@ -10,11 +10,13 @@ integer). Component ``correct``: 1.0 or 0.0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_tasks.extract import last_integer
 from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

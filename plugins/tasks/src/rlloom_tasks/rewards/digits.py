@@ -9,10 +9,12 @@ Component ``digit_fraction``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

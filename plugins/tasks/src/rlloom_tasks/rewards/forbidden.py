@@ -10,10 +10,12 @@ Score per row: ``1.0`` if any character of the response is in ``digits``, else `
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rlloom import Batch, RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 @dataclass

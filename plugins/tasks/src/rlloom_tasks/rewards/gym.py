@@ -19,12 +19,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
-
-from rlloom import Batch, RewardResult
+from typing import Any, TYPE_CHECKING
 
 from rlloom_tasks import extract
 from rlloom_tasks.rewards.scoring import Verdict, score_rows
+
+if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+    from rlloom import Batch, RewardResult
 
 
 class AnswerFormat(Enum):

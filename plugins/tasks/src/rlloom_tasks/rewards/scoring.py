@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-import torch
-from rlloom import RewardResult
+from typing import TYPE_CHECKING
 
 from rlloom_tasks.rewards.verdict import Verdict
+
+if TYPE_CHECKING:
+    from rlloom import RewardResult
 
 
 def score_rows(
@@ -44,6 +46,9 @@ def score_rows(
         for name in components:
             values[name].append(row_values[name])
         errors.append(error)
+    import torch  # here: reward modules import this one when the plugin registers
+    from rlloom import RewardResult
+
     return RewardResult(
         scores=torch.tensor(scores, dtype=torch.float32),
         components={name: torch.tensor(column, dtype=torch.float32) for name, column in values.items()},

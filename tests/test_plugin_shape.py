@@ -1,0 +1,56 @@
+"""Every installed plugin registers without importing torch (its heavy modules are named as
+``"module:attribute"`` factories, imported when first built), and a config error is reported
+before torch loads: the shape that keeps ``rlloom plugins`` and config errors fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+HEAVY = ("torch", "tensordict", "transformers", "ray", "vllm", "numpy")
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+
+
+def test_every_plugin_registers_without_heavy_imports():
+    # The heavy packages are made unimportable: a plugin that imports one while registering fails.
+    done = run_python(f"""
+        import json, sys
+        for name in {HEAVY!r}:
+            sys.modules[name] = None
+        from rlloom.plugins.registry import get_registry
+        registry = get_registry()
+        print(json.dumps({{"failed": {{s.entry_point: s.error for s in registry.failed()}},
+                          "loaded": sorted(s.entry_point for s in registry.statuses)}}))
+    """)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["failed"] == {}, report["failed"]
+    assert {"core", "grpo", "ppo", "fsdp", "hf", "tasks", "models"} <= set(report["loaded"])
+
+
+def test_a_config_error_is_reported_before_torch_loads():
+    done = run_python("""
+        import sys
+        from rlloom.cli import main
+        status = main(["train", "preset=tiny", "trainer.seed=-1"])
+        print(status, "torch" in sys.modules)
+    """)
+    assert done.stdout.split() == ["2", "False"], (done.stdout, done.stderr)
+    assert "trainer.seed=-1" in done.stderr
+
+
+def test_a_lazy_factory_builds_the_named_class():
+    done = run_python("""
+        import sys
+        from rlloom.plugins.registry import get_registry
+        component = get_registry().get("algorithm", "grpo")
+        print(component.target, "torch" in sys.modules)
+        from rlloom_grpo.algorithm import GRPO
+        print(component.factory is GRPO, "torch" in sys.modules)
+    """)
+    assert done.stdout.split() == ["rlloom_grpo.algorithm:GRPO", "False", "True", "True"], done.stderr
