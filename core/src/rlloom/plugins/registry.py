@@ -297,9 +297,3 @@ def get_registry() -> Registry:
     if _REGISTRY is None:
         _REGISTRY = Registry()
     return _REGISTRY
-
-
-def reset_registry() -> None:
-    """Forget the loaded registry (tests; after installing a plugin at run time)."""
-    global _REGISTRY
-    _REGISTRY = None
