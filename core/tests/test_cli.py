@@ -121,6 +121,25 @@ def test_unknown_algorithm_is_a_usage_error_without_traceback(defaults_only):
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+def test_train_says_in_one_line_that_an_installed_plugin_failed(defaults_only, tmp_path):
+    (tmp_path / "rlloom_test_cli_broken.py").write_text("import rlloom_no_such_dependency_xyz\n")
+    info = tmp_path / "rlloom_test_cli_broken-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-broken\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[rlloom]\ncli_broken = rlloom_test_cli_broken\n")
+    env = {"PYTHONPATH": f"{defaults_only['PYTHONPATH']}{os.pathsep}{tmp_path}",
+           "RLLOOM_PLUGINS": "cli_defaults,cli_broken"}
+    result = run_rlloom("train", "--print-config", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "rlloom: warning: plugin rlloom-test-cli-broken (entry point 'cli_broken') failed to load and provides "
+        "nothing: ModuleNotFoundError: No module named 'rlloom_no_such_dependency_xyz' (rlloom plugins shows "
+        "every plugin)\n")
+    unknown = run_rlloom("train", "algorithm=nope", env=env)
+    assert unknown.returncode == 2 and "Installed plugins that failed to load (one may provide it): " \
+        "rlloom-test-cli-broken (entry point 'cli_broken'): ModuleNotFoundError" in unknown.stderr
+
+
 def test_misspelt_key_is_a_usage_error_naming_it(defaults_only):
     result = run_rlloom("train", "trainer.total_stepz=3", env=defaults_only)
     assert result.returncode == 2

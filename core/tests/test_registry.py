@@ -162,23 +162,31 @@ def test_unknown_names_list_choices_and_known_packages(plugins):
         registry.build("widgets", "widget")
 
 
-def test_duplicate_names_across_distributions_fail_the_later_plugin(plugins):
+def test_a_name_two_distributions_register_is_used_by_neither_and_the_rest_loads(plugins):
     plugins.module("reg_alpha_plugin", GOOD)
     plugins.module("reg_beta_plugin", GOOD.replace("widget_reward", "beta_reward"))
     plugins.distribution("rlloom-reg-alpha", "1.0.0", {"reg_alpha": "reg_alpha_plugin"})
     plugins.distribution("rlloom-reg-beta", "2.0.0", {"reg_beta": "reg_beta_plugin"})
     found = {ep.name: ep for ep in importlib.metadata.entry_points(group="rlloom")}
-    registry = Registry(entry_points=[CORE, found["reg_alpha"], found["reg_beta"]])
-    statuses = by_name(registry)
-    assert (statuses["reg_alpha"].status, statuses["reg_alpha"].distribution, statuses["reg_alpha"].version) == (
-        "loaded", "rlloom-reg-alpha", "1.0.0")
-    beta = statuses["reg_beta"]
-    assert (beta.status, beta.distribution, beta.version) == ("failed", "rlloom-reg-beta", "2.0.0")
-    assert beta.error == (
-        "ValueError: algorithm 'widget' is registered more than once: by rlloom-reg-alpha (entry point "
-        "'reg_alpha') and by rlloom-reg-beta (entry point 'reg_beta')")
-    assert registry.get("algorithm", "widget").distribution == "rlloom-reg-alpha"
-    assert registry.choices("reward_fn") == ["widget_reward"]  # beta's other names are not kept either
+    for order in (["reg_alpha", "reg_beta"], ["reg_beta", "reg_alpha"]):  # the load order changes nothing
+        registry = Registry(entry_points=[CORE, *(found[name] for name in order)])
+        statuses = by_name(registry)
+        assert statuses["reg_alpha"].status == statuses["reg_beta"].status == "loaded"
+        assert registry.choices("algorithm") == []  # "widget": registered by both, used by neither
+        assert registry.choices("reward_fn") == ["beta_reward", "widget_reward"]  # each one's other names load
+        assert "widgety" not in registry.presets
+        with pytest.raises(UnknownPluginError) as info:
+            registry.get("algorithm", "widget")
+        providers = [f"rlloom-reg-{name} (entry point 'reg_{name}')" for name in
+                     (["alpha", "beta"] if order[0] == "reg_alpha" else ["beta", "alpha"])]
+        assert str(info.value) == (
+            f"algorithm=widget: algorithm 'widget' is registered by more than one installed plugin: {providers[0]} "
+            f"and {providers[1]}. Neither is used, so that which code runs never depends on the order plugins load "
+            "in; uninstall the one you do not want (pip uninstall <distribution>).")
+        assert registry.load_warnings() == [
+            f"algorithm 'widget' is registered by {providers[0]} and {providers[1]}: neither is used",
+            f"preset 'widgety' is registered by {providers[0]} and {providers[1]}: neither is used",
+        ]
 
 
 def test_duplicates_are_caught_for_hand_built_entry_points_too(plugins):
@@ -191,12 +199,31 @@ def test_duplicates_are_caught_for_hand_built_entry_points_too(plugins):
             register("widgety", ["algorithm=other"])
     """)
     registry = Registry(entry_points=[CORE, first, plugins.module("reg_second", GOOD), preset_only])
+    assert [status.status for status in registry.statuses] == ["loaded"] * 4
     statuses = by_name(registry)
-    assert statuses["reg_second"].status == "failed"
-    assert "by ? (entry point 'reg_first') and by ? (entry point 'reg_second')" in statuses["reg_second"].error
-    assert statuses["reg_preset_clash"].status == "failed"
-    assert "preset 'widgety' is registered more than once" in statuses["reg_preset_clash"].error
-    assert registry.presets["widgety"].overrides == ("algorithm=widget",)
+    assert registry.conflicts[("algorithm", "widget")] == [statuses["reg_first"], statuses["reg_second"]]
+    assert len(registry.conflicts[("preset", "widgety")]) == 3  # a third provider joins the clash
+    assert "widgety" not in registry.presets and registry.choices("algorithm") == []
+
+
+def test_a_known_package_that_failed_to_load_is_named_with_its_error(plugins):
+    broken = plugins.module("reg_tasks_broken", BROKEN_IMPORT)
+    plugins.distribution("rlloom-tasks", "9.9.9", {"reg_tasks_broken": "reg_tasks_broken"})
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group="rlloom")}
+    registry = Registry(entry_points=[CORE, found["reg_tasks_broken"]])
+    with pytest.raises(UnknownPluginError) as info:
+        registry.get("reward_fn", "arithmetic")
+    assert str(info.value).endswith(
+        "It is provided by rlloom-tasks, which is installed but failed to load: ModuleNotFoundError: No module "
+        "named 'rlloom_no_such_dependency_xyz'")
+    assert "pip install" not in str(info.value)
+    other = Registry(entry_points=[CORE, broken])  # an unknown third party: its failure is listed
+    with pytest.raises(UnknownPluginError, match="Installed plugins that failed to load \\(one may provide it\\): "
+                                                 "\\? \\(entry point 'reg_tasks_broken'\\): ModuleNotFoundError"):
+        other.get("algorithm", "widget")
+    assert other.load_warnings() == [
+        "plugin ? (entry point 'reg_tasks_broken') failed to load and provides nothing: ModuleNotFoundError: No "
+        "module named 'rlloom_no_such_dependency_xyz'"]
 
 
 def test_rlloom_plugins_env_restricts_loading_but_core_always_loads(plugins, monkeypatch):

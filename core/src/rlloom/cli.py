@@ -26,9 +26,15 @@ RUN_FAILED = 1
 
 
 def plugin_rows() -> list[dict[str, str]]:
-    """One row per registered component, plus one per entry point that failed to load."""
+    """One row per registered component, one per entry point that failed to load, and one per
+    provider of a name several plugins register (none of them is used)."""
     rows = []
-    for status in get_registry().statuses:
+    registry = get_registry()
+    for (kind, name), providers in registry.conflicts.items():
+        for status in providers:
+            rows.append({"name": name, "kind": kind, "distribution": status.distribution, "version": status.version,
+                         "status": f"not used: {len(providers)} plugins register it"})
+    for status in registry.statuses:
         if status.status == "failed":
             rows.append({"name": status.entry_point, "kind": "?", "distribution": status.distribution,
                          "version": status.version, "status": f"failed: {status.error}"})
@@ -58,6 +64,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     resolved = compose_config(args.overrides)  # a config error is reported before torch loads
+    for line in get_registry().load_warnings():
+        print(f"rlloom: warning: {line} (rlloom plugins shows every plugin)", file=sys.stderr)
     if args.print_config:
         print(resolved.to_yaml())
         return 0

@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from rlloom.choices import DeviceError, check_device_name
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
-from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry, unknown_name_message
+from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
 from rlloom.suggest import did_you_mean
 
 
@@ -72,9 +72,7 @@ def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
         if key == "preset" and sep:
             preset = registry.presets.get(value)
             if preset is None:
-                raise ConfigError(
-                    f"preset={value}: no such preset. Installed presets: {', '.join(sorted(registry.presets)) or 'none'}."
-                )
+                raise ConfigError(registry.missing_message("preset", value))
             from_presets.extend(preset.overrides)
         else:
             own.append(override)
@@ -103,7 +101,7 @@ def _parse(overrides: list[str]) -> list[Any]:
         raise ConfigError(f"could not parse the overrides {overrides}: {first_line}") from None
 
 
-def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]) -> None:
+def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]], registry: Registry) -> None:
     """Every ``group=option`` override must name an installed option; sections cannot be removed."""
     for item in _parse(overrides):
         group = item.key_or_group
@@ -115,7 +113,7 @@ def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]
                 kind = GROUP_KIND.get(group)
                 installed = sorted(options[group])
                 if kind is not None:
-                    raise ConfigError(unknown_name_message(kind, str(value), installed))
+                    raise ConfigError(registry.missing_message(kind, str(value), installed))
                 raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}."
                                   + did_you_mean(str(value), installed))
 
@@ -157,7 +155,7 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     options = group_options(registry)
     own = list(overrides)
     overrides = expand_presets(own, registry)
-    check_group_choices(overrides, options)
+    check_group_choices(overrides, options, registry)
     choices = dict(DEFAULT_CHOICES)
     for item in _parse(overrides):
         if item.key_or_group in options and isinstance(item.value(), str):
@@ -166,7 +164,7 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     for group, choice in choices.items():
         if choice not in options.get(group, {}):
             kind = GROUP_KIND.get(group)
-            message = unknown_name_message(kind, choice, sorted(options.get(group, {}))) if kind else (
+            message = registry.missing_message(kind, choice, sorted(options.get(group, {}))) if kind else (
                 f"{group}={choice}: no such option.")
             raise ConfigError(f"the default {message}")
     _store(options)
@@ -270,7 +268,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     if registry is not None:
         for name in trainer.trackers:
             if name not in registry.components["tracker"]:
-                raise ConfigError(unknown_name_message("tracker", name, registry.choices("tracker")))
+                raise ConfigError(registry.missing_message("tracker", name))
     if mini and trainer.train_batch_size % mini:
         raise ConfigError(
             f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size="

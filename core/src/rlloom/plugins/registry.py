@@ -155,7 +155,9 @@ class Registry:
         self.presets: dict[str, Preset] = {}
         self.statuses: list[PluginStatus] = []
         # (kind, name) -> the plugin that registered it; kinds here also cover config groups and presets.
-        self._providers: dict[tuple[str, str], str] = {}
+        self._providers: dict[tuple[str, str], PluginStatus] = {}
+        # (kind, name) registered by more than one plugin -> those plugins; none of them provides it.
+        self.conflicts: dict[tuple[str, str], list[PluginStatus]] = {}
         if entry_points is None:
             entry_points = _selected_entry_points()
         for entry_point in entry_points:
@@ -187,9 +189,9 @@ class Registry:
     def register_plugin(self, plugin: Any, status: PluginStatus) -> None:
         """Call ``plugin``'s hook implementations, attributing what they register to ``status``.
 
-        Registration is all-or-nothing per plugin: if one of its hooks raises, or it registers a
-        name another plugin already registered (see :meth:`_claim`), nothing it registered is kept
-        and the error propagates to the caller.
+        If one of its hooks raises, nothing it registered is kept and the error propagates to the
+        caller. A name that another plugin (or this one, twice) also registers is kept by neither
+        (see :meth:`_claim`); the plugins' other names load as usual.
         """
         staged_components: list[Component] = []
         staged_configs: list[ConfigOption] = []
@@ -209,35 +211,45 @@ class Registry:
 
         self._call(plugin, "register_configs", register_config)
         self._call(plugin, "register_presets", register_preset)
-        self._claim(
-            [(component.kind, component.name) for component in staged_components]
-            + [(f"config group {option.group}", option.name) for option in staged_configs]
-            + [("preset", preset.name) for preset in staged_presets],
-            status,
-        )
         for component in staged_components:
-            self.components[component.kind][component.name] = component
-        status.components.extend(staged_components)
-        self.configs.extend(staged_configs)
-        self.presets.update({preset.name: preset for preset in staged_presets})
+            if self._claim((component.kind, component.name), status):
+                self.components[component.kind][component.name] = component
+                status.components.append(component)
+        for option in staged_configs:
+            if self._claim((f"config group {option.group}", option.name), status):
+                self.configs.append(option)
+        for preset in staged_presets:
+            if self._claim(("preset", preset.name), status):
+                self.presets[preset.name] = preset
 
-    def _claim(self, keys: list[tuple[str, str]], status: PluginStatus) -> None:
-        """Record ``status``'s plugin as the provider of every ``(kind, name)`` in ``keys``.
+    def _claim(self, key: tuple[str, str], status: PluginStatus) -> bool:
+        """Record ``status``'s plugin as the provider of ``key`` (``(kind, name)``); False when the
+        name is taken. A name is provided once per kind: when a second plugin (or the same one
+        again) registers it, the first registration is withdrawn too and the name is recorded in
+        :attr:`conflicts` with every provider, so that which code runs never depends on which
+        plugin loaded first. Providers are told apart by distribution *and* entry point, so
+        hand-built entry points (distribution "?") are checked too."""
+        if key in self.conflicts:
+            self.conflicts[key].append(status)
+            return False
+        owner = self._providers.pop(key, None)
+        if owner is None:
+            self._providers[key] = status
+            return True
+        self.conflicts[key] = [owner, status]
+        self._withdraw(key, owner)
+        return False
 
-        A name may be provided once per kind: if an earlier plugin (or this one, twice) provides
-        it, raise a ``ValueError`` naming both providers and record nothing. Providers are told
-        apart by distribution *and* entry point, so hand-built entry points (distribution "?")
-        are checked too.
-        """
-        provider = f"{status.distribution} (entry point {status.entry_point!r})"
-        claimed: dict[tuple[str, str], str] = {}
-        for key in keys:
-            owner = claimed.get(key) or self._providers.get(key)
-            if owner is not None:
-                kind, name = key
-                raise ValueError(f"{kind} {name!r} is registered more than once: by {owner} and by {provider}")
-            claimed[key] = provider
-        self._providers.update(claimed)
+    def _withdraw(self, key: tuple[str, str], owner: PluginStatus) -> None:
+        """Remove what ``owner`` registered under ``key`` (a component, a config option or a preset)."""
+        kind, name = key
+        if kind in self.components:
+            self.components[kind].pop(name, None)
+            owner.components[:] = [c for c in owner.components if (c.kind, c.name) != key]
+        elif kind == "preset":
+            self.presets.pop(name, None)
+        else:
+            self.configs[:] = [o for o in self.configs if (f"config group {o.group}", o.name) != key]
 
     def _call(self, plugin: Any, hook_name: str, register: Callable[..., Any]) -> None:
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
@@ -255,13 +267,54 @@ class Registry:
         try:
             return self.components[kind][name]
         except KeyError:
-            raise UnknownPluginError(unknown_name_message(kind, name, self.choices(kind))) from None
+            raise UnknownPluginError(self.missing_message(kind, name)) from None
 
     def build(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.get(kind, name).factory(*args, **kwargs)
 
     def failed(self) -> list[PluginStatus]:
         return [status for status in self.statuses if status.status == "failed"]
+
+    def missing_message(self, kind: str, name: str, installed: list[str] | None = None) -> str:
+        """Why ``name`` of ``kind`` (a registry kind or ``"preset"``) cannot be used, in one paragraph:
+        :func:`unknown_name_message` (``installed``: the valid choices, by default the registered
+        names), or that two plugins register it; and the installed plugins that failed to load
+        (one of them may be the provider)."""
+        if (kind, name) in self.conflicts:
+            providers = " and ".join(_provider(status) for status in self.conflicts[(kind, name)])
+            label = f"{KINDS[kind][1]}={name}" if KINDS.get(kind, (None, None))[1] else f"{kind} {name!r}"
+            return (f"{label}: {kind} {name!r} is registered by more than one installed plugin: {providers}. Neither "
+                    "is used, so that which code runs never depends on the order plugins load in; uninstall the "
+                    "one you do not want (pip uninstall <distribution>).")
+        if kind == "preset":
+            presets = sorted(self.presets)
+            message = (f"preset={name}: no such preset. Installed presets: {', '.join(presets) or 'none'}."
+                       + did_you_mean(name, presets))
+        else:
+            message = unknown_name_message(kind, name, self.choices(kind) if installed is None else installed)
+        package = KNOWN_PACKAGES.get((kind, name))
+        failed = self.failed()
+        provider = next((status for status in failed if status.distribution == package), None)
+        if provider is not None:
+            message = message.split(" It is provided by")[0]
+            return message + f" It is provided by {package}, which is installed but failed to load: {provider.error}"
+        if failed:
+            message += " Installed plugins that failed to load (one may provide it): " + "; ".join(
+                f"{_provider(status)}: {status.error}" for status in failed) + "."
+        return message
+
+    def load_warnings(self) -> list[str]:
+        """One line per installed plugin that failed to load and per name refused because several
+        plugins register it (``rlloom train`` prints them; ``rlloom plugins`` shows the details)."""
+        lines = [f"plugin {_provider(status)} failed to load and provides nothing: {status.error}"
+                 for status in self.failed()]
+        lines += [f"{kind} {name!r} is registered by {' and '.join(_provider(s) for s in providers)}: neither is used"
+                  for (kind, name), providers in self.conflicts.items()]
+        return lines
+
+
+def _provider(status: PluginStatus) -> str:
+    return f"{status.distribution} (entry point {status.entry_point!r})"
 
 
 def unknown_name_message(kind: str, name: str, installed: list[str]) -> str:
