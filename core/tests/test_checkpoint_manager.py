@@ -110,3 +110,43 @@ def test_sigkill_inside_a_save_never_leaves_a_complete_looking_partial(tmp_path,
     assert sorted(os.listdir(tmp_path / "checkpoints")) == listing
     assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_2\n"
     assert CheckpointManager(str(tmp_path)).latest().step == latest_step
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs mounted for the test (needs the right to mount: root, as on this project's machines)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def dcp_save(folder: str) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"weights": torch.zeros(1_000_000)}, checkpoint_id=os.path.join(folder, "actor"))
+
+
+def safetensors_save(folder: str) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"weights": torch.zeros(1_000_000)}, os.path.join(folder, "model.safetensors"))
+
+
+@pytest.mark.parametrize("write", [dcp_save, safetensors_save], ids=["dcp", "safetensors"])
+def test_a_library_filling_a_real_disk_is_a_checkpoint_error_and_leaves_nothing(small_tmpfs, write):
+    # DCP raises CheckpointException (a BaseException) and safetensors SafetensorError, neither an OSError.
+    manager = CheckpointManager(str(small_tmpfs))
+    previous = manager.save(1, write_files({"a.bin": 10}))
+    with pytest.raises(CheckpointError) as caught:
+        manager.save(2, write)
+    message = str(caught.value)
+    assert "global_step_2" in message and "the disk is full" in message, message
+    assert f"the previous checkpoint {previous.path!r} is intact" in message
+    assert sorted(os.listdir(small_tmpfs / "checkpoints")) == ["global_step_1", "latest"]
+    assert manager.latest() == previous and is_complete(previous.path)

@@ -43,6 +43,29 @@ _NAME = re.compile(rf"^{PREFIX}(\d+)$")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
+def disk_was_full(error: BaseException, folder: str) -> bool:
+    """Whether a failed write into ``folder`` ran out of space: an ``OSError`` with ENOSPC (or
+    EDQUOT, EFBIG) in the error's chain (its causes, and DCP's per-rank ``failures``), a message
+    saying so (safetensors reports "No space left on device (os error 28)"), or less than 1 MiB left
+    on the filesystem (torch's zip writer reports a full disk as "unexpected pos")."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            return True
+        if "No space left on device" in str(current):
+            return True
+        pending += [current.__cause__, current.__context__]
+        pending += [failure[0] for failure in getattr(current, "failures", {}).values()]
+    try:
+        return shutil.disk_usage(folder).free < 2**20
+    except OSError:
+        return False
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message names the folder and the cause."""
 
@@ -145,8 +168,11 @@ class CheckpointManager:
     def save(self, step: int, write: Callable[[str], None]) -> Checkpoint:
         """Write checkpoint ``step``: ``write(folder)`` fills a fresh temporary folder, then the
         manifest is written, every file fsynced, the folder renamed to ``global_step_<step>`` and
-        the ``latest`` pointer updated. On any ``OSError`` (disk full included) the temporary folder
-        is removed, earlier checkpoints are untouched and :class:`CheckpointError` says what failed."""
+        the ``latest`` pointer updated. When writing fails — an ``OSError`` (disk full included) or a
+        library's own error (DCP's ``CheckpointException``, a ``BaseException``; safetensors'
+        ``SafetensorError``) — the temporary folder is removed, earlier checkpoints are untouched and
+        :class:`CheckpointError` says what failed (and whether the disk was full, see
+        :func:`disk_was_full`). An interrupt (Ctrl-C) propagates as it is."""
         os.makedirs(self.root, exist_ok=True)
         for name in os.listdir(self.root):
             if name.endswith(".tmp"):
@@ -167,13 +193,18 @@ class CheckpointManager:
             fsync_path(self.root)
             _kill_point("before_latest", step)
             write_atomic(os.path.join(self.root, LATEST), f"{PREFIX}{step}\n".encode())
-        except OSError as error:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # noqa: BLE001 - DCP's CheckpointException derives from BaseException
+            full = disk_was_full(error, self.root)
             shutil.rmtree(tmp, ignore_errors=True)
             previous = self.latest()
             kept = (f"the previous checkpoint {previous.path!r} is intact" if previous
                     else "no earlier checkpoint exists")
-            cause = "the disk is full" if error.errno in _DISK_FULL else "a write failed"
-            raise CheckpointError(f"saving checkpoint {final!r} failed: {cause} ({error}); {kept}") from error
+            cause = "the disk is full" if full else "a write failed"
+            detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise CheckpointError(f"saving checkpoint {final!r} failed: {cause} ({type(error).__name__}: {detail}); "
+                                  f"{kept}") from error
         self._prune()
         return Checkpoint(final, step)
 
