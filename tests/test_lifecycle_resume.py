@@ -4,6 +4,7 @@ time/memory measurements) and the final weights must be bitwise equal on CPU wit
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -140,6 +141,24 @@ def test_a_longer_schedule_continues_from_the_last_checkpoint(tmp_path, cache_di
     rows = metric_rows(run_dir)
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4, 5, 6, 7]
     assert rows[:7] == metric_rows(reference)
+
+
+def test_killed_after_its_final_checkpoint_the_run_finishes_its_end(tmp_path, cache_dir, reference):
+    """Killed after the last checkpoint but before final_model/ and final_metrics.json: the re-run
+    writes both, with the last step's real metrics (not {}), and trains nothing more."""
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(reference, run_dir)
+    shutil.rmtree(os.path.join(run_dir, "final_model"))
+    os.remove(os.path.join(run_dir, "final_metrics.json"))
+    result = run(train_command(run_dir, cache_dir, TRACKERS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(run_dir, "final_metrics.json")) as ours, open(
+            os.path.join(reference, "final_metrics.json")) as theirs:
+        assert json.load(ours) == json.load(theirs) != {}
+    assert metric_rows(run_dir) == metric_rows(reference)
+    ours = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
+    theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
+    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
 
 
 # ------------------------------------------------------------------ what the reference run wrote

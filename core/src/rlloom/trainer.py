@@ -156,6 +156,7 @@ class Trainer:
         self.guard = NonFiniteGuard(self.cfg.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
+        self.last_metrics: dict[str, float] = {}  # the latest step's, saved with each checkpoint
         if resume_from is not None:
             self._restore(resume_from)
 
@@ -217,6 +218,7 @@ class Trainer:
             engine.load(os.path.join(checkpoint.path, role))
         state = read_trainer_state(checkpoint.path)
         self.step, self.draws = int(state["step"]), int(state["draws"])
+        self.last_metrics = state.get("metrics", {})  # checkpoints from before 2026-11-24 have none
         self.data.load_state(state["data"])
         self.guard.consecutive = int(state["nonfinite_in_a_row"])
         if state["algorithm"] is not None:
@@ -243,6 +245,7 @@ class Trainer:
                 "config": self.config,
                 "model_path": self.model_path,
                 "optimizer_steps": self.optimizer_steps,
+                "metrics": self.last_metrics,
             }
             torch.save(state, os.path.join(folder, TRAINER_STATE))
             with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
@@ -380,7 +383,7 @@ class Trainer:
         if self.step >= self.cfg.total_steps and os.path.isfile(final_path):
             with open(final_path, encoding="utf-8") as f:
                 return json.load(f)
-        final: dict[str, float] = {}
+        final = self.last_metrics  # a run resumed from its final checkpoint only has its end left
         if self.cfg.val_before_train and self.step == 0:
             self.log(self.validate(), self.step)
         while self.step < self.cfg.total_steps:
@@ -403,9 +406,9 @@ class Trainer:
             self.guard.check(self.step, metrics)
             if self.cfg.dump_rollouts and ctx.last_batch is not None:
                 dump_rollouts(ctx.last_batch, self.cfg.dump_rollouts, self.run_dir, self.step)
+            self.last_metrics = final = metrics
             if is_last or (self.cfg.save_freq and self.step % self.cfg.save_freq == 0):
                 self.save_checkpoint()
-            final = metrics
         if self.cfg.save_final_model:
             save_hf_folder(self.roles.actor.named_weights(), self.model_path, os.path.join(self.run_dir, "final_model"))
         with open(final_path, "w", encoding="utf-8") as f:
