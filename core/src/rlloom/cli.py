@@ -4,8 +4,9 @@ metrics, ``export`` a checkpoint as a Hugging Face folder, and the commands plug
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
 cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
-the traceback of an engine that cannot start). A run that stops itself (too many non-finite steps) or cannot write a
-checkpoint prints why and exits with status 1.
+the traceback of an engine that cannot start). A run that stops itself (too many non-finite steps) or
+cannot write a checkpoint prints why and exits with status 1; a role whose worker fails mid-run (raises,
+dies, stops answering) is named in one paragraph, exit status 3.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import sys
 
 from rlloom.checkpoint import CheckpointError
 from rlloom.config import ConfigError, compose_config
-from rlloom.controller.local import RoleStartError
+from rlloom.controller.local import RoleFailedError, RoleStartError
 from rlloom.guards import TrainingAborted
 from rlloom.plugins.registry import KINDS, KNOWN_PACKAGES, UnknownPluginError, get_registry
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
+ROLE_FAILED = 3
 
 
 def plugin_rows() -> list[dict[str, str]]:
@@ -154,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownPluginError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except RoleFailedError as error:
+        if os.environ.get("RLLOOM_DEBUG"):
+            raise
+        print(f"rlloom: error: {error.summary()} (set RLLOOM_DEBUG=1 for the worker's traceback)", file=sys.stderr)
+        return ROLE_FAILED
     except (TrainingAborted, CheckpointError, FileNotFoundError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return RUN_FAILED

@@ -6,7 +6,10 @@ Faults are injected with the worker's documented seam ``RLLOOM_RAY_FAULT``."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from ray_test_helpers import cpus_freed, run_tiny
@@ -39,3 +42,21 @@ def test_a_hung_worker_times_out(cluster, tmp_path, monkeypatch):
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.call_timeout_s=15")
     assert time.monotonic() - start < 60
     assert cpus_freed(4)  # the hung worker was killed, not waited for
+
+
+@pytest.mark.slow
+def test_the_command_line_names_the_failed_worker_in_one_paragraph(tmp_path):
+    # The real console script with its own Ray cluster: no traceback, exit status 3.
+    rlloom = Path(sys.executable).parent / "rlloom"
+    env = {**os.environ, "RLLOOM_RAY_FAULT": "actor:train_step:2:raise", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RLLOOM_DEBUG", None)
+    result = subprocess.run([str(rlloom), "train", "preset=tiny", "launcher=ray", "launcher.num_cpus=2",
+                             "trainer.total_steps=3", "trainer.trackers=[jsonl]", f"trainer.run_dir={tmp_path / 'run'}",
+                             f"model.cache_dir={tmp_path / 'cache'}"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert result.stderr.endswith(
+        "rlloom: error: Ray worker for role 'actor' rank 0 raised during train_step(): RuntimeError: RLLOOM_RAY_FAULT: "
+        "injected failure in actor.train_step call 2 (set RLLOOM_DEBUG=1 for the worker's traceback)\n"), \
+        result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

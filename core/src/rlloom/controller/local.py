@@ -58,6 +58,17 @@ class RoleStartError(RuntimeError):
         )
 
 
+class RoleFailedError(RuntimeError):
+    """A role failed while the run was going: its worker raised, died or stopped answering.
+    Launchers that run roles elsewhere raise a subclass (``rlloom_ray.WorkerError``); the command
+    line prints :meth:`summary` and exits with its own status (3)."""
+
+    def summary(self) -> str:
+        """One paragraph for the user: which role failed and the error's last line."""
+        lines = [line.strip() for line in str(self).strip().splitlines() if line.strip()]
+        return lines[0] if len(lines) < 2 else f"{lines[0]} {lines[-1]}"
+
+
 @dataclass
 class LocalLauncherConfig:
     """``num_threads``: torch intra-op threads for this process (0: ``OMP_NUM_THREADS`` when set, else

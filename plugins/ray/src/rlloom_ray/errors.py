@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rlloom.controller.local import RoleFailedError
 
-class WorkerError(RuntimeError):
+
+class WorkerError(RoleFailedError):
     """A worker call failed: it raised, its process died, or it did not answer in time.
 
     The message names the role, the rank in its pool, the method, and carries the remote traceback
