@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import textwrap
 
 import pytest
@@ -154,3 +155,22 @@ def test_algorithm_state_survives_a_kill_and_resume(tmp_path, plugin_env):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     counts = [(row["step"], row["algo/steps_taken"]) for row in metric_rows(run_dir)]
     assert counts == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]  # a fresh algorithm would restart at 1
+
+
+def test_a_full_disk_under_metrics_jsonl_stops_the_run_with_one_paragraph(tmp_path):
+    # A 12 KiB tmpfs holds config.yaml and a few rows of metrics.jsonl; then the record cannot grow.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        result = run([str(RLLOOM), "train", "preset=tiny", f"trainer.run_dir={disk / 'run'}", "trainer.total_steps=30",
+                      "trainer.trackers=[jsonl]", f"model.cache_dir={tmp_path / 'cache'}"], env=run_env())
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert result.returncode == 1, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlloom: error: tracker JsonlTracker could not record step "), result.stderr[-2000:]
+    assert "No space left on device" in last and f"re-run with trainer.run_dir={disk / 'run'}" in last
+    assert "Traceback" not in result.stderr

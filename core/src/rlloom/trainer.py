@@ -34,7 +34,7 @@ from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
 from rlloom.export import save_hf_folder
-from rlloom.guards import NonFiniteGuard
+from rlloom.guards import NonFiniteGuard, TrainingAborted
 from rlloom.plugins.registry import Registry, get_registry
 from rlloom.protocols import StatefulAlgorithm
 from rlloom.run_state import config_changes, rng_state, set_rng_state
@@ -329,13 +329,25 @@ class Trainer:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
-        every tracker; a tracker that raises is dropped with a warning."""
+        every tracker. A tracker that cannot write its files (an ``OSError``: a full disk) stops the run
+        with :class:`~rlloom.guards.TrainingAborted` — losing the run's record silently is worse; the
+        last checkpoint is where a re-run resumes. A tracker failing otherwise (a service that is
+        down) is dropped with a warning."""
         metrics["training/wall_clock_s"] = time.perf_counter() - self.started
         metrics.update(self._resume_metrics)
         self._resume_metrics = {}
         for tracker in list(self.trackers):
             try:
                 tracker.log(metrics, step)
+            except OSError as error:
+                latest = self.checkpoints.latest()
+                raise TrainingAborted(
+                    f"tracker {type(tracker).__name__} could not record step {step} ({error}); the run stops rather "
+                    f"than lose its record. Free space in {self.run_dir} and re-run with "
+                    f"trainer.run_dir={self.run_dir}: "
+                    + (f"it resumes from {latest.path} (step {latest.step})." if latest
+                       else "it starts over (no checkpoint yet).")
+                ) from error
             except Exception as error:  # noqa: BLE001 - a tracker must never kill the run
                 warnings.warn(f"tracker {type(tracker).__name__} failed and is disabled: {error}", stacklevel=2)
                 self.trackers.remove(tracker)
@@ -416,9 +428,16 @@ class Trainer:
         return final
 
     def close(self) -> None:
-        for tracker in self.trackers:
-            tracker.close()
-        self.launcher.shutdown()
+        """Close the trackers (one that fails — a full disk — is reported, not raised, so that the
+        error that ended the run stays the one the user sees) and shut the launcher down."""
+        try:
+            for tracker in self.trackers:
+                try:
+                    tracker.close()
+                except Exception as error:  # noqa: BLE001 - see the docstring
+                    warnings.warn(f"tracker {type(tracker).__name__} failed to close: {error}", stacklevel=2)
+        finally:
+            self.launcher.shutdown()
 
 
 def run_training(overrides: list[str]) -> dict[str, float]:
