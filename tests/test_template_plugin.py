@@ -60,6 +60,11 @@ def test_installed_template_options_compose(installed_template):
     cfg = OmegaConf.create(result.stdout)
     assert OmegaConf.to_container(cfg.algorithm) == {"n": 4}  # ToyReinforceConfig: toy_reinforce was selected
     assert OmegaConf.to_container(cfg.reward) == {"max_chars": 5}  # ToyLengthRewardConfig, overridden
+    # the run records which third-party options it chose, and where they came from
+    assert (cfg.choices.algorithm, cfg.choices.reward) == ("toy_reinforce", "toy_length")
+    for group in ("algorithm", "reward"):
+        assert OmegaConf.to_container(cfg.provenance.plugins[group]) == {
+            "distribution": "rlloom-plugin-template", "version": "0.1.0"}
 
 
 @pytest.fixture

@@ -156,7 +156,9 @@ def test_defaults_compose(registry):
     assert type(sections["algorithm"]).__name__ == "GrpoConfig"
     assert (sections["algorithm"].n, sections["algorithm"].ppo_mini_batch_size) == (4, 2)
     assert sections["train_engine"].lr == 1e-6 and sections["model"].path is None
-    assert sections["trainer"] == TrainerConfig()  # the core's defaults, field by field
+    # the core's defaults, field by field; the run is named after its algorithm, data and model
+    assert sections["trainer"] == TrainerConfig(run_name="grpo-arithmetic-smollm2-135m")
+    assert resolved.cfg.trainer.run_name == "grpo-arithmetic-smollm2-135m"
     assert sections["trainer"].trackers == ["console", "jsonl"]
     assert sections["sampling"] == SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=16)
     assert "defaults" not in resolved.cfg

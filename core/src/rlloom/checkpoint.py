@@ -40,7 +40,7 @@ MANIFEST = "manifest.json"
 LATEST = "latest"
 KILL_ENV = "RLLOOM_TEST_KILL_AT"
 _NAME = re.compile(rf"^{PREFIX}(\d+)$")
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def disk_was_full(error: BaseException, folder: str) -> bool:
@@ -54,7 +54,7 @@ def disk_was_full(error: BaseException, folder: str) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
             return True
         if "No space left on device" in str(current):
             return True

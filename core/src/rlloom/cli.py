@@ -1,12 +1,14 @@
 """``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, ``plot`` a run's
-metrics, ``export`` a checkpoint as a Hugging Face folder, and the commands plugins register
-(``rlloom serve`` from rlloom-server).
+metrics, ``export`` a checkpoint as a Hugging Face folder, ``eval``/``generate``/``chat`` with a trained model
+(:mod:`rlloom.commands`), and the commands plugins register (``rlloom serve`` from rlloom-server).
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
 cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
 the traceback of an engine that cannot start). A run that stops itself (too many non-finite steps) or
 cannot write a checkpoint prints why and exits with status 1; a role whose worker fails mid-run (raises,
-dies, stops answering) is named in one paragraph, exit status 3.
+dies, stops answering) is named in one paragraph, exit status 3. Ctrl-C ends any command with status 130 and
+one line, no traceback (for ``train``: the step, the last checkpoint and the command that resumes,
+:mod:`rlloom.interrupt`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import os
 import sys
 
 from rlloom.checkpoint import CheckpointError
-from rlloom.config import ConfigError, compose_config
+from rlloom.commands import chat, evaluate, generate
+from rlloom.config import ConfigError
+from rlloom.config.files import compose_with_file
+from rlloom.config.record import record_yaml
 from rlloom.controller.local import RoleFailedError, RoleStartError
 from rlloom.guards import TrainingAborted
+from rlloom.interrupt import INTERRUPTED, interrupt_message
 from rlloom.plugins.registry import KINDS, KNOWN_PACKAGES, UnknownPluginError, get_registry
 
 USAGE_ERROR = 2
@@ -65,15 +71,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    resolved = compose_config(args.overrides)  # a config error is reported before torch loads
+    resolved = compose_with_file(args.config, args.overrides)  # a config error is reported before torch loads
     for line in get_registry().load_warnings():
         print(f"rlloom: warning: {line} (rlloom plugins shows every plugin)", file=sys.stderr)
     if args.print_config:
-        print(resolved.to_yaml())
+        print(record_yaml(resolved, get_registry()))
         return 0
     from rlloom.trainer import fit_run
 
-    metrics = fit_run(resolved)
+    try:
+        metrics = fit_run(resolved)
+    except KeyboardInterrupt as interrupt:
+        command = ["rlloom", "train", *(["--config", args.config] if args.config else []), *args.overrides]
+        print(interrupt_message(resolved, getattr(interrupt, "step", None), command), file=sys.stderr)
+        return INTERRUPTED
     summary = {k: v for k, v in metrics.items() if k.startswith("val-") or k == "critic/score/mean"}
     print(json.dumps(summary, indent=1, sort_keys=True))
     return 0
@@ -82,20 +93,44 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from rlloom.plot import plot_run
 
-    for path in plot_run(args.run_dir, args.out):
+    for path in plot_run(args.run_dirs, args.out, args.metrics):
         print(path)
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from rlloom.commands.targets import resolve_target
+    from rlloom.controller.local import quiet_transformers
     from rlloom.export import export_checkpoint
 
-    print(export_checkpoint(args.checkpoint, args.out))
+    target = resolve_target(args.checkpoint)
+    if target.checkpoint is None:
+        raise ConfigError(f"{args.checkpoint!r} is already a Hugging Face model folder; export takes a run folder or "
+                          f"a checkpoint")
+    quiet_transformers()
+    out = export_checkpoint(target.checkpoint, args.out or os.path.join(target.run_dir, "export"))
+    print(f"rlloom: wrote the policy of {target.checkpoint} (step {target.step}) to {out}, a Hugging Face folder "
+          f"for AutoModelForCausalLM.from_pretrained", file=sys.stderr)
+    print(out)
     return 0
+
+
+class PrintVersion(argparse.Action):
+    """``--version``: print :func:`rlloom.provenance.version_text` and exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of rlloom and its installed plugins")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from rlloom.provenance import version_text
+
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom", description="RL post-training for language models.")
+    parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train",
@@ -105,23 +140,32 @@ def build_parser() -> argparse.ArgumentParser:
         "(trainer.total_steps=20, algorithm.n=8, sampling.max_new_tokens=16).",
     )
     train.add_argument("overrides", nargs="*", help="Hydra overrides")
-    train.add_argument("--print-config", action="store_true", help="print the composed config and exit")
+    train.add_argument("--config", metavar="FILE", help="a YAML of group choices and keys (choices: {algorithm: grpo}, "
+                       "trainer: {total_steps: 30}; a run's own config.yaml is one); the overrides win")
+    train.add_argument("--print-config", action="store_true",
+                       help="print the composed config (with its choices and plugin versions) and exit")
     train.set_defaults(func=cmd_train)
     plugins = sub.add_parser("plugins", help="list installed plugins")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=cmd_plugins)
-    plot = sub.add_parser("plot", help="write PNG charts of a run's metrics",
+    plot = sub.add_parser("plot", help="write PNG charts of runs' metrics",
                           description="Charts of RUN_DIR/metrics.jsonl: reward, validation accuracy, KL, entropy, "
-                          "response length, step-time breakdown.")
-    plot.add_argument("run_dir", metavar="RUN_DIR")
-    plot.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
+                          "response length, step-time breakdown (metrics that never change are left out); "
+                          "several runs are overlaid.")
+    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    plot.add_argument("--out", help="output folder (default: RUN_DIR/plots; required for several runs)")
+    plot.add_argument("--metrics", nargs="+", metavar="PATTERN",
+                      help="one chart per metric name pattern instead (actor/kl_loss 'reward/*')")
     plot.set_defaults(func=cmd_plot)
     export = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face folder",
-                            description="Export the actor of RUN_DIR/checkpoints/global_step_<N> for "
-                            "AutoModelForCausalLM.from_pretrained.")
-    export.add_argument("checkpoint", metavar="CHECKPOINT")
-    export.add_argument("--out", help="output folder (default: CHECKPOINT/huggingface)")
+                            description="Export the actor of a checkpoint for AutoModelForCausalLM.from_pretrained: "
+                            "RUN_DIR (its latest checkpoint), RUN_DIR/checkpoints/latest or "
+                            "RUN_DIR/checkpoints/global_step_<N>.")
+    export.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT")
+    export.add_argument("--out", help="output folder (default: RUN_DIR/export)")
     export.set_defaults(func=cmd_export)
+    for module in (evaluate, generate, chat):
+        module.add_parser(sub)
     for name, component in sorted(get_registry().components["command"].items()):
         doc = (component.factory.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None)
@@ -164,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingAborted, CheckpointError, FileNotFoundError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return RUN_FAILED
+    except KeyboardInterrupt:  # rlloom train says more (interrupt_message)
+        print("rlloom: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

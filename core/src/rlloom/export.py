@@ -32,9 +32,9 @@ def save_hf_folder(named_weights: Iterable[tuple[str, torch.Tensor]], base_model
     return out_dir
 
 
-def export_checkpoint(checkpoint_dir: str, out_dir: str | None = None) -> str:
+def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
     """Write the actor of the complete run checkpoint ``checkpoint_dir`` (``.../global_step_<N>``)
-    as a Hugging Face folder (default ``<checkpoint_dir>/huggingface``); returns its path.
+    as the Hugging Face folder ``out_dir``; returns its path.
 
     The checkpoint is loaded into a fresh train engine of the kind that wrote it (its saved
     ``train_engine`` choice and config), in this one process, whose full weights are then saved
@@ -63,7 +63,6 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str | None = None) -> str:
     engine = component.factory(cfg, spec)
     try:
         engine.load(os.path.join(checkpoint_dir, "actor"))
-        out_dir = out_dir or os.path.join(checkpoint_dir, "huggingface")
         return save_hf_folder(engine.named_weights(), model_path, out_dir)
     finally:
         engine.close()

@@ -1,7 +1,10 @@
-"""``rlloom plot RUN_DIR``: PNG charts of a run's ``metrics.jsonl``.
+"""``rlloom plot RUN_DIR [RUN_DIR ...]``: PNG charts of runs' ``metrics.jsonl``.
 
-One chart per topic; a chart plots every metric of its topic that the run logged (by name pattern),
-against the step. Charts with no data are not written.
+One chart per topic (or, with ``metrics``, one per given name pattern); a chart plots every metric of
+its topic that the runs logged (by name pattern) against the step, the runs overlaid. A metric that
+never changes (a KL of 0 when KL is off) is left out, and a chart left with no data is not written.
+The y axis spans at least :data:`MIN_SPAN` of the values' magnitude and is never offset, so a small
+wiggle looks small.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ CHARTS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
     "step_time": ("Step time breakdown", "seconds", ("timing_s/*",), True),
 }
 EXCLUDED_FROM_STACK = ("timing_s/step", "timing_s/validation")
+MIN_SPAN = 0.2
+"""The y axis of a line chart spans at least this fraction of the largest absolute value plotted."""
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -49,25 +54,62 @@ def series(rows: list[dict], patterns: tuple[str, ...]) -> dict[str, tuple[list[
     return found
 
 
-def plot_run(run_dir: str, out_dir: str | None = None) -> list[str]:
-    """Write the charts of ``run_dir`` into ``out_dir`` (default ``<run_dir>/plots``); returns the
-    paths written."""
+def varies(points: tuple[list[int], list[float]]) -> bool:
+    """Whether a metric's values change (a metric logged once counts as varying)."""
+    values = points[1]
+    return len(values) == 1 or min(values) != max(values)
+
+
+def chart_data(runs: dict[str, list[dict]], patterns: tuple[str, ...], stacked: bool
+               ) -> dict[str, tuple[list[int], list[float]]]:
+    """Legend label → (steps, values) of the metrics matching ``patterns`` in each run (labels carry the run's
+    name when there are several runs); constant metrics are left out of line charts."""
+    data = {}
+    for run, rows in runs.items():
+        if stacked:  # training steps only: step 0 holds the initial validation alone
+            found = series([row for row in rows if row["step"] > 0], patterns)
+            found = {name: points for name, points in found.items() if name not in EXCLUDED_FROM_STACK}
+        else:
+            found = {name: points for name, points in series(rows, patterns).items() if varies(points)}
+        data.update({(f"{run}: {name}" if len(runs) > 1 else name): points for name, points in found.items()})
+    return data
+
+
+def widen(axes) -> None:
+    """Make the y axis span at least :data:`MIN_SPAN` of the largest absolute value shown."""
+    low, high = axes.get_ylim()
+    span = MIN_SPAN * max(abs(low), abs(high))
+    if high - low < span:
+        middle = (low + high) / 2
+        axes.set_ylim(middle - span / 2, middle + span / 2)
+
+
+def plot_run(run_dirs: str | list[str], out_dir: str | None = None, metrics: list[str] | None = None) -> list[str]:
+    """Write the charts of the runs ``run_dirs`` (one folder or several, overlaid) into ``out_dir``
+    (default ``<run_dir>/plots`` for one run; required for several); returns the paths written.
+    ``metrics``: name patterns (``actor/kl_loss``, ``reward/*``), one chart each, instead of the topics."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    rows = read_metrics(run_dir)
-    out_dir = out_dir or os.path.join(run_dir, "plots")
+    run_dirs = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
+    if out_dir is None and len(run_dirs) > 1:
+        from rlloom.config import ConfigError
+
+        raise ConfigError(f"{len(run_dirs)} runs are plotted together into one folder: name it with --out")
+    names = [os.path.basename(os.path.normpath(run)) for run in run_dirs]
+    runs = {name if names.count(name) == 1 else run: read_metrics(run) for name, run in zip(names, run_dirs)}
+    out_dir = out_dir or os.path.join(run_dirs[0], "plots")
     os.makedirs(out_dir, exist_ok=True)
+    charts = CHARTS if not metrics else {
+        pattern.replace("/", "_").replace("*", "all"): (pattern, "value", (pattern,), False) for pattern in metrics}
     written = []
-    for stem, (title, ylabel, patterns, stacked) in CHARTS.items():
-        if stacked:  # training steps only: step 0 holds the initial validation alone
-            data = series([row for row in rows if row["step"] > 0], patterns)
-            data = {name: points for name, points in data.items() if name not in EXCLUDED_FROM_STACK}
-        else:
-            data = series(rows, patterns)
+    for stem, (title, ylabel, patterns, stacked) in charts.items():
+        if stacked and len(runs) > 1:  # several runs: their step times, not their stages stacked on each other
+            stacked, patterns = False, ("timing_s/step",)
+        data = chart_data(runs, patterns, stacked)
         if not data:
             continue
         figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
@@ -76,6 +118,8 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> list[str]:
         else:
             for name, (steps, values) in sorted(data.items()):
                 axes.plot(steps, values, marker="o", markersize=3, label=name)
+            axes.ticklabel_format(axis="y", useOffset=False)
+            widen(axes)
         axes.set(title=title, xlabel="step", ylabel=ylabel)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(alpha=0.3)

@@ -25,19 +25,29 @@ from omegaconf import OmegaConf
 
 from rlloom.batch import Batch
 from rlloom.checkpoint import (
-    RESUME_MARKER, TRAINER_STATE, Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state,
+    DISK_FULL_ERRNOS,
+    RESUME_MARKER,
+    TRAINER_STATE,
+    Checkpoint,
+    CheckpointError,
+    CheckpointManager,
+    read_trainer_state,
 )
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
-from rlloom.config.schema import NO_COST
+from rlloom.config.record import record_yaml
 from rlloom.controller.local import RoleSpec, RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
 from rlloom.export import save_hf_folder
 from rlloom.guards import NonFiniteGuard, TrainingAborted
+from rlloom.interrupt import RunInterrupted
 from rlloom.plugins.registry import Registry, get_registry
+from rlloom.progress import phase
 from rlloom.protocols import StatefulAlgorithm
-from rlloom.run_state import config_changes, rng_state, set_rng_state
+from rlloom.resume import FINAL_METRICS, finished_run, resume_target
+from rlloom.run_name import run_dir_of
+from rlloom.run_state import rng_state, set_rng_state
 from rlloom.types import EngineSpec, SamplingParams
 
 
@@ -62,10 +72,6 @@ def check_prompt_counts(train: int, train_kept: int, val_kept: int, cfg: Any) ->
         )
 
 
-def default_run_dir() -> str:
-    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
-
-
 def validation_metrics(batch: Batch, k: int, prefix: str = "val-core") -> dict[str, float]:
     """Per data source: ``acc/mean@k`` (mean score of all samples) and ``acc/best@k`` (mean over
     prompts of the best of the k scores, pass@k for 0/1 rewards). Rows are interleaved by prompt."""
@@ -78,6 +84,14 @@ def validation_metrics(batch: Batch, k: int, prefix: str = "val-core") -> dict[s
         if k > 1:
             metrics[f"val-aux/{source}/acc/best@{k}"] = float(scores[rows].max(dim=1).values.mean())
     return metrics
+
+
+def sampling_params(sampling_cfg: Any) -> SamplingParams:
+    """The rollout's :class:`SamplingParams` for the ``sampling`` config section (n=1, no seed)."""
+    return SamplingParams(
+        temperature=sampling_cfg.temperature, top_p=sampling_cfg.top_p, top_k=sampling_cfg.top_k,
+        max_new_tokens=sampling_cfg.max_new_tokens, ignore_eos=sampling_cfg.ignore_eos,
+    )
 
 
 def peak_rss_gb() -> float:
@@ -96,16 +110,16 @@ class Trainer:
         sections, choices = resolved.sections, resolved.choices
         self.cfg = sections["trainer"]
         seed_everything(self.cfg.seed)
-        self.run_dir = self.cfg.run_dir or default_run_dir()
+        self.run_dir = run_dir_of(self.cfg)
         self.config = OmegaConf.to_container(resolved.cfg, resolve=True)
         for key in ("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"):
             if getattr(self.cfg, key) < 0:
                 raise ConfigError(f"trainer.{key}={getattr(self.cfg, key)}: must be >= 0.")
         self.checkpoints = CheckpointManager(self.run_dir, self.cfg.keep_last_n)
-        resume_from = self._resume_target()
+        resume_from = resume_target(resolved, self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as f:
-            f.write(resolved.to_yaml())
+            f.write(record_yaml(resolved, registry))
 
         self.algorithm = registry.build("algorithm", choices["algorithm"], sections["algorithm"])
         try:
@@ -129,7 +143,8 @@ class Trainer:
             raise RoleStartError("data", f"data={choices['data']}", error) from error
         quiet_transformers()
         try:
-            self.model_path = registry.build("model", choices["model"], sections["model"])
+            with phase(f"preparing model={choices['model']}"):
+                self.model_path = registry.build("model", choices["model"], sections["model"])
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("model", f"model={choices['model']}", error) from error
         self._check_model_fits_engines()
@@ -147,12 +162,9 @@ class Trainer:
         check_prompt_counts(len(dataset.train), len(train_records), len(self.val_records), self.cfg)
         self.data = PromptIterator(train_records, self.cfg.train_batch_size, self.cfg.seed)
 
-        sampling_cfg = sections["sampling"]
-        self.sampling = SamplingParams(
-            temperature=sampling_cfg.temperature, top_p=sampling_cfg.top_p, top_k=sampling_cfg.top_k,
-            max_new_tokens=sampling_cfg.max_new_tokens, ignore_eos=sampling_cfg.ignore_eos,
-        )
-        self.roles = self._start_roles()
+        self.sampling = sampling_params(sections["sampling"])
+        with phase("starting the engines"):
+            self.roles = self._start_roles()
         self.guard = NonFiniteGuard(self.cfg.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
@@ -179,39 +191,6 @@ class Trainer:
                 raise ConfigError(message if message.startswith(choice) else f"{choice}: {message}") from None
 
     # ------------------------------------------------------------------------------ checkpoints
-    def _resume_target(self) -> Checkpoint | None:
-        """The checkpoint ``trainer.resume`` points at (checked against the current config), or None."""
-        mode = self.cfg.resume
-        if mode == "never":
-            existing = self.checkpoints.latest()
-            if existing is not None:
-                raise ConfigError(
-                    f"trainer.resume=never but trainer.run_dir={self.run_dir} already holds checkpoints "
-                    f"({existing.path}); use trainer.resume=auto to continue that run or choose a new trainer.run_dir."
-                )
-            return None
-        if mode == "auto":
-            target = self.checkpoints.latest()
-        else:
-            try:
-                target = Checkpoint(mode, read_step(mode))
-            except CheckpointError as error:
-                raise ConfigError(
-                    f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder."
-                ) from None
-        if target is not None:
-            saved = read_trainer_state(target.path)
-            # checkpoints from before the cost group existed ran without a cost
-            changes = config_changes({"choices": {"cost": NO_COST, **saved["choices"]}, **saved["config"]},
-                                     {"choices": self.resolved.choices, **self.config})
-            if changes:
-                raise ConfigError(
-                    f"trainer.resume={mode}: the checkpoint {target.path} was written with a different config and "
-                    f"these settings cannot change when resuming: {'; '.join(changes)}. Restore them, or start a "
-                    f"new run in another trainer.run_dir."
-                )
-        return target
-
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Load engines, counters, data position, algorithm and RNG states; re-sync rollout weights."""
         for role, engine in self.roles.trained().items():
@@ -249,7 +228,7 @@ class Trainer:
             }
             torch.save(state, os.path.join(folder, TRAINER_STATE))
             with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
-                f.write(self.resolved.to_yaml())
+                f.write(record_yaml(self.resolved, self.registry))
 
         return self.checkpoints.save(self.step, write)
 
@@ -329,28 +308,32 @@ class Trainer:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
-        every tracker. A tracker that cannot write its files (an ``OSError``: a full disk) stops the run
-        with :class:`~rlloom.guards.TrainingAborted` — losing the run's record silently is worse; the
-        last checkpoint is where a re-run resumes. A tracker failing otherwise (a service that is
-        down) is dropped with a warning."""
+        every tracker. A tracker that cannot write its files (an ``OSError`` whose errno is in
+        :data:`DISK_FULL_ERRNOS`: a full disk, a quota, a file too large) stops the run with
+        :class:`~rlloom.guards.TrainingAborted` — losing the run's record silently is worse; the last
+        checkpoint is where a re-run resumes. A tracker failing otherwise (a service that is down, a
+        ``ConnectionError``) is dropped with a warning."""
         metrics["training/wall_clock_s"] = time.perf_counter() - self.started
         metrics.update(self._resume_metrics)
         self._resume_metrics = {}
         for tracker in list(self.trackers):
             try:
                 tracker.log(metrics, step)
-            except OSError as error:
-                latest = self.checkpoints.latest()
-                raise TrainingAborted(
-                    f"tracker {type(tracker).__name__} could not record step {step} ({error}); the run stops rather "
-                    f"than lose its record. Free space in {self.run_dir} and re-run with "
-                    f"trainer.run_dir={self.run_dir}: "
-                    + (f"it resumes from {latest.path} (step {latest.step})." if latest
-                       else "it starts over (no checkpoint yet).")
-                ) from error
-            except Exception as error:  # noqa: BLE001 - a tracker must never kill the run
+            except Exception as error:  # noqa: BLE001 - a tracker must never kill the run, bar a full disk
+                if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+                    raise self._record_lost(tracker, step, error) from error
                 warnings.warn(f"tracker {type(tracker).__name__} failed and is disabled: {error}", stacklevel=2)
                 self.trackers.remove(tracker)
+
+    def _record_lost(self, tracker, step: int, error: OSError) -> TrainingAborted:
+        latest = self.checkpoints.latest()
+        return TrainingAborted(
+            f"tracker {type(tracker).__name__} could not record step {step} ({error}); the run stops rather "
+            f"than lose its record. Free space in {self.run_dir} and re-run with "
+            f"trainer.run_dir={self.run_dir}: "
+            + (f"it resumes from {latest.path} (step {latest.step})." if latest
+               else "it starts over (no checkpoint yet).")
+        )
 
     def context(self, training: bool = False) -> StepContext:
         """The controller API for one step; ``training`` contexts can draw more training prompts."""
@@ -372,7 +355,7 @@ class Trainer:
         """Sampled (``val_n`` per prompt, ``val_temperature``) and greedy accuracy on the val split."""
         ctx = self.context()
         prompts = self.encode(self.val_records, f"val{self.step}")
-        with ctx.timed("validation"):
+        with ctx.timed("validation"), phase(f"validating {len(prompts)} prompts"):
             sampling = dataclasses.replace(self.sampling, temperature=self.cfg.val_temperature)
             sampled = ctx.score(ctx.generate(prompts, self.cfg.val_n, sampling, stage="validation_gen"))
             metrics = validation_metrics(sampled, self.cfg.val_n)
@@ -391,7 +374,7 @@ class Trainer:
         step's metrics with the final validation. Checkpoints every ``trainer.save_freq`` steps and
         after the last; stops with :class:`~rlloom.guards.TrainingAborted` after
         ``trainer.max_nonfinite_steps`` non-finite steps in a row."""
-        final_path = os.path.join(self.run_dir, "final_metrics.json")
+        final_path = os.path.join(self.run_dir, FINAL_METRICS)
         if self.step >= self.cfg.total_steps and os.path.isfile(final_path):
             with open(final_path, encoding="utf-8") as f:
                 return json.load(f)
@@ -446,9 +429,16 @@ def run_training(overrides: list[str]) -> dict[str, float]:
 
 
 def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
-    """Run the validated config ``resolved`` to its end; return the final metrics."""
+    """Run the validated config ``resolved`` to its end; return the final metrics (those of the run's
+    folder, building nothing, when that run has already finished: :func:`rlloom.resume.finished_run`).
+    Ctrl-C during the run closes it and raises :class:`~rlloom.interrupt.RunInterrupted` (the step it was in)."""
+    finished = finished_run(resolved)
+    if finished is not None:
+        return finished
     trainer = Trainer(resolved)
     try:
         return trainer.fit()
+    except KeyboardInterrupt:
+        raise RunInterrupted(trainer.step) from None
     finally:
         trainer.close()

@@ -192,6 +192,9 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
         except (ValueError, TypeError, OmegaConfBaseException) as error:
             raise ConfigError(f"{group}={choices[group]}: {error}") from None
     sections["sampling"] = OmegaConf.to_object(cfg.sampling)
+    from rlloom.run_name import name_run  # imports this module's ConfigError
+
+    name_run(cfg, sections, choices)
     resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)
     check_consistency(resolved, registry)
     OmegaConf.set_readonly(cfg, True)
@@ -248,6 +251,8 @@ def check_run_dir(run_dir: str | None) -> None:
 
 def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
     """Checks that span sections (batch sizes, sampling, tracker names)."""
+    from rlloom.run_name import run_dir_of
+
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     sampling = resolved.sections["sampling"]
@@ -278,7 +283,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
         raise ConfigError(f"algorithm.n={algorithm.n}: must be >= 1.")
     if not 0 <= trainer.seed < 2**32:
         raise ConfigError(f"trainer.seed={trainer.seed}: must be in [0, 2**32 - 1].")
-    check_run_dir(trainer.run_dir)
+    check_run_dir(run_dir_of(trainer))
     if not 0 <= sampling.temperature < math.inf or not 0 < sampling.top_p <= 1:
         raise ConfigError(
             f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "

@@ -65,7 +65,8 @@ class TrainerConfig:
     val_temperature: float = 1.0
     val_greedy: bool = True  # also report greedy accuracy
     val_max_prompts: int = 0  # 0: every validation prompt
-    run_dir: Optional[str] = None  # default: runs/<timestamp>
+    run_name: Optional[str] = None  # default: <algorithm>-<data>-<model> (grpo-digits-tiny)
+    run_dir: Optional[str] = None  # default: runs/<run_name>; re-running the same command resumes the run in it
     trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     sleep_rollout: bool = True  # rollout.sleep() while training, wake_up() before generating or syncing
     save_final_model: bool = True  # write the final policy as a Hugging Face folder in run_dir/final_model

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+
+from rlloom.progress import show_on_bar
 
 
 class ConsoleTracker:
@@ -15,11 +17,12 @@ class ConsoleTracker:
         self.progress: Progress | None = None
         if self.console.is_terminal:
             self.progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                SpinnerColumn(), TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.description}"), TimeRemainingColumn(), console=self.console,
             )
             self.task = self.progress.add_task("", total=self.total)
             self.progress.start()
+            show_on_bar(self.progress, self.task)  # validation shows on the bar
         self.console.print(f"rlloom run dir: {run_dir}", markup=False, highlight=False)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -40,4 +43,5 @@ class ConsoleTracker:
 
     def close(self) -> None:
         if self.progress is not None:
+            show_on_bar(None, None)
             self.progress.stop()

@@ -1,0 +1,50 @@
+"""``rlloom chat MODEL [overrides]``: talk to a checkpoint or model, one line of stdin per user turn.
+
+The conversation so far is rendered with the chat template each turn and answered by the rollout engine
+(:class:`~rlloom.commands.generate.RolloutSession`); turn ``k`` samples with ``derive_seed(trainer.seed, 0,
+"chat", k)``. A line ``/reset`` starts a new conversation; end of input ends the chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlloom.commands.generate import rollout_session
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from rlloom.controller.step import derive_seed
+
+    interactive = sys.stdin.isatty()
+    with rollout_session(args.model, args.overrides) as session:
+        messages: list[dict[str, str]] = []
+        turn = 0
+        while True:
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:
+                return 0
+            line = line.strip()
+            if line == "/reset":
+                messages = []
+                continue
+            if not line:
+                continue
+            messages.append({"role": "user", "content": line})
+            (reply,) = session.generate([list(messages)], 1, derive_seed(session.seed, 0, "chat", turn))
+            messages.append({"role": "assistant", "content": reply["response"]})
+            print(reply["response"], flush=True)
+            turn += 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "chat", help="chat with a checkpoint or model (one stdin line per turn)",
+        description="Each line of stdin is a user message; the answer is printed on stdout. /reset forgets the "
+        "conversation. MODEL: a run folder, a checkpoint or a Hugging Face folder; overrides: "
+        "sampling.temperature=0.7, sampling.max_new_tokens=256, rollout=vllm, ...")
+    parser.add_argument("model", metavar="MODEL")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides")
+    parser.set_defaults(func=cmd_chat)

@@ -1,0 +1,96 @@
+"""Where a run's code came from: the rlloom version, the git commit of rlloom's source tree when it is a
+git checkout, the installed plugin distributions, and the distribution and version of each option a run
+chose. Nothing here raises: what cannot be found is ``None`` (the commit) or ``"?"`` (a version).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import subprocess
+from typing import Any
+
+import rlloom
+from rlloom.config.schema import NO_COST
+from rlloom.plugins.registry import GROUP_KIND, Registry
+
+CORE = "rlloom"
+UNKNOWN = "?"
+
+
+def version_of(distribution: str) -> str:
+    """The installed version of ``distribution``, or ``"?"``."""
+    try:
+        return importlib.metadata.version(distribution)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return UNKNOWN
+
+
+def _git(folder: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10, check=False)
+
+
+@functools.cache
+def git_state() -> dict[str, Any]:
+    """``{"git_commit": <HEAD>, "git_dirty": <tracked files changed>}`` when rlloom's own source files are
+    tracked by a git checkout (an editable install), else ``{"git_commit": None}`` (an installed wheel, no
+    git, or any failure)."""
+    folder = os.path.dirname(os.path.abspath(rlloom.__file__))
+    try:
+        if _git(folder, "ls-files", "--error-unmatch", "__init__.py").returncode != 0:
+            return {"git_commit": None}  # not tracked: a wheel, even one unpacked inside some git checkout
+        head = _git(folder, "rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"git_commit": None}
+        status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+        return {"git_commit": head.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None}
+
+
+def plugin_distributions() -> list[tuple[str, str]]:
+    """(distribution, version) of every installed distribution with an ``rlloom`` entry point but the core,
+    sorted by name. Reads package metadata only: no plugin is imported."""
+    found = {(ep.dist.name, ep.dist.version) for ep in importlib.metadata.entry_points(group="rlloom") if ep.dist}
+    return sorted(item for item in found if item[0] != CORE)
+
+
+def option_origin(registry: Registry, group: str, option: str) -> dict[str, str]:
+    """``{"distribution": ..., "version": ...}`` of the plugin that provides ``group=option``."""
+    if group == "cost":
+        if option == NO_COST:
+            return {"distribution": CORE, "version": rlloom.__version__}
+        group = "reward"  # a cost is scored by a reward function
+    kind = GROUP_KIND.get(group)
+    component = registry.components[kind].get(option) if kind else None
+    if component is not None:
+        return {"distribution": component.distribution, "version": component.version}
+    distribution = next((config.distribution for config in registry.configs
+                         if config.group == group and config.name == option), UNKNOWN)
+    return {"distribution": distribution, "version": version_of(distribution) if distribution != UNKNOWN else UNKNOWN}
+
+
+def run_provenance(choices: dict[str, str], trackers: list[str], registry: Registry) -> dict[str, Any]:
+    """What produced a run: the rlloom version, :func:`git_state`, and the origin (:func:`option_origin`)
+    of every chosen option (``plugins``, by group) and tracker (``trackers``, by name)."""
+    trackers_origin = {}
+    for name in trackers:
+        component = registry.components["tracker"].get(name)
+        trackers_origin[name] = ({"distribution": component.distribution, "version": component.version}
+                                 if component else {"distribution": UNKNOWN, "version": UNKNOWN})
+    return {
+        "rlloom": rlloom.__version__,
+        **git_state(),
+        "plugins": {group: option_origin(registry, group, option) for group, option in choices.items()},
+        "trackers": trackers_origin,
+    }
+
+
+def version_text() -> str:
+    """What ``rlloom --version`` prints: ``rlloom <version>`` (with the git commit of a checkout), then one
+    ``<distribution> <version>`` line per installed plugin distribution."""
+    git = git_state()
+    commit = f" (git {git['git_commit'][:12]}{', modified' if git['git_dirty'] else ''})" if git["git_commit"] else ""
+    return "\n".join([f"rlloom {rlloom.__version__}{commit}", *(f"{name} {version}" for name, version in
+                                                                 plugin_distributions())])

@@ -1,0 +1,83 @@
+"""What a run (re-)started in a folder continues from: the checkpoint ``trainer.resume`` points at,
+checked against the current config, and whether the run in that folder has already finished.
+
+``trainer.resume``: ``auto`` (the default) continues from the folder's latest complete checkpoint;
+``never`` starts fresh, and is a config error when the folder already holds checkpoints (a run is never
+overwritten: choose another ``trainer.run_name`` or ``trainer.run_dir``); a checkpoint folder continues from
+that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from omegaconf import OmegaConf
+
+from rlloom.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state
+from rlloom.config import ConfigError, ResolvedConfig
+from rlloom.config.schema import NO_COST
+from rlloom.run_name import run_dir_of
+from rlloom.run_state import config_changes
+
+FINAL_METRICS = "final_metrics.json"
+
+
+def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
+    """The checkpoint ``trainer.resume`` points at for a run in ``run_dir``, or None for a fresh start.
+    ConfigError when ``resume=never`` meets existing checkpoints, when ``resume`` names no complete
+    checkpoint, or when the checkpoint's config differs in a key that cannot change on resume
+    (:func:`rlloom.run_state.config_changes`)."""
+    mode = resolved.sections["trainer"].resume
+    checkpoints = CheckpointManager(run_dir)
+    if mode == "never":
+        existing = checkpoints.latest()
+        if existing is not None:
+            raise ConfigError(
+                f"trainer.resume=never but trainer.run_dir={run_dir} already holds checkpoints ({existing.path}); "
+                f"use trainer.resume=auto to continue that run, or start a new one with another trainer.run_name "
+                f"or trainer.run_dir."
+            )
+        return None
+    if mode == "auto":
+        target = checkpoints.latest()
+    else:
+        try:
+            target = Checkpoint(mode, read_step(mode))
+        except CheckpointError as error:
+            raise ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.") from None
+    if target is not None:
+        saved = read_trainer_state(target.path)
+        # checkpoints from before the cost group existed ran without a cost
+        changes = config_changes({"choices": {"cost": NO_COST, **saved["choices"]}, **saved["config"]},
+                                 {"choices": resolved.choices, **OmegaConf.to_container(resolved.cfg, resolve=True)})
+        if changes:
+            raise ConfigError(
+                f"trainer.resume={mode}: the checkpoint {target.path} was written with a different config and "
+                f"these settings cannot change when resuming: {'; '.join(changes)}. Restore them, or start a "
+                f"new run with another trainer.run_name (or trainer.run_dir)."
+            )
+    return target
+
+
+def finished_run(resolved: ResolvedConfig) -> dict[str, float] | None:
+    """With ``trainer.resume=auto``, when the run's folder holds a checkpoint at or past
+    ``trainer.total_steps`` and the run's final metrics (the run ended): say so on stderr, with what
+    to change to train longer or start over, and return those final metrics without building
+    anything. None otherwise (also when the end was cut off: the trainer then finishes it). A
+    config that differs from the finished run's is a ConfigError, as for any resume."""
+    trainer = resolved.sections["trainer"]
+    run_dir = run_dir_of(trainer)
+    final = os.path.join(run_dir, FINAL_METRICS)
+    if trainer.resume != "auto" or not os.path.isfile(final):
+        return None
+    latest = CheckpointManager(run_dir).latest()
+    if latest is None or latest.step < trainer.total_steps:
+        return None
+    resume_target(resolved, run_dir)
+    start_over = "another trainer.run_dir" if trainer.run_dir else "trainer.run_name=<new> or another trainer.run_dir"
+    print(f"rlloom: run {trainer.run_name} already finished {latest.step}/{trainer.total_steps} steps in {run_dir}; "
+          f"to train longer raise trainer.total_steps, to start over pass {start_over}", file=sys.stderr, flush=True)
+    with open(final, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,43 @@
+"""A run's name and folder: ``trainer.run_name`` (default ``<algorithm>-<data>-<model>``, e.g.
+``grpo-digits-tiny``) names the run, and its folder is ``trainer.run_dir`` when given, else
+``runs/<run_name>``. Re-running a command therefore finds the same folder and resumes the run in it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlloom.config import ConfigError
+
+RUNS_DIR = "runs"
+NAME_GROUPS = ("algorithm", "data", "model")
+
+
+def default_run_name(choices: dict[str, str]) -> str:
+    """``<algorithm>-<data>-<model>`` from the chosen options (``grpo-digits-tiny``)."""
+    return "-".join(choices[group] for group in NAME_GROUPS).replace(os.sep, "-")
+
+
+def check_run_name(name: str) -> None:
+    """ConfigError unless ``name`` can name a folder under ``runs/``: not empty, no path separator,
+    not ``.`` or ``..``."""
+    if not name or os.sep in name or name in (".", ".."):
+        raise ConfigError(f"trainer.run_name={name!r}: a run name must be a folder name (no '{os.sep}', not '.' or "
+                          f"'..'); the run's folder is {RUNS_DIR}/<run_name> unless trainer.run_dir is given.")
+
+
+def name_run(cfg: DictConfig, sections: dict[str, Any], choices: dict[str, str]) -> None:
+    """Fill ``trainer.run_name`` (in the composed ``cfg`` and the trainer section) with
+    :func:`default_run_name` when it is not set; check it either way."""
+    trainer = sections["trainer"]
+    if trainer.run_name is None:
+        cfg.trainer.run_name = trainer.run_name = default_run_name(choices)
+    check_run_name(trainer.run_name)
+
+
+def run_dir_of(trainer: Any) -> str:
+    """The run's folder: ``trainer.run_dir`` when set, else ``runs/<trainer.run_name>``."""
+    return trainer.run_dir or os.path.join(RUNS_DIR, trainer.run_name)
