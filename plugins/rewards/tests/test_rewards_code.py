@@ -39,6 +39,7 @@ def test_humaneval_record_fields(problems):
     problem = problems["HumanEval/0"]
     assert record.prompt == problem["prompt"] and record.ground_truth == problem["test"]
     assert record.extra["prefix"] == problem["prompt"] and record.extra["suffix"] == "check(has_close_elements)\n"
+    assert record.extra["entry_point"] == "has_close_elements"
     chat = build_humaneval(HumanEvalDataConfig(num_val=163), seed=0)
     chat_record = next(r for r in chat.val + chat.train if r.extra["task_id"] == "HumanEval/0")
     assert chat_record.prompt[0]["role"] == "user" and problem["prompt"] in chat_record.prompt[0]["content"]
@@ -81,3 +82,11 @@ def test_code_reward_config_is_checked():
         CodeRewardConfig(timeout_s=0.0)
     with pytest.raises(ValueError, match="reward.python"):
         CodeReward(CodeRewardConfig(python="/no/such/python"))
+
+
+def test_without_root_it_refuses_unless_allowed_and_then_warns(monkeypatch):
+    monkeypatch.setattr("rlloom_rewards.code.reward.os.geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="reward.allow_unsandboxed=true"):
+        CodeReward(CodeRewardConfig())
+    with pytest.warns(RuntimeWarning, match="WITHOUT kernel containment"):
+        CodeReward(CodeRewardConfig(allow_unsandboxed=True)).close()

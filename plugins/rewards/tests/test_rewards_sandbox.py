@@ -105,7 +105,7 @@ def test_writing_inside_the_working_directory_works_and_is_thrown_away(python):
     program = "import os\nopen('notes.txt', 'w').write('x')\nos.mkdir('d')\nprint(os.getcwd())\n"
     result = run_python(program, LIMITS, python)
     assert result.status == PASS
-    assert not os.path.exists(result.stdout.strip())
+    assert not os.path.exists(os.path.join(result.stdout.strip(), "notes.txt"))
 
 
 def test_file_size_limit(python):

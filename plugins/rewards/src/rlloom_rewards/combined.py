@@ -22,7 +22,7 @@ combined: their scores (row sums) are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException

@@ -3,8 +3,11 @@
 Runs in the fresh child process started by :func:`rlloom_rewards.code.sandbox.run_python`, before
 any untrusted code, in this order (standard library only):
 
-1. **No network**: a new, empty network namespace (``unshare(CLONE_NEWNET)``; without root, inside
-   a new user namespace). Whether it worked or not, step 5 blocks socket use too.
+0. **As root, kernel containment** (:mod:`rlloom_rewards.code.jail`): new mount, PID, network, IPC
+   and UTS namespaces, a private size-capped tmpfs as root (read-only system directories, writable
+   ``/work``, ``/tmp``, ``/dev/shm``), no new privileges; steps 4-6 then run in ``/work`` of it.
+1. **No network** (without root; as root step 0 did it): a new, empty network namespace
+   (``unshare(CLONE_NEWNET)``, inside a new user namespace). Whether it worked or not, step 5 blocks socket use too.
 2. **Resource limits** (soft = hard, so the program cannot raise them): ``RLIMIT_CPU`` (seconds of
    CPU; SIGXCPU), ``RLIMIT_AS`` (address space, bytes; allocations fail with ``MemoryError``),
    ``RLIMIT_FSIZE`` (largest file written, bytes; SIGXFSZ), ``RLIMIT_NPROC`` (processes of the
@@ -19,8 +22,12 @@ any untrusted code, in this order (standard library only):
    ``os.spawn*``); signalling other processes; and every ``ctypes.*`` event (no way around the hook
    through raw memory). ``os.fork`` is allowed: copies keep the hook and count against
    ``RLIMIT_NPROC``.
-6. Compile and run ``solution.py`` of the working directory as ``__main__``. Exit status 0 means
-   every test passed; an uncaught exception prints its traceback and exits with 1.
+6. Compile and run ``solution.py`` of the working directory as ``__main__``; an uncaught exception
+   prints its traceback and exits with 1.
+7. With ``serve`` in the settings (``{"requests_fd", "replies_fd"}``, pipes inherited from the parent),
+   answer the trusted tester's calls into the module's functions (:func:`wire.serve
+   <rlloom_rewards.code.wire.serve>`) until it closes its pipe. That is how ``reward=code`` scores
+   (:mod:`rlloom_rewards.code.harness`); without ``serve`` the exit status is the only outcome.
 
 A setup failure exits with :data:`SETUP_FAILED` after printing why on stderr.
 """
@@ -106,24 +113,40 @@ def main() -> None:
     settings = json.loads(sys.argv[1])
     try:
         as_root = os.geteuid() == 0
-        if settings["isolate_network"]:
-            isolate_network(as_root)
+        with open(os.path.join(settings["workdir"], "solution.py"), encoding="utf-8") as f:
+            source = f.read()
+        serve = settings.get("serve")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import wire  # before the jail hides this directory
+
+        if as_root:
+            import jail
+        del sys.path[0]
+        if as_root:
+            pipes = (serve["requests_fd"], serve["replies_fd"]) if serve else ()
+            jail.enter(source, settings["workdir"], settings["disk_bytes"], settings["uid"], settings["gid"], pipes)
+            workdir = jail.WORKDIR
+        else:
+            if settings["isolate_network"]:
+                isolate_network(as_root)
+            workdir = settings["workdir"]
+            os.chdir(workdir)
         limit_resources(settings)
         if as_root:
             drop_privileges(settings["uid"], settings["gid"])
-        os.chdir(settings["workdir"])
-        with open("solution.py", encoding="utf-8") as f:
-            source = f.read()
-        hook = make_hook(os.path.realpath(settings["workdir"]))
+        hook = make_hook(os.path.realpath(workdir))
         for name in [name for name in sys.modules if name == "ctypes" or name.startswith("ctypes.")]:
             del sys.modules[name]
     except Exception as exc:  # noqa: BLE001 - report any setup failure as such
         print(f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(SETUP_FAILED)
     sys.addaudithook(hook)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         code = compile(source, "solution.py", "exec")
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - running it is the point
+        exec(code, namespace)  # noqa: S102 - running it is the point
+        if serve:
+            wire.serve(namespace, serve["requests_fd"], serve["replies_fd"])
     except SystemExit:
         raise
     except BaseException:  # noqa: BLE001 - the program's own failure: report it, exit 1

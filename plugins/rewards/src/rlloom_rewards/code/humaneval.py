@@ -5,7 +5,8 @@ split, the next ``num_train`` the training split (``num_train = 0``: all the res
 val, 132 train.
 
 Each record: ``ground_truth`` the problem's ``test`` source (defines ``check(candidate)``),
-``extra = {"prefix": <the problem's prompt>, "suffix": "check(<entry point>)", "task_id": ...}``,
+``extra = {"prefix": <the problem's prompt>, "suffix": "check(<entry point>)", "entry_point": ...,
+"task_id": ...}``,
 ``data_source = "humaneval"``, and the prompt as ``style`` says:
 
 - ``chat``: one user message, ``instruction`` followed by the prompt in a ``python`` code fence; the
@@ -13,8 +14,8 @@ Each record: ``ground_truth`` the problem's ``test`` source (defines ``check(can
 - ``completion``: the problem's prompt as a plain string; the response continues it (the
   function's body).
 
-Either way ``reward=code`` runs ``prefix + code + tests + check(<entry point>)``, so the prompt's
-imports and helper functions are defined.
+Either way ``reward=code`` runs ``prefix + code`` in the sandbox and ``prefix + tests + check(<entry
+point>)`` in its trusted tester, so the prompt's imports and helper functions are defined on both sides.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def humaneval_record(problem: dict[str, Any], style: PromptStyle, instruction: s
         extra={
             "prefix": problem["prompt"],
             "suffix": f"check({problem['entry_point']})\n",
+            "entry_point": problem["entry_point"],
             "task_id": problem["task_id"],
         },
     )

@@ -1,26 +1,38 @@
 """``reward=code``: run the response's code against the prompt's tests in the sandbox.
 
-Per row, the program run by :func:`~rlloom_rewards.code.sandbox.run_python` is::
+Per row (:mod:`~rlloom_rewards.code.harness`), the candidate program::
 
-    extra["prefix"] + code + "\\n\\n" + ground_truth + "\\n\\n" + extra["suffix"]
+    extra["prefix"] + code
+
+runs in the sandbox, and the tests::
+
+    ground_truth + "\n" + extra["suffix"]
+
+run in a separate trusted process that calls the candidate's functions and compares what they return
+(plain data only) itself; the row passes only when that process reports every test statement done.
 
 - ``code``: the content of the last fenced block (```` ```python ... ``` ```` or ```` ``` ... ``` ````)
   of the response, or the whole response when it has none (a completion that continues the
   prompt);
-- ``ground_truth``: the tests, Python source that raises (e.g. ``assert``) when the code is wrong;
-- ``extra["prefix"]`` / ``extra["suffix"]`` (optional, ``""`` when absent): e.g. HumanEval's
-  prompt (signature, imports) and ``check(<entry point>)``.
+- ``ground_truth``: the tests, Python source that raises (e.g. ``assert``) when the code is wrong, calling
+  the functions the response defines by name;
+- ``extra["prefix"]`` / ``extra["suffix"]`` / ``extra["entry_point"]`` (optional): e.g. HumanEval's
+  prompt (signature, imports, helpers: the tests use the prompt's own helpers, never the response's),
+  ``check(<entry point>)`` and the entry point's name.
 
-Sandbox outcome → row: ``pass`` → ``pass_score``; ``fail`` → ``fail_score``; ``timeout`` (the
-program ran past ``timeout_s`` seconds of wall clock or CPU) → ``timeout_score``, counted in
-``reward/timeouts``; ``error`` (the sandbox could not run it) → ``error_score``, counted in
-``reward/errors``. Component ``passed`` (1.0/0.0). ``timeout_s`` is enforced by the sandbox (it kills
+Outcome → row: every test passed → ``pass_score``; a test failed (or the program never got to answer)
+→ ``fail_score``; ``timeout`` (the exchange ran past ``timeout_s`` seconds of wall clock, or the program
+past its CPU limit) → ``timeout_score``, counted in ``reward/timeouts``; ``error`` (the sandbox could not
+run it, or the task's own code is broken) → ``error_score``, counted in ``reward/errors``. Component
+``passed`` (1.0/0.0). ``timeout_s`` is enforced by the sandbox (it kills
 the program's process group), not by the row scorer; ``num_workers`` runs that many sandboxes at
 once.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +52,8 @@ class CodeRewardConfig(ExecutionConfig):
     memory_mb: int = 512
     file_size_mb: int = 16
     max_processes: int = 16
+    disk_mb: int = 64  # private tmpfs per program (as root): everything it writes
+    allow_unsandboxed: bool = False  # without root: run with the weak guard-only sandbox (docs/sandbox.md)
     python: str = ""  # interpreter for the programs; "" = this one (see sandbox_python)
     pass_score: float = 1.0
     fail_score: float = 0.0
@@ -53,10 +67,19 @@ class CodeRewardConfig(ExecutionConfig):
 
 
 class CodeReward:
-    """See the module doc. The interpreter is checked when the reward is built."""
+    """See the module doc. The interpreter is checked when the reward is built; without root it refuses
+    to build unless ``allow_unsandboxed`` (then it warns)."""
 
     def __init__(self, cfg: CodeRewardConfig) -> None:
-        limits = SandboxLimits(cfg.timeout_s, cfg.memory_mb, cfg.file_size_mb, cfg.max_processes)
+        if os.geteuid() != 0:
+            if not cfg.allow_unsandboxed:
+                raise RuntimeError(
+                    "reward=code contains untrusted code with kernel namespaces, which needs root here "
+                    "(docs/sandbox.md); set reward.allow_unsandboxed=true to run it with the weak guard-only sandbox"
+                )
+            warnings.warn("reward=code runs untrusted code WITHOUT kernel containment (reward.allow_unsandboxed=true)",
+                          RuntimeWarning, stacklevel=2)
+        limits = SandboxLimits(cfg.timeout_s, cfg.memory_mb, cfg.file_size_mb, cfg.max_processes, cfg.disk_mb)
         self.verify = CodeVerifier(limits, sandbox_python(cfg.python), cfg.pass_score, cfg.fail_score)
         # The sandbox enforces timeout_s itself; the scorer must not cut it short.
         self.scorer = RowScorer(ExecutionConfig(cfg.num_workers, 0.0, cfg.error_score, cfg.timeout_score))

@@ -6,10 +6,13 @@ drops root to ``nobody``, installs the audit hook; see there) in a new session, 
 ``/dev/null``, stdout/stderr to anonymous files, a minimal environment and ``python -I -S -B``
 (no site-packages: the program gets the standard library only).
 
-The parent waits at most ``timeout_s`` seconds of wall-clock time, then kills the child's whole
-process group with SIGKILL, whether the child finished or not (so forked helpers die with it; a
-process that left the group with ``setsid`` is still bound by its own CPU, memory and process
-limits), and removes the directory.
+As root, the guard first moves the run into new mount, PID, network, IPC and UTS namespaces with a
+private size-capped tmpfs as its root (:mod:`rlloom_rewards.code.jail`);
+SIGTERM makes the guard SIGKILL the namespace's init. The parent waits at most ``timeout_s`` seconds
+of wall clock, then sends that SIGTERM (the kernel kills every process of the namespace, ``setsid``
+ones included; a guard that already exited had reaped the init, so the namespace is gone), waits
+up to :data:`KILL_GRACE_S` for the guard to exit, SIGKILLs the guard's process group and removes
+the directory. Without root there is no namespace: only the process group is killed.
 
 Status: ``"pass"`` (exit status 0), ``"timeout"`` (wall clock or CPU limit reached), ``"error"``
 (the sandbox itself could not be set up: no interpreter, guard setup failed), ``"fail"``
@@ -18,6 +21,7 @@ Status: ``"pass"`` (exit status 0), ``"timeout"`` (wall clock or CPU limit reach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +41,7 @@ from rlloom_rewards.code.guard import SETUP_FAILED
 PASS, FAIL, TIMEOUT, ERROR = "pass", "fail", "timeout", "error"
 GUARD = str(Path(__file__).with_name("guard.py"))
 OUTPUT_TAIL_CHARS = 4000
+KILL_GRACE_S = 5.0  # how long the guard may take to report its namespace gone
 
 
 @dataclass(frozen=True)
@@ -46,9 +52,10 @@ class SandboxLimits:
     memory_mb: int = 512  # address space
     file_size_mb: int = 16  # largest file written (stdout/stderr included)
     max_processes: int = 16  # RLIMIT_NPROC: processes of the sandbox user
+    disk_mb: int = 64  # size of the private tmpfs holding every file a run writes (as root)
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "file_size_mb", "max_processes"):
+        for name in ("timeout_s", "memory_mb", "file_size_mb", "max_processes", "disk_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)}")
 
@@ -130,8 +137,54 @@ def _tail(stream) -> str:
     return stream.read().decode("utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]
 
 
-def run_python(source: str, limits: SandboxLimits, python: str) -> SandboxResult:
-    """Run ``source`` as a program in the sandbox; see the module doc."""
+class StartFailed(Exception):
+    """The interpreter could not be started; ``result`` is the :data:`ERROR` result that says so."""
+
+    def __init__(self, result: SandboxResult) -> None:
+        super().__init__(result.stderr)
+        self.result = result
+
+
+class SandboxRun:
+    """One sandboxed program, started by :func:`started`; :meth:`finish` ends it and says how."""
+
+    def __init__(self, process: subprocess.Popen, limits: SandboxLimits, start: float, stdout, stderr) -> None:
+        self.process, self.limits, self.start = process, limits, start
+        self.stdout, self.stderr = stdout, stderr
+
+    def finish(self, wait_s: float) -> SandboxResult:
+        """Wait up to ``wait_s`` for the program to exit, then end it and its namespace (module doc)."""
+        process, limits = self.process, self.limits
+        exited = _wait_without_reaping(process.pid, wait_s)
+        if not exited and os.geteuid() == 0:
+            process.terminate()  # the guard SIGKILLs its namespace's init (jail.py)
+            _wait_without_reaping(process.pid, KILL_GRACE_S)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        returncode = process.wait()
+        seconds = time.monotonic() - self.start
+        # The CPU limit (SIGXCPU, or SIGKILL at the hard limit) can beat the wall clock when this
+        # process is descheduled on a loaded machine: a signal death past the timeout is a timeout.
+        if not exited or returncode == -signal.SIGXCPU or (returncode < 0 and seconds >= limits.timeout_s):
+            status = TIMEOUT
+        elif returncode == 0:
+            status = PASS
+        elif returncode == SETUP_FAILED:
+            status = ERROR
+        else:
+            status = FAIL
+        return SandboxResult(status, returncode, _tail(self.stdout), _tail(self.stderr), seconds, process.pid)
+
+
+@contextlib.contextmanager
+def started(source: str, limits: SandboxLimits, python: str, serve: tuple[int, int] | None = None
+            ) -> Iterator[SandboxRun]:
+    """``source`` running in the sandbox (module doc); its directory is removed on exit. ``serve``: the
+    ``(requests, replies)`` pipe ends the program answers calls on once its module has run
+    (:mod:`rlloom_rewards.code.wire`); they are passed to it, and the caller closes its own copies.
+    :class:`StartFailed` when the interpreter cannot be started."""
     workdir = tempfile.mkdtemp(prefix="rlloom-sandbox-")
     uid, gid = _sandbox_user()
     start = time.monotonic()
@@ -146,8 +199,10 @@ def run_python(source: str, limits: SandboxLimits, python: str) -> SandboxResult
             "file_size_bytes": limits.file_size_mb * 2**20,
             "max_processes": limits.max_processes,
             "isolate_network": True,
+            "disk_bytes": limits.disk_mb * 2**20,
             "uid": uid,
             "gid": gid,
+            "serve": {"requests_fd": serve[0], "replies_fd": serve[1]} if serve else None,
         }
         with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
             try:
@@ -155,25 +210,25 @@ def run_python(source: str, limits: SandboxLimits, python: str) -> SandboxResult
                     [python, "-I", "-S", "-B", GUARD, json.dumps(settings)],
                     stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=workdir,
                     env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir},
-                    start_new_session=True, close_fds=True,
+                    start_new_session=True, close_fds=True, pass_fds=serve or (),
                 )
             except OSError as exc:
-                return SandboxResult(ERROR, None, "", f"cannot start {python}: {exc}", time.monotonic() - start, None)
-            exited = _wait_without_reaping(process.pid, limits.timeout_s)
+                raise StartFailed(SandboxResult(ERROR, None, "", f"cannot start {python}: {exc}",
+                                                time.monotonic() - start, None)) from None
+            run = SandboxRun(process, limits, start, stdout, stderr)
             try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            returncode = process.wait()
-            seconds = time.monotonic() - start
-            if not exited or returncode == -signal.SIGXCPU:
-                status = TIMEOUT
-            elif returncode == 0:
-                status = PASS
-            elif returncode == SETUP_FAILED:
-                status = ERROR
-            else:
-                status = FAIL
-            return SandboxResult(status, returncode, _tail(stdout), _tail(stderr), seconds, process.pid)
+                yield run
+            finally:
+                if process.returncode is None:
+                    run.finish(0.0)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_python(source: str, limits: SandboxLimits, python: str) -> SandboxResult:
+    """Run ``source`` in the sandbox and say how it ended (its exit status is the only outcome)."""
+    try:
+        with started(source, limits, python) as run:
+            return run.finish(limits.timeout_s)
+    except StartFailed as failed:
+        return failed.result

@@ -9,7 +9,8 @@ from typing import Any
 
 from rlloom_tasks.rewards.verdict import Verdict
 
-from rlloom_rewards.code.sandbox import ERROR, PASS, TIMEOUT, SandboxLimits, run_python
+from rlloom_rewards.code.harness import CheckJob, run_tests
+from rlloom_rewards.code.sandbox import SandboxLimits
 from rlloom_rewards.outcome import SampleTimeout
 
 _FENCE = re.compile(r"```[ \t]*(?:[\w+-]+)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -21,14 +22,18 @@ def extract_code(response: str) -> str:
     return blocks[-1] if blocks else response
 
 
-def build_program(response: str, tests: str, extra: dict[str, Any]) -> str:
-    """The program of the module doc."""
-    return f"{extra.get('prefix', '')}{extract_code(response)}\n\n{tests}\n\n{extra.get('suffix', '')}"
+def build_job(response: str, tests: str, extra: dict[str, Any]) -> CheckJob:
+    """The candidate (``extra["prefix"]`` + the response's code) and the tests of one row (see
+    :mod:`rlloom_rewards.code.reward`)."""
+    prefix = extra.get("prefix", "")
+    return CheckJob(candidate=f"{prefix}{extract_code(response)}\n", tests=tests, prefix=prefix,
+                   suffix=extra.get("suffix", ""), entry_point=extra.get("entry_point"))
 
 
 @dataclass(frozen=True)
 class CodeVerifier:
-    """Scores one row in the sandbox (picklable, for worker processes)."""
+    """Scores one row: the candidate in the sandbox, the tests in a trusted process
+    (:mod:`rlloom_rewards.code.harness`). Picklable, for worker processes."""
 
     limits: SandboxLimits
     python: str
@@ -40,10 +45,9 @@ class CodeVerifier:
             raise TypeError(
                 f"the ground truth of reward=code must be test source code (str), got {type(tests).__name__}"
             )
-        result = run_python(build_program(response, tests, extra or {}), self.limits, self.python)
-        if result.status == TIMEOUT:
+        outcome = run_tests(build_job(response, tests, extra or {}), self.limits, self.python)
+        if outcome.timed_out:
             raise SampleTimeout(f"the program ran longer than {self.limits.timeout_s} s")
-        if result.status == ERROR:
-            raise RuntimeError(f"the sandbox could not run the program: {result.stderr.strip()[-500:]}")
-        passed = result.status == PASS
-        return Verdict(self.pass_score if passed else self.fail_score, {"passed": float(passed)})
+        if outcome.error is not None:
+            raise RuntimeError(f"the sandbox could not run the tests: {outcome.error}")
+        return Verdict(self.pass_score if outcome.passed else self.fail_score, {"passed": float(outcome.passed)})
