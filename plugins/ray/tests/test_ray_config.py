@@ -65,3 +65,52 @@ def test_an_unreachable_address_fails_fast_naming_it(tmp_path, capsys):
                    f"trainer.run_dir={tmp_path}"])
     err = capsys.readouterr().err
     assert status == 2 and f"launcher.address=127.0.0.1:{port}" in err and "Traceback" not in err, err
+
+
+def test_an_address_that_accepts_but_never_answers_fails_at_the_connect_timeout(tmp_path, capsys):
+    """A firewall or proxy that accepts TCP but is no Ray cluster: named after launcher.connect_timeout_s."""
+    import socket
+
+    from rlloom.cli import main
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        status = main(["train", "preset=tiny", "launcher=ray", f"launcher.address={address}",
+                       "launcher.connect_timeout_s=1", f"trainer.run_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert status == 2 and f"launcher.address={address}" in err and "sends nothing back" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_grpc_server_passes_the_reachability_check_and_http_does_not():
+    """The check speaks HTTP/2 as Ray's GCS and client server do (a real gRPC server answers it)."""
+    import socket
+    import threading
+    from concurrent import futures
+
+    import grpc
+    from rlloom_ray.launcher import check_reachable
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        check_reachable(f"127.0.0.1:{port}", 5.0)
+        check_reachable(f"ray://127.0.0.1:{port}", 5.0)
+    finally:
+        server.stop(None)
+    with socket.socket() as web:
+        web.bind(("127.0.0.1", 0))
+        web.listen()
+
+        def answer_http() -> None:
+            connection, _ = web.accept()
+            with connection:
+                connection.recv(64)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        threading.Thread(target=answer_http, daemon=True).start()
+        with pytest.raises(ConnectionError, match="does not speak gRPC"):
+            check_reachable(f"127.0.0.1:{web.getsockname()[1]}", 5.0)

@@ -131,10 +131,18 @@ def test_attack_is_contained(python, name):
     assert os.path.getsize("/usr/bin/env") > 0
 
 
-def test_the_private_tmpfs_caps_the_disk(python):
+def shared_memory_kib() -> int:
+    """``Shmem`` of /proc/meminfo: what tmpfs files hold in memory, host-wide."""
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) for line in meminfo if line.startswith("Shmem:"))
+
+
+def test_the_private_tmpfs_caps_the_disk_and_its_memory_comes_back(python):
+    before = shared_memory_kib()
     program = "for i in range(64):\n    open(f'f{i}', 'wb').write(b'x' * (2**20 - 1))\n"
     result = run_python(program, LIMITS, python)
     assert result.status != PASS and "No space left" in result.stderr
+    assert shared_memory_kib() < before + LIMITS.disk_mb * 1024 // 2  # the full 8 MB tmpfs is gone
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))

@@ -30,7 +30,8 @@ class RayLauncherConfig:
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
     - ``connect_timeout_s``: how long an ``address`` of the form ``host:port`` or
-      ``ray://host:port`` may take to accept a connection before the run stops naming it.
+      ``ray://host:port`` may take to accept a connection and answer as a gRPC server (as Ray's GCS and
+      client server do) before the run stops naming it.
     """
 
     address: Optional[str] = None

@@ -31,17 +31,31 @@ from rlloom_ray.sync import SyncHandle
 CLOSE_TIMEOUT_S = 30.0
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETTINGS, no flags, stream 0
+HTTP2_SETTINGS_TYPE = 4
+
+
 def check_reachable(address: str, timeout_s: float) -> None:
-    """ConnectionError naming ``launcher.address`` unless its ``host:port`` (``ray://`` or a GCS
-    address) accepts a TCP connection within ``timeout_s`` (Ray itself retries for a minute or more)."""
+    """ConnectionError naming ``launcher.address`` unless a gRPC server (Ray's GCS, or its client server
+    for ``ray://``) answers at its ``host:port`` within ``timeout_s``: the TCP connection must be accepted
+    and, after the HTTP/2 client preface, the server's first frame must be a SETTINGS frame. Ray itself
+    retries for a minute or more, and a firewall or proxy that accepts connections but never answers
+    would otherwise hang the run that long."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"launcher.address={address}: expected host:port, ray://host:port or auto")
+    problem = f"launcher.address={address}: no Ray cluster answers there within launcher.connect_timeout_s={timeout_s}"
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+            connection.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
+            header = connection.recv(9)
+    except TimeoutError:
+        raise ConnectionError(f"{problem} (it accepts connections but sends nothing back)") from None
     except OSError as error:
-        raise ConnectionError(f"launcher.address={address}: no Ray cluster accepts a connection there within "
-                              f"launcher.connect_timeout_s={timeout_s} ({error or 'timed out'})") from None
+        raise ConnectionError(f"{problem} ({error or 'timed out'})") from None
+    if len(header) < 4 or header[3] != HTTP2_SETTINGS_TYPE:
+        raise ConnectionError(f"{problem}: what listens there does not speak gRPC (answered {header[:16]!r})")
 
 
 class RayLauncher:
