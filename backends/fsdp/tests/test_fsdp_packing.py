@@ -130,6 +130,26 @@ def test_a_model_without_a_4d_mask_attention_is_told_to_use_the_padded_layout(mo
                         1.0, False, "shared_prompt", 5)
 
 
+@pytest.mark.parametrize(("asked", "layout", "refused"), [
+    ("flash_attention_2", "shared_prompt", True), ("flash_attention_2", "packed", True),
+    ("flash_attention_2", "padded", False), ("sdpa", "shared_prompt", False), (None, "shared_prompt", False),
+])
+def test_the_models_attention_is_checked_before_weights_load(tmp_path, asked, layout, refused):
+    """``check_model`` reads config.json's attn_implementation (transformers honours it) before loading."""
+    import json
+
+    from rlloom_fsdp import FSDPConfig
+
+    config = {"model_type": "llama"} | ({"attn_implementation": asked} if asked else {})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    check = FSDPConfig(sequence_layout=layout).check_model
+    if refused:
+        with pytest.raises(ValueError, match=f"sequence_layout={layout} .*'flash_attention_2'.*sequence_layout=padded"):
+            check(str(tmp_path), "cpu")
+    else:
+        check(str(tmp_path), "cpu")
+
+
 def test_layout_is_validated():
     from rlloom_fsdp import FSDPConfig
 

@@ -62,7 +62,7 @@ class TrainEngineConfig:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
+        name = "train_engine"  # the keys as the user types them
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"{name}.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if not 0 <= self.lr < math.inf:  # also refuses NaN

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 from rlloom.engine_config import TrainEngineConfig
 from rlloom.choices import LAYOUTS
+
+
+PACKED_ATTENTION = ("sdpa", "eager")
+"""Attention implementations that take the packed layouts' 4D mask."""
+
+
+def asked_attention(model_path: str) -> str | None:
+    """The attention implementation the model folder's ``config.json`` asks for, if any."""
+    try:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return None  # the model loader reports a missing or broken config
+    return config.get("attn_implementation") or config.get("_attn_implementation")
 
 
 @dataclass
@@ -35,6 +51,19 @@ class FSDPConfig(TrainEngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.sequence_layout not in LAYOUTS:
-            raise ValueError(f"FSDPConfig.sequence_layout must be one of {list(LAYOUTS)}, got {self.sequence_layout!r}")
+            raise ValueError(f"train_engine.sequence_layout must be one of {list(LAYOUTS)}, "
+                             f"got {self.sequence_layout!r}")
         if self.head_chunk_rows < 0:
-            raise ValueError(f"FSDPConfig.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")
+            raise ValueError(f"train_engine.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")
+
+    def check_model(self, model_path: str, run_device: str) -> None:
+        """Before any weights load: a ValueError when a packed ``sequence_layout`` meets a model whose
+        ``config.json`` asks for an attention implementation that cannot take its per-sequence mask
+        (e.g. ``flash_attention_2``)."""
+        asked = asked_attention(model_path)
+        if self.sequence_layout != "padded" and asked is not None and asked not in PACKED_ATTENTION:
+            raise ValueError(
+                f"train_engine.sequence_layout={self.sequence_layout} needs one of the attention implementations "
+                f"{list(PACKED_ATTENTION)}; the model at {model_path} asks for {asked!r}: set "
+                "train_engine.sequence_layout=padded"
+            )

@@ -28,8 +28,7 @@ from rlloom.head import chunked_log_probs
 from rlloom.packing import pack_rows
 from rlloom.tokens import concat_prompt_response, response_logits
 
-PACKED_ATTENTION = ("sdpa", "eager")
-"""Attention implementations that take the packed layouts' 4D mask."""
+from rlloom_fsdp.config import PACKED_ATTENTION
 
 
 def packed_attention_mask(base: nn.Module, mask: torch.Tensor) -> torch.Tensor:

@@ -46,14 +46,14 @@ class HFRolloutConfig:
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1:
-            raise ValueError(f"HFRolloutConfig.max_batch_rows must be >= 1, got {self.max_batch_rows}")
+            raise ValueError(f"rollout.max_batch_rows must be >= 1, got {self.max_batch_rows}")
         if self.device is not None:
             check_device_name("rollout.device", self.device)
         if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"HFRolloutConfig.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+            raise ValueError(f"rollout.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.decode not in DECODE_MODES:
-            raise ValueError(f"HFRolloutConfig.decode must be one of {list(DECODE_MODES)}, got {self.decode!r}")
+            raise ValueError(f"rollout.decode must be one of {list(DECODE_MODES)}, got {self.decode!r}")
         if self.eos_check_interval < 1:
-            raise ValueError(f"HFRolloutConfig.eos_check_interval must be >= 1, got {self.eos_check_interval}")
+            raise ValueError(f"rollout.eos_check_interval must be >= 1, got {self.eos_check_interval}")
         if self.sleep_level not in SLEEP_LEVELS:
-            raise ValueError(f"HFRolloutConfig.sleep_level must be one of {list(SLEEP_LEVELS)}, got {self.sleep_level}")
+            raise ValueError(f"rollout.sleep_level must be one of {list(SLEEP_LEVELS)}, got {self.sleep_level}")

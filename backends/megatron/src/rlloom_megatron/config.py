@@ -28,4 +28,4 @@ class MegatronConfig(TrainEngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.tensor_parallel_size < 1:
-            raise ValueError(f"MegatronConfig.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+            raise ValueError(f"train_engine.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
