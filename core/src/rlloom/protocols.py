@@ -145,6 +145,29 @@ class TrainEngine(Protocol):
 
 
 @runtime_checkable
+class LendsWeights(Protocol):
+    """Optional ability of a train engine: its live parameters, for a rollout engine in the same process
+    to generate with directly (``resharder=shared``)."""
+
+    def live_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's own parameter tensors (no copy: the optimizer's in-place updates show through),
+        in Hugging Face naming as :meth:`TrainEngine.named_weights`. ValueError when the engine holds
+        only a shard of them."""
+        ...
+
+
+@runtime_checkable
+class BorrowsWeights(Protocol):
+    """Optional ability of a rollout engine: generate with tensors another engine owns."""
+
+    def borrow_weights(self, named_tensors: NamedTensors) -> int:
+        """Make the model's parameters *be* ``named_tensors`` (same storage, nothing copied), freeing its
+        own copies; return how many bytes of its own it let go. ValueError naming the tensor when a
+        name, shape, dtype or device does not match."""
+        ...
+
+
+@runtime_checkable
 class Resharder(Protocol):
     """Moves weights from a train engine's layout to a rollout engine's."""
 

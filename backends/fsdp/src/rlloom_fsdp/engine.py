@@ -343,6 +343,21 @@ class FSDPTrainEngine:
         self._ready()
         yield from full_named_tensors(self.model)
 
+    def live_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's own parameters (:class:`rlloom.protocols.LendsWeights`; no copy) under the names
+        of :meth:`named_weights`. Only an unsharded model (world size 1 in float32, where the engine keeps
+        a plain module) has them whole: otherwise a ValueError saying to use another resharder."""
+        self._ready()
+        seen: set[int] = set()
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            if isinstance(tensor, DTensor):
+                raise ValueError("resharder=shared needs the train engine's whole weights in this process; this "
+                                 "FSDP engine holds shards (world size > 1 or a non-float32 dtype): use "
+                                 "resharder=in_process")
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                yield name, tensor.detach()
+
     def save(self, path: str) -> None:
         """Write a ``torch.distributed.checkpoint`` of the model (and optimizer) shards to ``path``,
         plus ``engine_state.json`` with the step counter (which fixes the LR schedule position).

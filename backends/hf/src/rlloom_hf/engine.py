@@ -144,6 +144,32 @@ class HFRolloutEngine:
                                      f"the model's is {tuple(target.shape)}")
                 target.copy_(tensor)
 
+    def borrow_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Generate with another engine's tensors (:class:`rlloom.protocols.BorrowsWeights`): each named
+        parameter of the model is pointed at the given tensor's storage, nothing copied, and the model's
+        own copy is freed; returns the bytes freed (0 when it already borrowed them). Names as in
+        :meth:`update_weights` (a tied weight's one name covers both). ValueError naming the tensor on an
+        unknown name or a shape, dtype or device that differs (``rollout.dtype`` must equal the train
+        engine's). Decoding buffers that hold weight addresses (CUDA graphs) are dropped when any moved."""
+        model = self._ready("borrow_weights", allow_asleep=True)
+        targets = model.state_dict(keep_vars=True)
+        freed = 0
+        for name, tensor in named_tensors:
+            target = targets.get(name)
+            if target is None:
+                raise ValueError(f"borrow_weights: the model has no weight named {name!r}")
+            mine = (tuple(target.shape), target.dtype, target.device)
+            theirs = (tuple(tensor.shape), tensor.dtype, tensor.device)
+            if mine != theirs:
+                raise ValueError(f"borrow_weights: {name!r} is {theirs} (shape, dtype, device) in the train engine, "
+                                 f"{mine} here: resharder=shared needs rollout.dtype and the device to match")
+            if target.data_ptr() != tensor.data_ptr():
+                freed += target.numel() * target.element_size()
+                target.data = tensor
+        if freed and self._static is not None:
+            self._static.release()
+        return freed
+
     # ------------------------------------------------------------------------------ lifecycle
     def sleep(self) -> None:
         """Enter the asleep state until :meth:`wake_up`; ``generate`` refuses to run meanwhile.

@@ -1,5 +1,5 @@
-"""Config schemas of the resharders (``resharder=safetensors``, ``resharder=broadcast``), importable
-without torch so the plugin registers cheaply."""
+"""Config schemas of the resharders (``resharder=safetensors``, ``resharder=broadcast``,
+``resharder=shared``), importable without torch so the plugin registers cheaply."""
 
 from __future__ import annotations
 
@@ -40,3 +40,8 @@ class BroadcastResharderConfig:
             raise ValueError(f"resharder.backend={self.backend!r}: must be one of {', '.join(BACKENDS)}")
         if self.timeout_s <= 0:
             raise ValueError(f"resharder.timeout_s={self.timeout_s}: must be > 0")
+
+
+@dataclass
+class SharedResharderConfig:
+    """No knobs: the rollout engine borrows the train engine's parameters (:mod:`rlloom_resharders.shared`)."""
