@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 HEAVY = ("torch", "tensordict", "transformers", "ray", "vllm", "numpy")
 
 
@@ -33,15 +35,16 @@ def test_every_plugin_registers_without_heavy_imports():
     assert {"core", "grpo", "ppo", "fsdp", "hf", "tasks", "models"} <= set(report["loaded"])
 
 
-def test_a_config_error_is_reported_before_torch_loads():
-    done = run_python("""
+@pytest.mark.parametrize("override", ["trainer.seed=-1", "algorithm.adv_estimator=grpo_passkk"])
+def test_a_config_error_is_reported_before_torch_loads(override):
+    done = run_python(f"""
         import sys
         from rlloom.cli import main
-        status = main(["train", "preset=tiny", "trainer.seed=-1"])
+        status = main(["train", "preset=tiny", "{override}"])
         print(status, "torch" in sys.modules)
     """)
     assert done.stdout.split() == ["2", "False"], (done.stdout, done.stderr)
-    assert "trainer.seed=-1" in done.stderr
+    assert override in done.stderr
 
 
 def test_a_lazy_factory_builds_the_named_class():

@@ -87,10 +87,12 @@ def test_plugins_json_lists_core_builtins():
     rows = json.loads(result.stdout)
     version = importlib.metadata.version("rlloom")
     core_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom")
-    assert core_rows == [("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
+    assert core_rows == [("advantage_estimator", "grpo"),
+                         ("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
                          ("dispatch_mode", "dp_split_tokens"), ("dispatch_mode", "dp_split_uneven"),
                          ("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero"), ("launcher", "local"),
-                         ("resharder", "in_process"), ("tracker", "console"), ("tracker", "jsonl")]
+                         ("policy_loss", "vanilla"), ("resharder", "in_process"), ("tracker", "console"),
+                         ("tracker", "jsonl")]
     for row in rows:
         if row["distribution"] == "rlloom":
             assert (row["version"], row["status"]) == (version, "loaded")

@@ -15,7 +15,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlloom.algos.config import PolicyLossConfig
 from rlloom.config import ConfigError, compose_config
+from rlloom.config.compose import check_registered_functions
 from rlloom.config.schema import SamplingConfig, TrainerConfig
 from rlloom.plugins.registry import Registry
 
@@ -326,3 +328,24 @@ def test_a_cost_without_an_algorithm_that_uses_it_is_refused(registry):
     assert error_for(["cost=format"], registry) == (
         "cost=format: algorithm=grpo scores no cost; remove the cost override (cost=none) or choose an algorithm "
         "that constrains one: constrained.")
+
+
+# ------------------------------------------------------------------------------ registered functions
+def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
+    @dataclasses.dataclass
+    class SharedMathConfig(PolicyLossConfig):
+        adv_estimator: str = "grpo"
+
+    check_registered_functions(SharedMathConfig(), registry)  # the core's own estimator and loss
+    with pytest.raises(ConfigError) as info:
+        check_registered_functions(SharedMathConfig(adv_estimator="rloo"), registry)
+    assert str(info.value) == (
+        "algorithm.adv_estimator=rloo: no installed plugin provides advantage_estimator 'rloo'. Installed choices: "
+        "grpo. It is provided by the package rlloom-rloo: pip install rlloom-rloo")
+    with pytest.raises(ConfigError) as info:
+        check_registered_functions(SharedMathConfig(policy_loss="vanila"), registry)
+    assert str(info.value) == (
+        "algorithm.policy_loss=vanila: no installed plugin provides policy_loss 'vanila'. Installed choices: "
+        "vanilla. Did you mean 'vanilla'?")
+    # a config without the keys (the test plugin's GrpoConfig) is not checked
+    assert compose_config(["algorithm.n=2"], registry).sections["algorithm"].n == 2

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from rlloom.algos.config import PolicyLossConfig
+from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
 from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_cispo import CISPO, CISPOConfig
-from rlloom_grpo import GRPOConfig, make_policy_loss_fn
 
 
 def test_loss_value_and_gradient_by_hand():
@@ -32,7 +33,7 @@ def test_loss_value_and_gradient_by_hand():
     assert metrics["pg_clipfrac_lower"] == 0.0
     # PPO's clipped surrogate gives the clipped token (0, 0) (A > 0, ρ > 1.2) no gradient; CISPO does.
     ppo_log_probs = torch.tensor(lp, requires_grad=True)
-    ppo_loss, _ = make_policy_loss_fn(GRPOConfig(clip_ratio_low=0.2, clip_ratio_high=0.2))(
+    ppo_loss, _ = make_policy_loss_fn(PolicyLossConfig(clip_ratio_low=0.2, clip_ratio_high=0.2))(
         batch, {"log_probs": ppo_log_probs}, mini_batch_stats(torch.tensor(mask)))
     ppo_loss.backward()
     assert ppo_log_probs.grad[0, 0] == 0 and log_probs.grad[0, 0] == pytest.approx(-1.2 * 2 / 3)
@@ -50,8 +51,8 @@ def test_on_policy_update_is_reinforce_with_group_advantages():
 
 def test_defaults_and_entry_point():
     cfg = CISPOConfig()
-    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.loss_agg_mode) == (1.0, 4.0, None,
-                                                                                             "token-mean")
+    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.loss_agg_mode, cfg.policy_loss) == (
+        1.0, 4.0, None, "token-mean", "cispo")
     registry = entry_point_registry("cispo")
     assert registry.get("algorithm", "cispo").config is CISPOConfig
     assert isinstance(registry.build("algorithm", "cispo", cfg), CISPO)

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
 from rlloom.testing import entry_point_registry, train_tiny, training_rows
-from rlloom_gspo import GSPO, GSPOConfig, make_gspo_loss_fn
+from rlloom_gspo import GSPO, GSPOConfig
 
 
 def test_loss_value_and_gradient_match_the_sequence_formula():
@@ -27,7 +28,7 @@ def test_loss_value_and_gradient_match_the_sequence_formula():
     m = torch.tensor(mask)
     batch = Batch({"old_log_probs": torch.tensor(old), "advantages": torch.tensor(adv)[:, None] * m,
                    "response_mask": m})
-    loss, metrics = make_gspo_loss_fn(cfg)(batch, {"log_probs": log_probs}, mini_batch_stats(m))
+    loss, metrics = make_policy_loss_fn(cfg)(batch, {"log_probs": log_probs}, mini_batch_stats(m))
     loss.backward()
     assert abs(loss.item() - expected_loss) < 1e-12
     np.testing.assert_allclose(log_probs.grad.numpy(), grad_rows[:, None] * mask, atol=1e-12)
@@ -39,7 +40,7 @@ def test_without_old_log_probs_the_ratio_is_one():
     log_probs = torch.tensor([[-1.0, -3.0]], requires_grad=True)
     m = torch.ones(1, 2)
     batch = Batch({"advantages": torch.tensor([[2.0, 2.0]]), "response_mask": m})
-    loss, _ = make_gspo_loss_fn(GSPOConfig())(batch, {"log_probs": log_probs}, mini_batch_stats(m))
+    loss, _ = make_policy_loss_fn(GSPOConfig())(batch, {"log_probs": log_probs}, mini_batch_stats(m))
     loss.backward()
     assert loss.item() == -2.0
     torch.testing.assert_close(log_probs.grad, torch.tensor([[-1.0, -1.0]]))  # −A · 1 / 2 tokens
@@ -47,7 +48,8 @@ def test_without_old_log_probs_the_ratio_is_one():
 
 def test_defaults_and_entry_point():
     cfg = GSPOConfig()
-    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode) == (3e-4, 4e-4, "seq-mean-token-mean")
+    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode, cfg.policy_loss) == (
+        3e-4, 4e-4, "seq-mean-token-mean", "gspo")
     registry = entry_point_registry("gspo")
     assert isinstance(registry.build("algorithm", "gspo", cfg), GSPO)
 

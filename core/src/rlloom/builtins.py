@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlloom.algos.config import DEFAULT_POLICY_LOSS
 from rlloom.config.schema import TrainerConfig
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
@@ -40,6 +41,16 @@ def register_resharders(register):
 def register_trackers(register):
     register("console", ConsoleTracker)
     register("jsonl", JsonlTracker)
+
+
+@hookimpl
+def register_advantage_estimators(register):
+    register("grpo", "rlloom.algos.advantages:grpo_estimator")
+
+
+@hookimpl
+def register_policy_losses(register):
+    register(DEFAULT_POLICY_LOSS, "rlloom.algos.policy_loss:vanilla_policy_loss")
 
 
 @hookimpl

@@ -11,7 +11,7 @@ class CISPOConfig(GRPOConfig):
     """GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`: group size, advantages, KL,
     entropy, mini-batches) with CISPO's meaning of the clip range: ``clip_ratio_low`` /
     ``clip_ratio_high`` bound the importance-sampling *weight* to [1 − low, 1 + high], not the
-    surrogate (:func:`rlloom_cispo.loss.cispo_token_loss`).
+    surrogate (the policy loss ``cispo``: :func:`rlloom_cispo.loss.cispo_token_loss`).
 
     Defaults: ``clip_ratio_low=1.0`` (no lower bound: the weight only has to stay ≥ 0; the paper
     sets ε_low large for the same reason), ``clip_ratio_high=4.0`` (our choice; the paper tunes
@@ -24,3 +24,4 @@ class CISPOConfig(GRPOConfig):
     clip_ratio_low: float = 1.0
     clip_ratio_high: float = 4.0
     clip_ratio_c: Optional[float] = None
+    policy_loss: str = "cispo"

@@ -37,9 +37,8 @@ class DAPOConfig(GRPOConfig):
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        problems = []
+    def problems(self) -> list[str]:
+        problems = super().problems()
         if self.filter_groups_metric not in FILTER_METRICS:
             problems.append(f"filter_groups_metric must be one of {list(FILTER_METRICS)}, got "
                             f"{self.filter_groups_metric!r}")
@@ -49,5 +48,4 @@ class DAPOConfig(GRPOConfig):
             problems.append(f"overlong_buffer_len must be >= 1, got {self.overlong_buffer_len}")
         if self.overlong_penalty_factor < 0:
             problems.append(f"overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")
-        if problems:
-            raise ValueError("invalid algorithm=dapo config: " + "; ".join(problems))
+        return problems

@@ -1,72 +1,13 @@
-"""GRPO's outcome advantage: each score compared with the other samples drawn for the same prompt."""
+"""GRPO's pass@k advantage (``adv_estimator=grpo_passk``): only each group's best sample learns.
+The group-relative advantage itself is the core's (:func:`rlloom.algos.advantages.group_relative_advantages`)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any, Optional
 
 import torch
-
-
-def _group_index(group_ids: Sequence[Hashable]) -> tuple[list[int], list[int]]:
-    """Map hashable ids to 0..G-1 in order of first appearance; also return each group's first row."""
-    index: dict[Hashable, int] = {}
-    firsts: list[int] = []
-    rows = []
-    for row, group in enumerate(group_ids):
-        if group not in index:
-            index[group] = len(firsts)
-            firsts.append(row)
-        rows.append(index[group])
-    return rows, firsts
-
-
-def group_relative_advantages(
-    scores: torch.Tensor,
-    group_ids: Sequence[Hashable],
-    response_mask: torch.Tensor,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """Per-token advantages [N, R] (float32) from sequence scores ``scores`` [N].
-
-    Samples with equal ``group_ids`` form a group G (any order; groups need not be contiguous):
-
-    - GRPO (``norm_by_std``):      A_i = (r_i − mean_G) / (std_G + eps), std_G unbiased (ddof 1);
-    - Dr.GRPO (not ``norm_by_std``): A_i = r_i − mean_G;
-
-    a group of one sample has no peers to compare with and, as in verl, uses mean 0 and std 1:
-    A = r / (1 + eps) (GRPO) or A = r (Dr.GRPO), so ``n = 1`` still learns from its raw reward.
-    A_i is broadcast over the response: A_it = A_i · m_it. Computed in float64; the mean is taken
-    relative to the group's first score, so a group of two or more equal scores gets exactly 0.
-    """
-    if scores.dim() != 1:
-        raise ValueError(f"scores must be 1-D [N], got shape {tuple(scores.shape)}")
-    num = scores.shape[0]
-    if len(group_ids) != num:
-        raise ValueError(f"group_ids has {len(group_ids)} entries, scores has {num}")
-    if response_mask.dim() != 2 or response_mask.shape[0] != num:
-        raise ValueError(f"response_mask must be [N={num}, R], got shape {tuple(response_mask.shape)}")
-    if norm_by_std and not eps > 0:
-        raise ValueError(f"eps must be > 0 when norm_by_std (equal scores have std 0), got {eps}")
-    rows, firsts = _group_index(group_ids)
-    group = torch.tensor(rows, dtype=torch.long, device=scores.device)
-    first = torch.tensor(firsts, dtype=torch.long, device=scores.device)
-    num_groups = len(firsts)
-    r = scores.detach().to(torch.float64)
-
-    def group_sum(values: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group, values)
-
-    count = group_sum(torch.ones_like(r))
-    shift = r[first][group]
-    mean = torch.where(count > 1, r[first] + group_sum(r - shift) / count, torch.zeros_like(count))
-    deviation = r - mean[group]
-    if norm_by_std:
-        unbiased_var = group_sum(deviation.square()) / (count - 1).clamp(min=1)
-        std = torch.where(count > 1, unbiased_var.sqrt(), torch.ones_like(count))
-        deviation = deviation / (std[group] + eps)
-    advantages = deviation.to(torch.float32)
-    return advantages[:, None] * response_mask.to(torch.float32)
+from rlloom.algos.advantages import group_index, need
 
 
 def passk_advantages(
@@ -92,7 +33,7 @@ def passk_advantages(
         )
     if norm_by_std and not eps > 0:
         raise ValueError(f"eps must be > 0 when norm_by_std, got {eps}")
-    rows, firsts = _group_index(group_ids)
+    rows, firsts = group_index(group_ids)
     groups: list[list[int]] = [[] for _ in firsts]
     for row, group in enumerate(rows):
         groups[group].append(row)
@@ -108,3 +49,10 @@ def passk_advantages(
             gap = gap / (values.std() + eps)
         advantages[members[int(torch.argmax(values))]] = gap
     return advantages.to(torch.float32)[:, None] * response_mask.to(torch.float32)
+
+
+def passk_estimator(*, scores: Optional[torch.Tensor], group_ids: Optional[Sequence[Hashable]],
+                    response_mask: torch.Tensor, norm_by_std: bool, eps: float, **_: Any) -> torch.Tensor:
+    """``adv_estimator=grpo_passk``: :func:`passk_advantages` of the sequence ``scores``."""
+    need("grpo_passk", scores=scores, group_ids=group_ids)
+    return passk_advantages(scores, group_ids, response_mask, norm_by_std=norm_by_std, eps=eps)

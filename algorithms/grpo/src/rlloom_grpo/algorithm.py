@@ -2,41 +2,68 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Optional
+
 import torch
 
+from rlloom.algos.advantages import compute_advantages
+from rlloom.algos.lookup import get_advantage_estimator
+from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom_grpo.advantages import group_relative_advantages, passk_advantages
-from rlloom_grpo.config import GRPOConfig
-from rlloom_grpo.loss import make_policy_loss_fn
+from rlloom_grpo.config import GRPOConfig, GRPOStepConfig
 
 
 class GRPO:
     """Group relative policy optimization (Dr.GRPO with ``norm_adv_by_std=False``). No critic;
-    a reference model only for the KL loss."""
+    a reference model only for the KL loss.
+
+    The advantage estimator and the policy loss are looked up by name among the registered ones
+    (:mod:`rlloom.algos.lookup`): ``cfg.adv_estimator`` (or the subclass's fixed
+    :attr:`adv_estimator`) and ``cfg.policy_loss``. Algorithms that change only the advantage
+    (RLOO, REINFORCE++) subclass this with their estimator's name."""
 
     needs_critic = False
+    adv_estimator: ClassVar[Optional[str]] = None
+    """The registered advantage estimator a subclass always uses (its config has no
+    ``adv_estimator`` key); None: ``cfg.adv_estimator``."""
 
-    def __init__(self, cfg: GRPOConfig) -> None:
+    def __init__(self, cfg: GRPOStepConfig) -> None:
         self.cfg = cfg
+        self.estimator = get_advantage_estimator(self.adv_estimator or cfg.adv_estimator)
         self.loss_fn = make_policy_loss_fn(cfg)
 
     @property
     def needs_reference(self) -> bool:
         return self.cfg.use_kl_loss
 
+    def advantage_options(self) -> dict[str, Any]:
+        """The estimator's settings from the config: ``norm_by_std`` and ``eps`` when it is a
+        :class:`GRPOConfig` (its ``norm_adv_by_std`` and ``epsilon``), else none (the estimator's
+        defaults); a subclass whose config has others (REINFORCE++'s ``gamma``) adds them."""
+        if not isinstance(self.cfg, GRPOConfig):
+            return {}
+        return {"norm_by_std": self.cfg.norm_adv_by_std, "eps": self.cfg.epsilon}
+
+    def token_level_rewards(self, batch: Batch) -> Optional[torch.Tensor]:
+        """The token-level rewards the estimator gets: ``token_level_scores`` (GRPO's reward has no
+        KL penalty)."""
+        return batch.get("token_level_scores")
+
     def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """``advantages`` [N, R] float32 from ``scores`` [N], groups of equal ``uid`` and
-        ``response_mask`` (see :func:`rlloom_grpo.advantages.group_relative_advantages`, or
-        :func:`rlloom_grpo.advantages.passk_advantages` when ``adv_estimator`` is ``grpo_passk``)."""
-        batch.require("scores", "uid", "response_mask")
-        estimator = passk_advantages if self.cfg.adv_estimator == "grpo_passk" else group_relative_advantages
-        return estimator(
-            batch["scores"],
-            batch["uid"],
-            batch["response_mask"],
-            norm_by_std=self.cfg.norm_adv_by_std,
-            eps=self.cfg.epsilon,
+        """``advantages`` [N, R] float32 from the estimator (:func:`rlloom.algos.advantages.compute_advantages`)
+        of the batch's ``scores``, :meth:`token_level_rewards`, ``response_mask``, groups of equal
+        ``uid`` and ``reward_baselines`` (None where the batch has none), with
+        :meth:`advantage_options`."""
+        batch.require("uid", "response_mask")
+        return compute_advantages(
+            self.estimator,
+            response_mask=batch["response_mask"],
+            scores=batch.get("scores"),
+            token_level_rewards=self.token_level_rewards(batch),
+            group_ids=batch["uid"],
+            baselines=batch.get("reward_baselines"),
+            **self.advantage_options(),
         )
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
@@ -62,7 +89,7 @@ class GRPO:
         """Behaviour log-probs, and reference log-probs when ``needs_reference``.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
-        steps (or ``recompute_old_log_probs``); see :func:`rlloom_grpo.loss.make_policy_loss_fn`."""
+        steps (or ``recompute_old_log_probs``); see :func:`rlloom.algos.policy_loss.make_policy_loss_fn`."""
         if self.needs_old_log_probs(batch, num_prompts):
             ctx.old_log_probs(batch)
         if self.needs_reference:

@@ -2,10 +2,10 @@
 
 from rlloom.lazy import lazy_exports
 
-__all__ = ["GSPO", "GSPOConfig", "make_gspo_loss_fn"]
+__all__ = ["GSPO", "GSPOConfig", "gspo_policy_loss"]
 
 __getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
     "GSPO": ".algorithm",
     "GSPOConfig": ".config",
-    "make_gspo_loss_fn": ".loss",
+    "gspo_policy_loss": ".loss",
 })

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from rlloom_gspo.config import GSPOConfig
-from rlloom_gspo.loss import make_gspo_loss_fn
 from rlloom_grpo.algorithm import GRPO
+from rlloom_gspo.config import GSPOConfig
 
 
 class GSPO(GRPO):
-    """Group sequence policy optimization: importance ratio and clipping per sequence."""
+    """Group sequence policy optimization: importance ratio and clipping per sequence (the policy
+    loss ``gspo``, :func:`rlloom_gspo.loss.gspo_policy_loss`, ``GSPOConfig``'s default)."""
 
     cfg: GSPOConfig
-
-    def __init__(self, cfg: GSPOConfig) -> None:
-        super().__init__(cfg)
-        self.loss_fn = make_gspo_loss_fn(cfg)

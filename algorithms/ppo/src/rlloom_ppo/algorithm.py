@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
 from rlloom.losses import aggregate, kl_penalized_rewards
-from rlloom_grpo.loss import make_policy_loss_fn
 from rlloom_ppo.config import PPOConfig
 from rlloom_ppo.gae import gae_advantages
 from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController
@@ -32,7 +32,7 @@ class PPO:
 
     def __init__(self, cfg: PPOConfig) -> None:
         self.cfg = cfg
-        self.policy_loss_fn = make_policy_loss_fn(cfg.policy_loss_config())
+        self.policy_loss_fn = make_policy_loss_fn(cfg)
         self.value_loss_fn = make_value_loss_fn(cfg.cliprange_value, cfg.loss_agg_mode)
         self.kl_ctrl = (
             AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)

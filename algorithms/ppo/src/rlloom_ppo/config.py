@@ -1,16 +1,16 @@
 """``algorithm=ppo`` config schema (a Hydra structured config)."""
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
+from rlloom.algos.config import PolicyLossConfig
 from rlloom.choices import KL_ESTIMATORS
-from rlloom_grpo.config import GRPOConfig
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(PolicyLossConfig):
     """PPO settings (verl's defaults). Units: *prompts* or *responses* (= prompts × ``n``) as stated.
 
     Sampling and schedule:
@@ -28,14 +28,11 @@ class PPOConfig:
 
     Losses:
 
-    - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio;
-      ``clip_ratio_c``: dual-clip bound c (> 1; None disables it; verl's default 3).
+    - the policy loss's fields (:class:`rlloom.algos.config.PolicyLossConfig`): the clip range
+      ``clip_ratio_low`` / ``clip_ratio_high``, the dual clip ``clip_ratio_c``, ``loss_agg_mode``
+      (for the value loss too), ``loss_scale_factor``, ``entropy_coeff``, the KL loss
+      ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``, and ``policy_loss``;
     - ``cliprange_value``: the value clip ε_v: v_clip = v_old + clip(v − v_old, ±ε_v).
-    - ``loss_agg_mode``: one of :data:`rlloom.losses.AGG_MODES`, for the policy, entropy, KL and
-      value losses alike.
-    - ``entropy_coeff``: subtract coef·agg(entropy) from the policy loss.
-    - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the policy
-      loss (as GRPO does).
 
     KL penalty in the reward (verl's ``use_kl_in_reward``):
 
@@ -49,18 +46,12 @@ class PPOConfig:
     A reference model is loaded when ``use_kl_in_reward`` or ``use_kl_loss``.
     """
 
+    algorithm_name: ClassVar[str] = "ppo"
+
     n: int = 1
     gamma: float = 1.0
     lam: float = 1.0
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: Optional[float] = 3.0
     cliprange_value: float = 0.5
-    loss_agg_mode: str = "token-mean"
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "k3"
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0
     critic_warmup: int = 0
@@ -71,16 +62,8 @@ class PPOConfig:
     kl_target: float = 0.1
     kl_horizon: int = 10000
 
-    name: ClassVar[str] = "ppo"  # the algorithm= choice named in config errors
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError(f"invalid algorithm={self.name} config: " + "; ".join(problems))
-
     def problems(self) -> list[str]:
-        """What is wrong with these settings, one phrase per key (empty: valid)."""
-        problems = []
+        problems = super().problems()
         if self.n < 1:
             problems.append(f"n must be >= 1, got {self.n}")
         for name in ("gamma", "lam"):
@@ -104,22 +87,4 @@ class PPOConfig:
             problems.append(f"kl_target must be > 0, got {self.kl_target}")
         if self.kl_horizon < 1:
             problems.append(f"kl_horizon must be >= 1, got {self.kl_horizon}")
-        try:
-            self.policy_loss_config()
-        except ValueError as error:
-            problems.append(f"policy-loss settings (checked as GRPO's): {error}")
         return problems
-
-    def policy_loss_config(self) -> GRPOConfig:
-        """The policy-loss fields as the config :func:`rlloom_grpo.loss.make_policy_loss_fn` reads
-        (PPO's actor loss is GRPO's: clip, dual clip, entropy bonus, optional KL loss)."""
-        return GRPOConfig(
-            clip_ratio_low=self.clip_ratio_low,
-            clip_ratio_high=self.clip_ratio_high,
-            clip_ratio_c=self.clip_ratio_c,
-            loss_agg_mode=self.loss_agg_mode,
-            entropy_coeff=self.entropy_coeff,
-            use_kl_loss=self.use_kl_loss,
-            kl_loss_coef=self.kl_loss_coef,
-            kl_loss_type=self.kl_loss_type,
-        )

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlloom.batch import Batch
 from rlloom.losses import kl_penalized_rewards
 from rlloom_grpo.algorithm import GRPO
-from rlloom_reinforce_pp.advantages import (
-    reinforce_pp_advantages,
-    reinforce_pp_baseline_advantages,
-)
 from rlloom_reinforce_pp.config import ReinforcePPConfig
 
 
 class ReinforcePP(GRPO):
-    """REINFORCE++ (``algorithm=reinforce_pp``): whitened token-level returns, no critic; a
-    reference model when ``use_kl_in_reward`` or ``use_kl_loss``."""
+    """REINFORCE++ (``algorithm=reinforce_pp``): whitened token-level returns (the estimator
+    ``reinforce_pp``: :func:`rlloom_reinforce_pp.advantages.reinforce_pp_advantages` of
+    :meth:`token_level_rewards`), no critic; a reference model when ``use_kl_in_reward`` or
+    ``use_kl_loss``."""
 
     cfg: ReinforcePPConfig
+    adv_estimator = "reinforce_pp"
 
     @property
     def needs_reference(self) -> bool:
@@ -47,15 +48,13 @@ class ReinforcePP(GRPO):
         batch["token_level_rewards"] = rewards
         return rewards
 
-    def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """:func:`rlloom_reinforce_pp.advantages.reinforce_pp_advantages` of the token rewards."""
-        return reinforce_pp_advantages(self.token_level_rewards(batch), batch["response_mask"], self.cfg.gamma)
+    def advantage_options(self) -> dict[str, Any]:
+        return {"gamma": self.cfg.gamma}
 
 
 class ReinforcePPBaseline(ReinforcePP):
-    """REINFORCE++-baseline (``algorithm=reinforce_pp_baseline``): group-centred scores, whitened."""
+    """REINFORCE++-baseline (``algorithm=reinforce_pp_baseline``): group-centred scores, whitened
+    (the estimator ``reinforce_pp_baseline``:
+    :func:`rlloom_reinforce_pp.advantages.reinforce_pp_baseline_advantages`, groups: ``uid``)."""
 
-    def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """:func:`rlloom_reinforce_pp.advantages.reinforce_pp_baseline_advantages` (groups: ``uid``)."""
-        batch.require("uid")
-        return reinforce_pp_baseline_advantages(self.token_level_rewards(batch), batch["uid"], batch["response_mask"])
+    adv_estimator = "reinforce_pp_baseline"

@@ -4,17 +4,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rlloom.choices import KL_ESTIMATORS
-from rlloom_grpo.config import GRPOConfig
+from rlloom_grpo.config import GRPOStepConfig
 
 
 @dataclass
-class ReinforcePPConfig(GRPOConfig):
-    """GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`; ``norm_adv_by_std``,
-    ``adv_estimator`` and ``epsilon`` are not used) plus:
+class ReinforcePPConfig(GRPOStepConfig):
+    """The fields of GRPO's step (see :class:`rlloom_grpo.config.GRPOStepConfig`) plus:
 
     - ``gamma``: discount of the token-level return (``reinforce_pp`` only).
     - ``use_kl_in_reward`` / ``kl_coef`` / ``kl_penalty``: subtract β·KL_t (estimator
-      ``kl_penalty``, see :data:`rlloom.losses.KL_ESTIMATORS`) from every response token's reward;
+      ``kl_penalty``, see :data:`rlloom.choices.KL_ESTIMATORS`) from every response token's reward;
       needs a reference model.
     """
 
@@ -25,14 +24,12 @@ class ReinforcePPConfig(GRPOConfig):
     kl_coef: float = 0.001
     kl_penalty: str = "k1"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        problems = []
+    def problems(self) -> list[str]:
+        problems = super().problems()
         if not 0.0 <= self.gamma <= 1.0:
             problems.append(f"gamma must be in [0, 1], got {self.gamma}")
         if self.kl_coef < 0:
             problems.append(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.kl_penalty not in KL_ESTIMATORS:
             problems.append(f"kl_penalty must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_penalty!r}")
-        if problems:
-            raise ValueError("invalid algorithm=reinforce_pp config: " + "; ".join(problems))
+        return problems

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import torch
 
+from rlloom.algos.advantages import need
 from rlloom.losses import discounted_returns
 
 
@@ -14,3 +17,11 @@ def remax_advantages(rewards: torch.Tensor, baselines: torch.Tensor, mask: torch
         raise ValueError(f"baselines must be [N={rewards.shape[0]}], got shape {tuple(baselines.shape)}")
     to_go = discounted_returns(rewards, mask, gamma=1.0)
     return (to_go - baselines.to(to_go.dtype)[:, None]) * mask.to(to_go.dtype)
+
+
+def remax_estimator(*, token_level_rewards: Optional[torch.Tensor], baselines: Optional[torch.Tensor],
+                    response_mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    """``adv_estimator=remax``: :func:`remax_advantages` of the ``token_level_rewards`` against the
+    ``baselines`` (the batch's ``reward_baselines``)."""
+    need("remax", token_level_rewards=token_level_rewards, baselines=baselines)
+    return remax_advantages(token_level_rewards, baselines, response_mask)

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-
 import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
 from rlloom_grpo.algorithm import GRPO
-from rlloom_remax.advantages import remax_advantages
 from rlloom_remax.config import ReMaxConfig
 
 
 class ReMax(GRPO):
-    """ReMax: one extra greedy generation per prompt; its score baselines the prompt's samples."""
+    """ReMax: one extra greedy generation per prompt; its score baselines the prompt's samples
+    (the estimator ``remax``: :func:`rlloom_remax.advantages.remax_advantages` of
+    ``token_level_scores`` against ``reward_baselines`` [N])."""
 
     cfg: ReMaxConfig
-
-    def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """:func:`rlloom_remax.advantages.remax_advantages` of ``token_level_scores`` against
-        ``reward_baselines`` [N]."""
-        batch.require("token_level_scores", "reward_baselines", "response_mask")
-        return remax_advantages(batch["token_level_scores"], batch["reward_baselines"], batch["response_mask"])
+    adv_estimator = "remax"
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """Greedy rollout of each prompt (stage ``gen_baseline``), scored → ``n`` sampled responses

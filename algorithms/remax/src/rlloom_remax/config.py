@@ -3,13 +3,13 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom_grpo.config import GRPOConfig
+from rlloom_grpo.config import GRPOStepConfig
 
 
 @dataclass
-class ReMaxConfig(GRPOConfig):
-    """ReMax takes GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`): ``n`` sampled
-    responses per prompt (plus one greedy response per prompt for the baseline), the clipped policy
-    loss, optional KL loss. ``norm_adv_by_std``, ``adv_estimator`` and ``epsilon`` are not used."""
+class ReMaxConfig(GRPOStepConfig):
+    """ReMax takes the fields of GRPO's step (see :class:`rlloom_grpo.config.GRPOStepConfig`): ``n``
+    sampled responses per prompt (plus one greedy response per prompt for the baseline), the
+    clipped policy loss, optional KL loss, mini-batches. It has no advantage settings."""
 
     algorithm_name: ClassVar[str] = "remax"

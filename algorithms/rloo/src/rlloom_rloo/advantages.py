@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from typing import Any, Optional
 
 import torch
 
-from rlloom_grpo.advantages import group_relative_advantages
+from rlloom.algos.advantages import group_relative_advantages, need
 
 
 def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], response_mask: torch.Tensor) -> torch.Tensor:
@@ -22,3 +23,10 @@ def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], respons
     sizes = Counter(group_ids)
     scale = [sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 1.0 for g in group_ids]
     return centered * torch.tensor(scale, device=centered.device)[:, None]
+
+
+def rloo_estimator(*, scores: Optional[torch.Tensor], group_ids: Optional[Sequence[Hashable]],
+                   response_mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    """``adv_estimator=rloo``: :func:`rloo_advantages` of the sequence ``scores``."""
+    need("rloo", scores=scores, group_ids=group_ids)
+    return rloo_advantages(scores, group_ids, response_mask)

@@ -3,13 +3,13 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom_grpo.config import GRPOConfig
+from rlloom_grpo.config import GRPOStepConfig
 
 
 @dataclass
-class RLOOConfig(GRPOConfig):
-    """RLOO takes GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`): ``n`` responses per
-    prompt, the clipped policy loss, optional KL loss. ``norm_adv_by_std``, ``adv_estimator`` and
-    ``epsilon`` are not used: the leave-one-out baseline replaces them."""
+class RLOOConfig(GRPOStepConfig):
+    """RLOO takes the fields of GRPO's step (see :class:`rlloom_grpo.config.GRPOStepConfig`): ``n``
+    responses per prompt, the clipped policy loss, optional KL loss, mini-batches. It has no
+    advantage settings: the leave-one-out baseline needs none."""
 
     algorithm_name: ClassVar[str] = "rloo"

@@ -1,4 +1,4 @@
-"""Entry point ``rloo``: registers ``algorithm=rloo``."""
+"""Entry point ``rloo``: registers ``algorithm=rloo`` and the advantage estimator ``rloo``."""
 
 import rlloom
 from rlloom_rloo.config import RLOOConfig
@@ -7,3 +7,8 @@ from rlloom_rloo.config import RLOOConfig
 @rlloom.hookimpl
 def register_algorithms(register):
     register("rloo", "rlloom_rloo.algorithm:RLOO", config=RLOOConfig)
+
+
+@rlloom.hookimpl
+def register_advantage_estimators(register):
+    register("rloo", "rlloom_rloo.advantages:rloo_estimator")

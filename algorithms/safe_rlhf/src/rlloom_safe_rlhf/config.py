@@ -30,7 +30,7 @@ class SafeRLHFConfig(PPOConfig):
       GAE (None: no clip; Safe-RLHF's ``clip_range_score``).
     """
 
-    name: ClassVar[str] = "safe_rlhf"
+    algorithm_name: ClassVar[str] = "safe_rlhf"
 
     use_kl_in_reward: bool = True
     kl_coef: float = 0.01

@@ -23,6 +23,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
 from rlloom.choices import DeviceError, check_device_name
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
@@ -290,6 +291,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
             f"top_p={sampling.top_p}."
         )
     if registry is not None:
+        check_registered_functions(algorithm, registry)  # before check_cost_choice, which imports the algorithms
         check_cost_choice(resolved.choices, registry)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
         check_device_here(trainer.device)
@@ -304,6 +306,24 @@ def check_device_here(name: str) -> None:
         resolve_device(name)
     except DeviceError as error:
         raise ConfigError(str(error)) from None
+
+
+REGISTERED_FUNCTION_KEYS = {"adv_estimator": ADVANTAGE_ESTIMATOR, "policy_loss": POLICY_LOSS}
+"""Algorithm config keys whose value names a function a plugin registered -> its registry kind
+(:mod:`rlloom.algos.lookup`)."""
+
+
+def check_registered_functions(algorithm: Any, registry: Registry) -> None:
+    """ConfigError unless each key of :data:`REGISTERED_FUNCTION_KEYS` that the algorithm's config
+    declares names an installed advantage estimator / policy loss; the message lists those."""
+    if not dataclasses.is_dataclass(algorithm):
+        return
+    declared = {field.name for field in dataclasses.fields(algorithm)}
+    for key, kind in REGISTERED_FUNCTION_KEYS.items():
+        name = getattr(algorithm, key, None)
+        if key in declared and name not in registry.components[kind]:
+            _, _, reason = registry.missing_message(kind, str(name)).partition(": ")
+            raise ConfigError(f"algorithm.{key}={name}: {reason}")
 
 
 def check_cost_choice(choices: dict[str, str], registry: Registry) -> None:

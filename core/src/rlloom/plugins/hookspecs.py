@@ -30,6 +30,8 @@ rollout engines     ``rollout``        ``factory(cfg, spec: EngineSpec) -> Rollo
 resharders          ``resharder``      ``factory(cfg) -> Resharder``
 reward fns          ``reward``         ``factory(cfg) -> RewardFn``
 algorithms          ``algorithm``      ``factory(cfg) -> Algorithm``
+advantage estimators  (``algorithm.adv_estimator``)  the function (:class:`~rlloom.algos.lookup.AdvantageEstimator`)
+policy losses       (``algorithm.policy_loss``)  the function (:class:`~rlloom.algos.lookup.PolicyLoss`)
 trackers            (``trainer.trackers`` list)  ``factory(run_dir: str, config: dict) -> Tracker``
 launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
@@ -70,6 +72,20 @@ def register_reward_fns(register):
 @hookspec
 def register_algorithms(register):
     """Register :class:`~rlloom.protocols.Algorithm` factories."""
+
+
+@hookspec
+def register_advantage_estimators(register):
+    """Register advantage estimators (``register(name, function)``): the choices of
+    ``algorithm.adv_estimator``, each a function with the one signature of
+    :class:`rlloom.algos.lookup.AdvantageEstimator` (or ``"module:attribute"`` naming it)."""
+
+
+@hookspec
+def register_policy_losses(register):
+    """Register per-token policy losses (``register(name, function)``): the choices of
+    ``algorithm.policy_loss``, each a function with the signature of
+    :class:`rlloom.algos.lookup.PolicyLoss` (or ``"module:attribute"`` naming it)."""
 
 
 @hookspec

@@ -1,14 +1,15 @@
-"""GRPO's loss_fn against a numpy computation of its value and gradient."""
+"""The clipped policy loss (`rlloom.algos.policy_loss.make_policy_loss_fn`, policy_loss=vanilla) against a numpy
+computation of its value and gradient."""
 
 import numpy as np
 import pytest
 import torch
-
+from rlloom.algos.config import PolicyLossConfig
+from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import AGG_MODES
 from rlloom.tokens import token_log_probs
 from rlloom.types import MiniBatchStats
-from rlloom_grpo import GRPOConfig, make_policy_loss_fn
 
 torch.set_num_threads(1)
 
@@ -85,7 +86,7 @@ def run_loss(cfg, batch, rows=slice(None), stats=None):
 
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_loss_value_and_gradient_match_numpy_with_kl_and_entropy(mode):
-    cfg = GRPOConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
+    cfg = PolicyLossConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
                      kl_loss_type="k3", entropy_coeff=0.01)
     pg, pg_grad, clipped, dual = numpy_token_terms(c=3.0)
     assert clipped.sum() >= 2 and dual.sum() >= 1  # the example exercises both clips
@@ -110,9 +111,9 @@ def test_loss_value_and_gradient_match_numpy_with_kl_and_entropy(mode):
 
 def test_default_config_loss_and_gradient_signs():
     # Defaults: dual clip at verl's 3.0, no KL, no entropy bonus, token-mean.
-    assert GRPOConfig().clip_ratio_c == 3.0
+    assert PolicyLossConfig().clip_ratio_c == 3.0
     pg, pg_grad, _, dual = numpy_token_terms(c=3.0)
-    loss, metrics, grad, entropy_grad = run_loss(GRPOConfig(), make_batch())
+    loss, metrics, grad, entropy_grad = run_loss(PolicyLossConfig(), make_batch())
     assert loss.item() == pytest.approx(pg.sum() / MASK.sum(), rel=1e-10)
     np.testing.assert_allclose(grad, pg_grad / MASK.sum(), rtol=1e-10, atol=1e-14)
     assert not entropy_grad.any() and "kl_loss" not in metrics
@@ -127,7 +128,7 @@ def test_default_config_loss_and_gradient_signs():
 def test_dr_grpo_normaliser_does_not_depend_on_padding():
     # The same three responses, padded to width 4 and to width 40 (as when one long response
     # elsewhere in the step widens every row): the loss and gradients must not change.
-    cfg = GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm")
+    cfg = PolicyLossConfig(loss_agg_mode="seq-mean-token-sum-norm")
     narrow, _, narrow_grad, _ = run_loss(cfg, make_batch())
     wide_mask = np.pad(MASK, ((0, 0), (0, 36)))
     pad = ((0, 0), (0, 36))
@@ -142,7 +143,8 @@ def test_dr_grpo_normaliser_does_not_depend_on_padding():
     assert narrow.item() == pytest.approx(pg.sum() / (3 * MAX_NEW), rel=1e-10)  # Σ L / (seqs · L_max)
     np.testing.assert_allclose(log_probs.grad.numpy()[:, :4], narrow_grad, rtol=1e-12)
     # An explicit loss_scale_factor wins over the step's max_new_tokens.
-    scaled, _, _, _ = run_loss(GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=12), make_batch())
+    scaled, _, _, _ = run_loss(PolicyLossConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=12),
+                               make_batch())
     assert scaled.item() == pytest.approx(narrow.item() / 2, rel=1e-12)
 
 
@@ -150,12 +152,12 @@ def test_dr_grpo_normaliser_needs_a_constant_length():
     batch = make_batch()
     batch.meta.pop("max_new_tokens")
     with pytest.raises(KeyError, match="set algorithm.loss_scale_factor"):
-        run_loss(GRPOConfig(loss_agg_mode="seq-mean-token-sum-norm"), batch)
+        run_loss(PolicyLossConfig(loss_agg_mode="seq-mean-token-sum-norm"), batch)
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_micro_batches_sum_to_whole_batch(mode):
-    cfg = GRPOConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
+    cfg = PolicyLossConfig(loss_agg_mode=mode, clip_ratio_c=3.0, use_kl_loss=True, kl_loss_coef=0.1,
                      entropy_coeff=0.01)
     batch = make_batch()
     whole, _, whole_grad, _ = run_loss(cfg, batch)
@@ -169,7 +171,7 @@ def test_micro_batches_sum_to_whole_batch(mode):
 
 
 def test_metrics_are_the_micro_batch_own_values():
-    _, metrics, _, _ = run_loss(GRPOConfig(), make_batch().slice(1, 2), slice(1, 2))
+    _, metrics, _, _ = run_loss(PolicyLossConfig(), make_batch().slice(1, 2), slice(1, 2))
     # Row 1 alone: one token, ratio e^−0.05 ∈ [0.8, 1.2], A = −0.5 → L = 0.5·e^−0.05.
     assert metrics["pg_loss"] == pytest.approx(0.5 * np.exp(-0.05))
     assert metrics["ppo_kl"] == pytest.approx(0.05)
@@ -178,8 +180,8 @@ def test_metrics_are_the_micro_batch_own_values():
 
 def test_missing_inputs_are_named():
     with pytest.raises(ValueError, match="ref_log_probs"):
-        run_loss(GRPOConfig(use_kl_loss=True), make_batch().exclude("ref_log_probs"))
-    loss_fn = make_policy_loss_fn(GRPOConfig(entropy_coeff=0.01))
+        run_loss(PolicyLossConfig(use_kl_loss=True), make_batch().exclude("ref_log_probs"))
+    loss_fn = make_policy_loss_fn(PolicyLossConfig(entropy_coeff=0.01))
     with pytest.raises(KeyError, match="entropy"):
         loss_fn(make_batch(), {"log_probs": torch.tensor(NEW)}, global_stats())
     with pytest.raises(KeyError, match="log_probs"):
@@ -199,7 +201,7 @@ def test_training_a_tiny_policy_follows_the_advantages():
 
     old = log_probs().detach()
     batch = Batch({"old_log_probs": old, "advantages": torch.tensor([[1.0], [-1.0]]) * mask, "response_mask": mask})
-    loss_fn = make_policy_loss_fn(GRPOConfig())
+    loss_fn = make_policy_loss_fn(PolicyLossConfig())
     optimizer = torch.optim.Adam([logits], lr=0.02)
     for _ in range(5):
         optimizer.zero_grad()
@@ -213,7 +215,7 @@ def test_training_a_tiny_policy_follows_the_advantages():
 
 def test_on_policy_shortcut_without_old_log_probs():
     """No ``old_log_probs``: ratio ≡ 1, so L = −A per token and dL/dlog π = −A (token-mean: / tokens)."""
-    loss, metrics, grad, _ = run_loss(GRPOConfig(), make_batch().exclude("old_log_probs"))
+    loss, metrics, grad, _ = run_loss(PolicyLossConfig(), make_batch().exclude("old_log_probs"))
     assert loss.item() == pytest.approx((-ADV * MASK).sum() / MASK.sum(), rel=1e-12)
     np.testing.assert_allclose(grad, -ADV * MASK / MASK.sum(), rtol=1e-12, atol=1e-15)
     assert metrics["pg_clipfrac"] == 0.0 and metrics["ppo_kl"] == 0.0
@@ -225,7 +227,7 @@ def test_rollout_gap_metric():
     rollout = NEW + np.array([[0.01, -0.02, 0.0, 0.03], [0.5, 9.0, 9.0, 9.0], [0.0, 0.0, -0.1, 9.0]])
     batch = make_batch().exclude("old_log_probs")
     batch["rollout_log_probs"] = torch.tensor(rollout, dtype=torch.float64)
-    _, metrics, _, _ = run_loss(GRPOConfig(), batch)
+    _, metrics, _, _ = run_loss(PolicyLossConfig(), batch)
     expected = (np.abs(np.exp(rollout) - np.exp(NEW)) * MASK).sum() / MASK.sum()
     assert metrics["training/rollout_probs_diff_mean"] == pytest.approx(expected, rel=1e-12)
 
@@ -234,5 +236,5 @@ def test_rollout_gap_is_not_reported_by_an_update_after_the_behaviour_pass():
     # With old_log_probs the gap was measured before any update; an update's log-probs include drift.
     batch = make_batch()
     batch["rollout_log_probs"] = torch.tensor(NEW + 0.5, dtype=torch.float64)
-    _, metrics, _, _ = run_loss(GRPOConfig(), batch)
+    _, metrics, _, _ = run_loss(PolicyLossConfig(), batch)
     assert "training/rollout_probs_diff_mean" not in metrics

@@ -1,17 +1,23 @@
-"""GRPO's policy loss: PPO clip + optional entropy bonus + optional KL-to-reference term."""
+"""The policy loss of the clipped-policy algorithms: a registered per-token loss (the core's
+``vanilla``: PPO's clipped surrogate), aggregated, plus the optional entropy bonus and KL-to-
+reference term (:func:`make_policy_loss_fn`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from rlloom.algos.config import PolicyLossConfig
+from rlloom.algos.lookup import get_policy_loss
 from rlloom.batch import Batch
 from rlloom.losses import ClipLossTerms, aggregate, kl_estimate, masked_mean, mini_batch_stats, ppo_clip_loss
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
-from rlloom_grpo.config import GRPOConfig
+
+if TYPE_CHECKING:
+    from rlloom.plugins.registry import Registry
 
 
 def constant_length(stats: MiniBatchStats, micro_batch: Batch, scale_factor: int | None) -> MiniBatchStats:
@@ -24,31 +30,26 @@ def constant_length(stats: MiniBatchStats, micro_batch: Batch, scale_factor: int
     return dataclasses.replace(stats, max_response_len=int(length))
 
 
-TokenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, GRPOConfig], ClipLossTerms]
-"""``token_loss(log_probs, old_log_probs, advantages, mask, cfg) -> ClipLossTerms``: the per-token
-policy loss and its clipping indicators (all [B, R], 0 on padding)."""
-
-
-def clipped_ratio_loss(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-    cfg: GRPOConfig,
+def vanilla_policy_loss(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor, *,
+    clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float],
 ) -> ClipLossTerms:
-    """PPO's clipped surrogate with ``cfg``'s clip range and dual clip (:func:`rlloom.losses.ppo_clip_loss`)."""
-    return ppo_clip_loss(log_probs, old_log_probs, advantages, mask, clip_low=cfg.clip_ratio_low,
-                         clip_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c)
+    """``policy_loss=vanilla``: PPO's clipped surrogate with dual clip (:func:`rlloom.losses.ppo_clip_loss`)."""
+    return ppo_clip_loss(log_probs, old_log_probs, advantages, response_mask, clip_low=clip_ratio_low,
+                         clip_high=clip_ratio_high, clip_ratio_c=clip_ratio_c)
 
 
-def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_loss) -> LossFn:
+def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None) -> LossFn:
     """A :data:`rlloom.protocols.LossFn` for ``cfg``.
 
     With ``agg`` = :func:`rlloom.losses.aggregate` in mode ``cfg.loss_agg_mode`` over the
     ``response_mask``, normalised by the mini-batch ``stats``:
 
-        loss = agg(L_clip) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
+        loss = agg(L) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
 
-    where L_clip is ``token_loss`` (default :func:`clipped_ratio_loss`; CISPO passes its own) of
-    ``outputs["log_probs"]`` against the
-    micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
+    where L is the policy loss registered as ``cfg.policy_loss`` (looked up in ``registry``, by
+    default the process's; see :class:`rlloom.algos.lookup.PolicyLoss`) of ``outputs["log_probs"]``
+    against the micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
     ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
     current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the
     separate forward pass that would compute the same numbers — and KL (only when ``use_kl_loss``) is
@@ -59,7 +60,7 @@ def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_l
     ``cfg.loss_scale_factor`` (None: ``micro_batch.meta["max_new_tokens"]``, the step's
     ``sampling.max_new_tokens``), not the padded width (:func:`constant_length`).
 
-    Metrics are this micro-batch's own values: ``pg_loss`` (agg of L_clip by its own counts),
+    Metrics are this micro-batch's own values: ``pg_loss`` (agg of L by its own counts),
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
     outputs hold it and ``kl_loss`` when used (own-count aggregates), and, when the micro-batch has
     ``rollout_log_probs`` but no ``old_log_probs`` (the step's single update is its behaviour
@@ -68,6 +69,7 @@ def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_l
     ``old_log_probs`` that gap was measured before any update (:meth:`StepContext.old_log_probs`);
     a later update's log-probs also hold the policy's own drift, so the loss does not report it.
     """
+    token_loss = get_policy_loss(cfg.policy_loss, registry)
     mode = cfg.loss_agg_mode
     needed = ["advantages", "response_mask"]
     if cfg.use_kl_loss:
@@ -92,7 +94,8 @@ def make_policy_loss_fn(cfg: GRPOConfig, token_loss: TokenLoss = clipped_ratio_l
             stats, own = (constant_length(counts, micro_batch, cfg.loss_scale_factor) for counts in (stats, own))
         old_log_probs = micro_batch.get("old_log_probs")
         terms = token_loss(log_probs, log_probs.detach() if old_log_probs is None else old_log_probs,
-                           micro_batch["advantages"], mask, cfg)
+                           micro_batch["advantages"], mask, clip_ratio_low=cfg.clip_ratio_low,
+                           clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c)
         loss = aggregate(terms.loss, mask, mode, stats)
         with torch.no_grad():
             metrics = {
