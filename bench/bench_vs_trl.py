@@ -23,7 +23,8 @@ ratios rlloom / TRL are printed at the end:
 
 TRL runs in float32 on the quickstart (its faster setting on the H100: 0.82 s/step against
 1.01 s/step in bf16, ../shared/gpu/README.md) and in bf16 on the 0.5B shape on CUDA, as
-measured there; rlloom runs with its defaults for the device (bf16 compute on CUDA).
+measured there; rlloom runs with its defaults for the device (bf16 compute on CUDA), plus any
+``--rlloom OVERRIDE`` (e.g. ``--rlloom resharder=shared``: one copy of the weights, as TRL keeps).
 
     pip install -r bench/requirements.txt
     python bench/bench_vs_trl.py --device cuda
@@ -166,6 +167,7 @@ def run_rlloom(work: dict, device: str, threads: int) -> dict:
                       "trainer.val_n=1"]
     if work["name"] != "quickstart":
         overrides += ["model=hf", f"model.path={work['model']}"]
+    overrides += work.get("rlloom_overrides", [])
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "rlloom"), "train", *overrides], check=True,
                    stdout=subprocess.DEVNULL)
     rows = metric_rows(run_dir)
@@ -311,6 +313,8 @@ def main() -> None:
     parser.add_argument("--size", default="full", choices=sorted(SHAPES), help="the shape workload's size")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", help="write every number measured to this JSON file")
+    parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE",
+                        help="an extra override for the rlloom side (repeatable), e.g. --rlloom resharder=shared")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -329,7 +333,7 @@ def main() -> None:
     names = ["quickstart", "shape", "varlen"] if args.workload == "all" else [args.workload]
     everything = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "argv": sys.argv[1:]}
     for name in names:
-        work = workload(name, args)
+        work = {**workload(name, args), "rlloom_overrides": args.rlloom}
         results = {"rlloom": side("rlloom", work, args), "trl": side("trl", work, args)}
         report(name, work, results)
         everything[name] = {"work": work, **{k: summary(v, work) for k, v in results.items()}}
