@@ -60,12 +60,14 @@ def _run_tester(job: CheckJob, pipes: tuple[int, int], nonce: str, timeout_s: fl
     """The tester's report, or ``None`` when it did not finish within ``timeout_s``."""
     request = {"nonce": nonce, "prefix": job.prefix, "tests": job.tests, "suffix": job.suffix,
                "entry_point": job.entry_point, "requests_fd": pipes[0], "replies_fd": pipes[1]}
-    tester = subprocess.Popen(
-        [sys.executable, "-I", "-B", TESTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, pass_fds=pipes, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-    )
-    for fd in pipes:
-        os.close(fd)
+    try:
+        tester = subprocess.Popen(
+            [sys.executable, "-I", "-B", TESTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, pass_fds=pipes, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    finally:
+        for fd in pipes:  # the tester holds its own copies
+            os.close(fd)
     try:
         stdout, _ = tester.communicate(json.dumps(request).encode("utf-8"), timeout=timeout_s)
     except subprocess.TimeoutExpired:
