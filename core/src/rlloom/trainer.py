@@ -118,8 +118,9 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.run_dir, self.cfg.keep_last_n)
         resume_from = resume_target(resolved, self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
+        self.record = record_yaml(resolved, registry)  # once: provenance runs git, and is the run's start
         with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as f:
-            f.write(record_yaml(resolved, registry))
+            f.write(self.record)
 
         self.algorithm = registry.build("algorithm", choices["algorithm"], sections["algorithm"])
         try:
@@ -228,7 +229,7 @@ class Trainer:
             }
             torch.save(state, os.path.join(folder, TRAINER_STATE))
             with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
-                f.write(record_yaml(self.resolved, self.registry))
+                f.write(self.record)
 
         return self.checkpoints.save(self.step, write)
 
