@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,12 @@ def test_bad_specs_fail_when_the_reward_is_built(spec, message):
 
 def test_a_file_is_loaded_once_per_process():
     assert load_function(f"{FNS}:by_prefix") is load_function(f"{FNS}:by_prefix")
+
+
+def test_with_workers_the_function_is_loaded_and_called_in_each_worker_process():
+    reward = PythonReward(PythonRewardConfig(function=f"{FNS}:pid", num_workers=2))
+    try:
+        pids = set(reward(Batch(objects={"response_text": ["a"] * 4, "ground_truth": [None] * 4})).scores.tolist())
+    finally:
+        reward.close()
+    assert float(os.getpid()) not in pids and 1 <= len(pids) <= 2

@@ -1,36 +1,19 @@
-"""Rule-based rewards on hand-written responses; failing verifiers are counted, never fatal."""
+"""Rule-based rewards on hand-written responses; failing verifiers are counted, never fatal, and the
+shared executor's timeouts and worker processes apply to them."""
+
+import time
 
 import numpy as np
 import pytest
 import torch
 from rlloom import Batch
+from rlloom_tasks.rewards import arithmetic
 from rlloom_tasks.rewards.arithmetic import ArithmeticReward, ArithmeticRewardConfig
 from rlloom_tasks.rewards.format import FormatReward, FormatRewardConfig
-from rlloom_tasks.rewards.scoring import Verdict, score_rows
 
 
 def _batch(**objects) -> Batch:
     return Batch(objects={name: list(values) for name, values in objects.items()})
-
-
-def test_score_rows_counts_raising_verifier_and_scores_it_with_error_score():
-    def verify(x):
-        if x % 2:
-            raise RuntimeError(f"odd {x}")
-        return Verdict(x / 10, {"even": 1.0})
-
-    result = score_rows([(0,), (1,), (2,), (3,), (4,)], verify, components=["even"], error_score=-7.0)
-    assert torch.equal(result.scores, torch.tensor([0.0, -7.0, 0.2, -7.0, 0.4]))
-    assert torch.equal(result.components["even"], torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0]))
-    assert result.num_errors == 2
-    assert result.info["error"] == ["", "RuntimeError: odd 1", "", "RuntimeError: odd 3", ""]
-
-
-def test_score_rows_counts_a_verdict_missing_a_declared_component():
-    result = score_rows([(1,)], lambda x: Verdict(1.0, {}), components=["correct"], error_score=0.5)
-    assert result.num_errors == 1
-    assert result.scores.tolist() == [0.5]
-    assert "correct" in result.info["error"][0]
 
 
 def test_arithmetic_reward_on_hand_written_responses():
@@ -64,6 +47,44 @@ def test_arithmetic_reward_counts_an_unusable_ground_truth_as_an_error():
     assert result.num_errors == 2
     assert result.info["error"][0].startswith("ValueError")
     assert result.info["error"][2].startswith("TypeError")
+
+
+def test_arithmetic_reward_honours_reward_timeout_s(monkeypatch):
+    original = arithmetic.last_integer
+    monkeypatch.setattr(arithmetic, "last_integer", lambda text: time.sleep(60) if text == "slow" else original(text))
+    reward = ArithmeticReward(ArithmeticRewardConfig(timeout_s=0.3, timeout_score=-2.0))
+    started = time.monotonic()
+    result = reward(_batch(response_text=["slow", "5"], ground_truth=["5", "5"]))
+    assert time.monotonic() - started < 10
+    assert result.scores.tolist() == [-2.0, 1.0]
+    assert (result.num_errors, result.num_timeouts) == (0, 1)
+    assert result.info["status"] == ["timeout", "ok"]
+    assert result.components["correct"].tolist() == [0.0, 1.0]
+
+
+def test_arithmetic_reward_in_a_worker_process_scores_and_counts_errors_as_in_process():
+    batch = _batch(response_text=["9", "9", "4"], ground_truth=["nine", "9", None])
+    in_process = ArithmeticReward(ArithmeticRewardConfig(error_score=-1.0))(batch)
+    pooled = ArithmeticReward(ArithmeticRewardConfig(error_score=-1.0, num_workers=1))
+    try:
+        result = pooled(batch)
+    finally:
+        pooled.close()
+    assert result.scores.tolist() == in_process.scores.tolist() == [-1.0, 1.0, -1.0]
+    assert result.num_errors == 2 and result.info["status"] == ["error", "ok", "error"]
+    assert result.info["error"] == in_process.info["error"]
+
+
+@pytest.mark.parametrize("options", [{"num_workers": -1}, {"timeout_s": -1.0}])
+def test_every_tasks_reward_config_checks_the_execution_keys(options):
+    from rlloom_tasks.rewards.digits import DigitFractionRewardConfig
+    from rlloom_tasks.rewards.forbidden import ForbiddenDigitsRewardConfig
+    from rlloom_tasks.rewards.gym import ReasoningGymRewardConfig
+
+    for config in (ArithmeticRewardConfig, FormatRewardConfig, DigitFractionRewardConfig,
+                   ForbiddenDigitsRewardConfig, ReasoningGymRewardConfig):
+        with pytest.raises(ValueError, match=f"reward.{next(iter(options))}"):
+            config(**options)
 
 
 def test_arithmetic_reward_names_missing_fields():

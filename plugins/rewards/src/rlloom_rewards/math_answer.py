@@ -16,7 +16,7 @@ number makes the row an error.
 **Equivalence** is ``math_verify.verify(gold, answer)``: numeric equality after rounding to
 ``float_rounding`` decimals (``0.5`` = ``\\frac{1}{2}`` = ``1/2``) and symbolic equality of
 expressions (``(x+1)^2`` = ``x^2+2x+1``). math-verify's own ``SIGALRM`` timeouts are switched off:
-the per-sample limit is ``reward.timeout_s`` (:mod:`rlloom_rewards.runner`).
+the per-sample limit is ``reward.timeout_s`` (:mod:`rlloom.scoring.runner`).
 
 Score: ``correct_score`` when equal, else ``incorrect_score`` (also when no answer is found).
 Components: ``correct`` (1.0/0.0) and ``extracted`` (1.0 when an answer was found).
@@ -25,13 +25,10 @@ Components: ``correct`` (1.0/0.0) and ``extracted`` (1.0 when an answer was foun
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from rlloom.scoring import ExecutionConfig, RowReward
 
 from rlloom_rewards.math_verifier import MathVerifier
-from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
-
-if TYPE_CHECKING:  # annotations only: the plugin registers without torch
-    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -43,16 +40,9 @@ class MathRewardConfig(ExecutionConfig):
     float_rounding: int = 6
 
 
-class MathReward:
+class MathReward(RowReward):
     """See the module doc."""
 
     def __init__(self, cfg: MathRewardConfig) -> None:
-        self.verify = MathVerifier(cfg.correct_score, cfg.incorrect_score, cfg.float_rounding)
-        self.scorer = RowScorer(cfg)
-
-    def __call__(self, batch: Batch) -> RewardResult:
-        rows = response_rows(batch, with_extra=False)
-        return self.scorer.score(self.verify, rows)
-
-    def close(self) -> None:
-        self.scorer.close()
+        verify = MathVerifier(cfg.correct_score, cfg.incorrect_score, cfg.float_rounding)
+        super().__init__(verify, cfg, ("response_text", "ground_truth"))

@@ -13,21 +13,18 @@ from the current directory). The function is called once per response::
   keys are named components, each logged as ``reward/<name>/mean``.
 
 A call that raises, or returns anything else, is an error: scored ``reward.error_score`` and counted
-in ``reward/errors``; ``reward.timeout_s`` and ``reward.num_workers`` work as for every reward of
-this package (:mod:`rlloom_rewards.runner`). With ``num_workers >= 1`` the function is loaded again
+in ``reward/errors``; ``reward.timeout_s`` and ``reward.num_workers`` work as for every row-scored
+reward (:mod:`rlloom.scoring.runner`). With ``num_workers >= 1`` the function is loaded again
 in every worker process, so it must not rely on state set up by the trainer's process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
+from rlloom.scoring import ExecutionConfig, RowReward
+
 from rlloom_rewards.user_function import UserFunction, load_function
-
-if TYPE_CHECKING:  # annotations only: the plugin registers without torch
-    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -37,18 +34,11 @@ class PythonRewardConfig(ExecutionConfig):
     function: str = ""  # "package.module:function" or "/path/to/file.py:function"
 
 
-class PythonReward:
+class PythonReward(RowReward):
     """See the module doc. The function is loaded when the reward is built, so a wrong
     ``reward.function`` fails before training starts."""
 
     def __init__(self, cfg: PythonRewardConfig) -> None:
         load_function(cfg.function)
-        self.verify = UserFunction(cfg.function)
-        self.scorer = RowScorer(cfg)
-
-    def __call__(self, batch: Batch) -> RewardResult:
-        rows = response_rows(batch, with_extra=True)
-        return self.scorer.score(self.verify, rows)
-
-    def close(self) -> None:
-        self.scorer.close()
+        super().__init__(UserFunction(cfg.function), cfg, ("response_text", "ground_truth", "extra"),
+                         defaults={"extra": {}})

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom_tasks.rewards.verdict import Verdict
+from rlloom.scoring.outcome import Verdict
 
 
 @functools.cache

@@ -34,14 +34,11 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from rlloom.scoring import ExecutionConfig, RowReward
 
 from rlloom_rewards.code.sandbox import SandboxLimits, sandbox_python
 from rlloom_rewards.code.verifier import CodeVerifier
-from rlloom_rewards.runner import ExecutionConfig, RowScorer, response_rows
-
-if TYPE_CHECKING:  # annotations only: the plugin registers without torch
-    from rlloom import Batch, RewardResult
 
 
 @dataclass
@@ -66,7 +63,7 @@ class CodeRewardConfig(ExecutionConfig):
             )
 
 
-class CodeReward:
+class CodeReward(RowReward):
     """See the module doc. The interpreter is checked when the reward is built; without root it refuses
     to build unless ``allow_unsandboxed`` (then it warns)."""
 
@@ -80,13 +77,7 @@ class CodeReward:
             warnings.warn("reward=code runs untrusted code WITHOUT kernel containment (reward.allow_unsandboxed=true)",
                           RuntimeWarning, stacklevel=2)
         limits = SandboxLimits(cfg.timeout_s, cfg.memory_mb, cfg.file_size_mb, cfg.max_processes, cfg.disk_mb)
-        self.verify = CodeVerifier(limits, sandbox_python(cfg.python), cfg.pass_score, cfg.fail_score)
+        verify = CodeVerifier(limits, sandbox_python(cfg.python), cfg.pass_score, cfg.fail_score)
         # The sandbox enforces timeout_s itself; the scorer must not cut it short.
-        self.scorer = RowScorer(ExecutionConfig(cfg.num_workers, 0.0, cfg.error_score, cfg.timeout_score))
-
-    def __call__(self, batch: Batch) -> RewardResult:
-        rows = response_rows(batch, with_extra=True)
-        return self.scorer.score(self.verify, rows)
-
-    def close(self) -> None:
-        self.scorer.close()
+        execution = ExecutionConfig(cfg.num_workers, 0.0, cfg.error_score, cfg.timeout_score)
+        super().__init__(verify, execution, ("response_text", "ground_truth", "extra"), defaults={"extra": {}})

@@ -7,11 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom_tasks.rewards.verdict import Verdict
+from rlloom.scoring.outcome import SampleTimeout, Verdict
 
 from rlloom_rewards.code.harness import CheckJob, run_tests
 from rlloom_rewards.code.sandbox import SandboxLimits
-from rlloom_rewards.outcome import SampleTimeout
 
 _FENCE = re.compile(r"```[ \t]*(?:[\w+-]+)?[ \t]*\n(.*?)```", re.DOTALL)
 

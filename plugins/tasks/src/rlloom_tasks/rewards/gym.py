@@ -10,22 +10,21 @@ that low). The score is reasoning-gym's, in [0, 1]; ``error_score`` when a verif
 the row's ``extra`` is malformed.
 
 Components: ``correct`` (1.0 when the score is 1.0) and ``format`` (1.0 when an answer was
-extracted).
+extracted). ``num_workers`` / ``timeout_s`` / ``timeout_score``: as for every row-scored reward
+(:mod:`rlloom.scoring.runner`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
+from rlloom.scoring import ExecutionConfig, RowReward, Verdict
 from rlloom_tasks import extract
-from rlloom_tasks.rewards.scoring import Verdict, score_rows
-
-if TYPE_CHECKING:  # annotations only: the plugin registers without torch
-    from rlloom import Batch, RewardResult
 
 
 class AnswerFormat(Enum):
@@ -50,42 +49,38 @@ ScoreAnswer = Callable[[str | None, dict[str, Any]], float]
 
 
 @dataclass
-class ReasoningGymRewardConfig:
+class ReasoningGymRewardConfig(ExecutionConfig):
     """Options of ``reward=reasoning_gym`` (see the module doc)."""
 
     answer_format: AnswerFormat = AnswerFormat.answer_tag
-    error_score: float = 0.0
 
 
-class ReasoningGymReward:
-    """See the module doc. Verifiers are built once per (task, task_config) and reused."""
+_VERIFIERS: dict[tuple[str, str], ScoreAnswer] = {}  # per process: workers build their own
+
+
+def verifier(task: str, task_config: dict[str, Any]) -> ScoreAnswer:
+    """``score_answer`` of a reasoning-gym dataset of ``task`` built with ``task_config``; built once
+    per (task, task_config) in each process and reused."""
+    key = (task, json.dumps(task_config, sort_keys=True, default=repr))
+    if key not in _VERIFIERS:
+        import reasoning_gym  # slow to import: only when the first row is scored
+
+        dataset = reasoning_gym.create_dataset(task, **{**task_config, "size": 1, "seed": 0})
+        _VERIFIERS[key] = dataset.score_answer
+    return _VERIFIERS[key]
+
+
+def verify(answer_format: AnswerFormat, response: str, extra: dict[str, Any]) -> Verdict:
+    """One row's verdict (see the module doc)."""
+    score_answer = verifier(extra["task"], extra["task_config"])
+    answer = EXTRACTORS[answer_format](response)
+    score = float(score_answer(answer, extra["entry"]))
+    return Verdict(score, {"correct": float(score >= 1.0), "format": float(answer is not None)})
+
+
+class ReasoningGymReward(RowReward):
+    """See the module doc."""
 
     def __init__(self, cfg: ReasoningGymRewardConfig) -> None:
-        self.cfg = cfg
-        self.extract = EXTRACTORS[AnswerFormat(cfg.answer_format)]
-        self._verifiers: dict[tuple[str, str], ScoreAnswer] = {}
-
-    def verifier(self, task: str, task_config: dict[str, Any]) -> ScoreAnswer:
-        """``score_answer`` of a reasoning-gym dataset of ``task`` built with ``task_config``."""
-        key = (task, json.dumps(task_config, sort_keys=True, default=repr))
-        if key not in self._verifiers:
-            import reasoning_gym  # slow to import: only when the first row is scored
-
-            dataset = reasoning_gym.create_dataset(task, **{**task_config, "size": 1, "seed": 0})
-            self._verifiers[key] = dataset.score_answer
-        return self._verifiers[key]
-
-    def verify(self, response: str, extra: dict[str, Any]) -> Verdict:
-        score_answer = self.verifier(extra["task"], extra["task_config"])
-        answer = self.extract(response)
-        score = float(score_answer(answer, extra["entry"]))
-        return Verdict(score, {"correct": float(score >= 1.0), "format": float(answer is not None)})
-
-    def __call__(self, batch: Batch) -> RewardResult:
-        batch.require("response_text", "extra")
-        return score_rows(
-            zip(batch["response_text"], batch["extra"], strict=True),
-            self.verify,
-            components=["correct", "format"],
-            error_score=self.cfg.error_score,
-        )
+        super().__init__(functools.partial(verify, AnswerFormat(cfg.answer_format)), cfg, ("response_text", "extra"),
+                         components=["correct", "format"])

@@ -3,14 +3,14 @@
 Workers are started with the ``spawn`` method (no copy of the trainer's threads or CUDA state),
 on first use, and are reused across batches; rows are only sent once a worker has started. A row
 is sent to an idle worker as the pickled pair ``(fn, args)``; the worker answers with an
-:class:`~rlloom_rewards.outcome.Outcome`. A worker still busy ``timeout_s`` seconds after it got its
+:class:`~rlloom.scoring.outcome.Outcome`. A worker still busy ``timeout_s`` seconds after it got its
 row is killed (its row is a timeout) and replaced; a worker that dies (segfault, ``os._exit``)
 makes its row an error and is replaced too.
 
 ``fn`` must be picklable by reference (a module-level function, or an instance of a module-level
 class). A worker imports ``fn``'s module when its first row arrives (that time counts against the
 row, as a verifier's lazy imports do in-process), so verifiers live in modules that do not import
-torch: this package's ``*verifier`` and ``user_function`` modules.
+torch (e.g. ``rlloom_rewards.math_verifier``, or a tasks reward's module).
 
 Like every ``multiprocessing`` spawn user, the program that starts the run must guard its entry
 point with ``if __name__ == "__main__":`` (console scripts such as ``rlloom`` do).
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from rlloom_rewards.outcome import ERROR, TIMEOUT, Outcome, call, describe
+from rlloom.scoring.outcome import ERROR, TIMEOUT, Outcome, call, describe
 
 
 def _serve(conn: Connection) -> None:

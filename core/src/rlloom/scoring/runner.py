@@ -1,25 +1,28 @@
 """Reward execution: score rows in-process or in a process pool, with a per-sample timeout.
 
-A reward supplies ``verify(*row) -> Verdict`` (:class:`rlloom_tasks.rewards.scoring.Verdict`: a
-score and named components) and a list of rows; :class:`RowScorer` turns them into a
-:class:`~rlloom.RewardResult`:
+A reward supplies ``verify(*row) -> Verdict`` (:class:`~rlloom.scoring.outcome.Verdict`: a score and
+named components) and a list of rows; :class:`RowScorer` turns them into a
+:class:`~rlloom.RewardResult` (:class:`RowReward` is a reward function that takes the rows from a
+batch's fields and scores them so):
 
 - ``num_workers == 0``: rows run one after another in this process. With ``timeout_s > 0`` each
   call is interrupted by ``SIGALRM`` after ``timeout_s`` seconds (Python code only: a call stuck
   inside a C extension is interrupted when it returns to Python); this needs the main thread.
-- ``num_workers >= 1``: rows run in a :class:`~rlloom_rewards.pool.WorkerPool`; a call still
-  running after ``timeout_s`` seconds has its worker killed.
+- ``num_workers >= 1``: rows run in a :class:`~rlloom.scoring.pool.WorkerPool`; a call still
+  running after ``timeout_s`` seconds has its worker killed. ``verify`` must then be picklable by
+  reference (see that module).
 
-A row whose ``verify`` raises, returns something that is not a :class:`Verdict`, or whose score or
-components are not finite numbers is an **error**: scored ``error_score`` and counted in ``num_errors``.
-A row that runs out of time (or whose verifier raises
-:class:`~rlloom_rewards.outcome.SampleTimeout`) is a **timeout**: scored ``timeout_score`` and
-counted in ``num_timeouts``. Nothing propagates.
+A row whose ``verify`` raises, returns something that is not a :class:`Verdict`, lacks one of the
+scorer's declared ``components``, or whose score or components are not finite numbers is an
+**error**: scored ``error_score`` and counted in ``num_errors``. A row that runs out of time (or
+whose verifier raises :class:`~rlloom.scoring.outcome.SampleTimeout`) is a **timeout**: scored
+``timeout_score`` and counted in ``num_timeouts``. Nothing propagates.
 
-Components are the union of the names of every verdict, in sorted order; a row that lacks a name
-(an error, a timeout, or a verdict without it) gets 0.0 there. ``info`` holds per row ``status``
-(``"ok"``, ``"error"``, ``"timeout"``) and ``error`` (the message, ``""`` when ok). Scores do not
-depend on ``num_workers`` (for verifiers that do not themselves depend on the process they run in).
+Components are the declared names and every name a scored verdict carries, in sorted order; a row that lacks
+a name (an error, a timeout, or a verdict that does not carry it) gets 0.0 there. ``info`` holds
+per row ``status`` (``"ok"``, ``"error"``, ``"timeout"``) and ``error`` (the message, ``""`` when
+ok). Scores do not depend on ``num_workers`` (for verifiers that do not themselves depend on the
+process they run in).
 """
 
 from __future__ import annotations
@@ -28,22 +31,20 @@ import contextlib
 import math
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rlloom_tasks.rewards.scoring import Verdict
+from rlloom.scoring.outcome import ERROR, OK, TIMEOUT, Outcome, Verdict, call, describe
+from rlloom.scoring.pool import WorkerPool
 
-from rlloom_rewards.outcome import ERROR, OK, TIMEOUT, Outcome, call, describe
-from rlloom_rewards.pool import WorkerPool
-
-if TYPE_CHECKING:  # annotations only: the plugin registers without torch
+if TYPE_CHECKING:  # annotations only: reward plugins import this module while registering, without torch
     from rlloom import Batch, RewardResult
 
 
 @dataclass
 class ExecutionConfig:
-    """How a reward runs its verifier (fields shared by every reward of this package)."""
+    """How a reward runs its verifier: the keys every row-scored reward's config extends."""
 
     num_workers: int = 0  # 0: in this process; n: a pool of n worker processes
     timeout_s: float = 0.0  # per-sample wall-clock limit; 0: none
@@ -55,16 +56,6 @@ class ExecutionConfig:
             raise ValueError(f"reward.num_workers must be >= 0 (0: in-process), got {self.num_workers}")
         if self.timeout_s < 0 or math.isnan(self.timeout_s):
             raise ValueError(f"reward.timeout_s must be >= 0 (0: no limit), got {self.timeout_s}")
-
-
-def response_rows(batch: Batch, *, with_extra: bool) -> list[tuple]:
-    """``(response_text, ground_truth)`` per row, plus ``extra`` (``{}`` when the batch has none)
-    when ``with_extra``: the rows most verifiers of this package take."""
-    batch.require("response_text", "ground_truth")
-    columns = [batch["response_text"], batch["ground_truth"]]
-    if with_extra:
-        columns.append(batch["extra"] if "extra" in batch else [{}] * len(batch))
-    return list(zip(*columns, strict=True))
 
 
 class _Expired(BaseException):
@@ -92,7 +83,7 @@ def _alarm(timeout_s: float) -> Iterator[None]:
 
 
 def call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Outcome:
-    """:func:`~rlloom_rewards.outcome.call` of ``fn(*args)`` in this process, interrupted after
+    """:func:`~rlloom.scoring.outcome.call` of ``fn(*args)`` in this process, interrupted after
     ``timeout_s`` seconds."""
     try:
         with _alarm(timeout_s):
@@ -102,10 +93,14 @@ def call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Outcome:
 
 
 class RowScorer:
-    """Runs a verifier over rows as :class:`ExecutionConfig` says; see the module doc."""
+    """Runs a verifier over rows as :class:`ExecutionConfig` says; see the module doc.
 
-    def __init__(self, cfg: ExecutionConfig) -> None:
+    ``components``: names every verdict must carry; they are in every result, even when no row scored.
+    """
+
+    def __init__(self, cfg: ExecutionConfig, components: Sequence[str] = ()) -> None:
         self.cfg = cfg
+        self.components = tuple(components)
         self._pool: WorkerPool | None = None
 
     def outcomes(self, verify: Callable[..., Verdict], rows: Sequence[tuple]) -> list[Outcome]:
@@ -130,7 +125,8 @@ class RowScorer:
         from rlloom import RewardResult
 
         rows = [self._checked(outcome) for outcome in outcomes]
-        names = sorted({name for outcome, _, components in rows if outcome.status == OK for name in components})
+        found = {name for outcome, _, components in rows if outcome.status == OK for name in components}
+        names = sorted(found.union(self.components))
         scores = [score for _, score, _ in rows]
         return RewardResult(
             scores=torch.tensor(scores, dtype=torch.float32),
@@ -156,6 +152,9 @@ class RowScorer:
                 if not isinstance(verdict, Verdict):
                     raise TypeError(f"the verifier returned {type(verdict).__name__}, expected a Verdict")
                 components = {str(name): float(value) for name, value in verdict.components.items()}
+                missing = [name for name in self.components if name not in components]
+                if missing:
+                    raise ValueError(f"the verdict lacks the components {missing}")
                 score = float(verdict.score)
                 values = {"score": score, **components}
                 bad = {name: value for name, value in values.items() if not math.isfinite(value)}
@@ -170,3 +169,39 @@ class RowScorer:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+class RowReward:
+    """A reward function that scores every row of a batch with ``verify`` through a :class:`RowScorer`.
+
+    A row is the batch's object fields ``columns``, in ``verify``'s argument order; a field named in
+    ``defaults`` that the batch lacks takes that value on every row, any other missing field raises
+    :class:`~rlloom.BatchError` naming it. ``components`` are the scorer's declared components.
+    :meth:`close` stops the scorer's worker processes.
+    """
+
+    def __init__(
+        self,
+        verify: Callable[..., Verdict],
+        cfg: ExecutionConfig,
+        columns: Sequence[str],
+        *,
+        components: Sequence[str] = (),
+        defaults: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.verify = verify
+        self.columns = tuple(columns)
+        self.defaults = dict(defaults or {})
+        self.scorer = RowScorer(cfg, components)
+
+    def rows(self, batch: Batch) -> list[tuple]:
+        """The row tuples of ``batch`` (see the class doc)."""
+        batch.require(*(name for name in self.columns if name not in self.defaults))
+        values = [batch[name] if name in batch else [self.defaults[name]] * len(batch) for name in self.columns]
+        return list(zip(*values, strict=True))
+
+    def __call__(self, batch: Batch) -> RewardResult:
+        return self.scorer.score(self.verify, self.rows(batch))
+
+    def close(self) -> None:
+        self.scorer.close()

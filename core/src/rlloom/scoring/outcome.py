@@ -1,16 +1,25 @@
-"""What happened when one verifier call ran: a value, an error or a timeout.
+"""What one verifier call produces: the :class:`Verdict` it returns, or an error or a timeout.
 
 :func:`call` is the single place where a verifier's exception is turned into an :class:`Outcome`,
-both in-process and in pool workers, so a row gets the same outcome wherever it ran.
+both in-process and in pool workers, so a row gets the same outcome wherever it ran. Torch-free, so
+that verifier modules and worker processes import it cheaply.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The score of one row and its named components."""
+
+    score: float
+    components: dict[str, float] = field(default_factory=dict)
 
 
 class SampleTimeout(Exception):
