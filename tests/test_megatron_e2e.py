@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlloom.export import export_checkpoint
 from rlloom.testing import train_tiny, training_rows
+from rlloom_commands.export import export_checkpoint
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 

@@ -1,6 +1,6 @@
-"""``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, ``plot`` a run's
-metrics, ``export`` a checkpoint as a Hugging Face folder, ``eval``/``generate``/``chat`` with a trained model
-(:mod:`rlloom.commands`), and the commands plugins register (``rlloom serve`` from rlloom-server).
+"""``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, and the commands plugins
+register (``eval``, ``generate``, ``chat``, ``export``, ``plot`` from rlloom-commands; ``serve`` from
+rlloom-server). A known command whose distribution is not installed says what to install (exit status 2).
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
 cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
@@ -19,7 +19,6 @@ import os
 import sys
 
 from rlloom.checkpoint import CheckpointError
-from rlloom.commands import chat, evaluate, generate
 from rlloom.config import ConfigError
 from rlloom.config.files import compose_with_file
 from rlloom.config.record import record_yaml
@@ -90,31 +89,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plot(args: argparse.Namespace) -> int:
-    from rlloom.plot import plot_run
-
-    for path in plot_run(args.run_dirs, args.out, args.metrics):
-        print(path)
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from rlloom.commands.targets import resolve_target
-    from rlloom.controller.local import quiet_transformers
-    from rlloom.export import export_checkpoint
-
-    target = resolve_target(args.checkpoint)
-    if target.checkpoint is None:
-        raise ConfigError(f"{args.checkpoint!r} is already a Hugging Face model folder; export takes a run folder or "
-                          f"a checkpoint")
-    quiet_transformers()
-    out = export_checkpoint(target.checkpoint, args.out or os.path.join(target.run_dir, "export"))
-    print(f"rlloom: wrote the policy of {target.checkpoint} (step {target.step}) to {out}, a Hugging Face folder "
-          f"for AutoModelForCausalLM.from_pretrained", file=sys.stderr)
-    print(out)
-    return 0
-
-
 class PrintVersion(argparse.Action):
     """``--version``: print :func:`rlloom.provenance.version_text` and exit."""
 
@@ -148,24 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list installed plugins")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=cmd_plugins)
-    plot = sub.add_parser("plot", help="write PNG charts of runs' metrics",
-                          description="Charts of RUN_DIR/metrics.jsonl: reward, validation accuracy, KL, entropy, "
-                          "response length, step-time breakdown (metrics that never change are left out); "
-                          "several runs are overlaid.")
-    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
-    plot.add_argument("--out", help="output folder (default: RUN_DIR/plots; required for several runs)")
-    plot.add_argument("--metrics", nargs="+", metavar="PATTERN",
-                      help="one chart per metric name pattern instead (actor/kl_loss 'reward/*')")
-    plot.set_defaults(func=cmd_plot)
-    export = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face folder",
-                            description="Export the actor of a checkpoint for AutoModelForCausalLM.from_pretrained: "
-                            "RUN_DIR (its latest checkpoint), RUN_DIR/checkpoints/latest or "
-                            "RUN_DIR/checkpoints/global_step_<N>.")
-    export.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT")
-    export.add_argument("--out", help="output folder (default: RUN_DIR/export)")
-    export.set_defaults(func=cmd_export)
-    for module in (evaluate, generate, chat):
-        module.add_parser(sub)
     for name, component in sorted(get_registry().components["command"].items()):
         doc = (component.factory.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None)

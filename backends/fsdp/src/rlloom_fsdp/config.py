@@ -40,7 +40,7 @@ class FSDPConfig(TrainEngineConfig):
 
     On CUDA gradients are reduced in float32 whatever ``dtype`` is. ``head_chunk_rows``: response
     tokens per chunk of the LM head in the log-prob and entropy computation
-    (:func:`rlloom.head.chunked_log_probs`; 0: :func:`rlloom.head.default_chunk_rows`).
+    (:func:`rlloom_fsdp.head.chunked_log_probs`; 0: :func:`rlloom_fsdp.head.default_chunk_rows`).
     """
 
     gradient_checkpointing: bool = False

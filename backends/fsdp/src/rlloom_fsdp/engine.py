@@ -41,12 +41,12 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
-from rlloom.head import default_chunk_rows
 from rlloom.packing import micro_batches, row_tokens
 from rlloom.protocols import LossFn
 from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.head import default_chunk_rows
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
 from rlloom_fsdp.scoring import attach_scorer
@@ -159,7 +159,7 @@ class FSDPTrainEngine:
         """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding,
         from :func:`rlloom_fsdp.scoring.score_responses`: one forward in ``cfg.sequence_layout``,
         and only real response tokens go through the LM head, in chunks of ``cfg.head_chunk_rows``
-        rows (0: :func:`rlloom.head.default_chunk_rows`)."""
+        rows (0: :func:`rlloom_fsdp.head.default_chunk_rows`)."""
         return self.model.score_responses(
             micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
             temperature, entropy, self.cfg.sequence_layout,

@@ -5,7 +5,7 @@ the whole model.
 ``sequence_layout`` (:mod:`rlloom.packing`: ``shared_prompt`` and ``packed`` drop padding, the
 first also runs each distinct prompt once; ``padded`` is the plain ``[b, P + R]`` forward) and
 keeps the final hidden states that predict real response tokens. :func:`score_responses` applies
-the LM head to them chunk by chunk with :func:`rlloom.head.chunked_log_probs`, so no ``[b, R, V]``
+the LM head to them chunk by chunk with :func:`rlloom_fsdp.head.chunked_log_probs`, so no ``[b, R, V]``
 logits tensor exists, in any dtype, in forward or backward; :func:`score_values` applies a
 critic's value head.
 
@@ -24,11 +24,11 @@ from torch import nn
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from rlloom.batch import Batch
-from rlloom.head import chunked_log_probs
 from rlloom.packing import pack_rows
 from rlloom.tokens import concat_prompt_response, response_logits
 
 from rlloom_fsdp.config import PACKED_ATTENTION
+from rlloom_fsdp.head import chunked_log_probs
 
 
 def packed_attention_mask(base: nn.Module, mask: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,10 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlloom.commands.targets import model_folder, resolve_target, saved_overrides
+from rlloom_commands.targets import add_model_arguments, model_folder, resolve_target, saved_overrides
 
 
 class RolloutSession:
@@ -100,17 +100,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "generate", help="sample responses (text, token ids, log-probs) from a checkpoint or model",
-        description="One JSON line per response: prompt (as rendered), index, sample, response, token_ids, "
+def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """sample responses (text, token ids, log-probs) from a checkpoint or model
+
+    Adds ``rlloom generate``'s arguments to ``parser``; returns :func:`cmd_generate`."""
+    add_model_arguments(parser, (
+        "One JSON line per response: prompt (as rendered), index, sample, response, token_ids, "
         "log_probs (the rollout engine's, at the sampling temperature). MODEL: a run folder, a checkpoint or a "
         "Hugging Face folder; overrides: sampling.temperature=0, sampling.max_new_tokens=64, trainer.seed=1, "
-        "rollout=vllm, ...")
-    parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides")
+        "rollout=vllm, ..."))
     parser.add_argument("--prompts", help="file with one prompt per line (default: stdin)")
     parser.add_argument("-n", type=int, default=1, help="responses per prompt (default 1)")
     parser.add_argument("--raw", action="store_true", help="tokenize prompts as they are, without the chat template")
     parser.add_argument("--out", help="JSONL file (default: stdout)")
-    parser.set_defaults(func=cmd_generate)
+    return cmd_generate

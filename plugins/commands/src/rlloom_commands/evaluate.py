@@ -13,8 +13,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 
-from rlloom.commands.targets import Target, model_folder, resolve_target, saved_overrides
+from rlloom_commands.targets import Target, add_model_arguments, model_folder, resolve_target, saved_overrides
 
 
 def default_out(target: Target) -> str:
@@ -24,7 +25,7 @@ def default_out(target: Target) -> str:
 
 
 def evaluate(path: str, overrides: list[str]) -> tuple[Target, dict[str, float]]:
-    """The validation metrics of the model ``path`` names (see :func:`~rlloom.commands.targets.resolve_target`)."""
+    """The validation metrics of the model ``path`` names (see :func:`~rlloom_commands.targets.resolve_target`)."""
     from rlloom.config import compose_config
     from rlloom.trainer import Trainer
 
@@ -56,14 +57,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "eval", help="validation metrics of a checkpoint or model, without training",
-        description="Run the in-training validation (val-core/<source>/acc/mean@k, val-aux/...) on MODEL: a run "
+def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """validation metrics of a checkpoint or model, without training
+
+    Adds ``rlloom eval``'s arguments to ``parser``; returns :func:`cmd_eval`."""
+    add_model_arguments(parser, (
+        "Run the in-training validation (val-core/<source>/acc/mean@k, val-aux/...) on MODEL: a run "
         "folder (its latest checkpoint), a checkpoint (checkpoints/global_step_<N>, checkpoints/latest) or a Hugging "
         "Face model folder. A checkpoint's own config is the default; overrides change it (data=..., reward=..., "
-        "trainer.val_n=4, trainer.val_temperature=1.0, trainer.val_max_prompts=16, rollout=vllm).")
-    parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides")
+        "trainer.val_n=4, trainer.val_temperature=1.0, trainer.val_max_prompts=16, rollout=vllm)."))
     parser.add_argument("--out", help="JSON file for the metrics (default: <run>/eval/<checkpoint>.json)")
-    parser.set_defaults(func=cmd_eval)
+    return cmd_eval

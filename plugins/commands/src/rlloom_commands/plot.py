@@ -9,9 +9,11 @@ wiggle looks small.
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import os
+from collections.abc import Callable
 
 # chart file stem → (title, y label, metric name patterns, stacked)
 CHARTS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
@@ -141,3 +143,24 @@ def _stack(axes, data: dict[str, tuple[list[int], list[float]]]) -> None:
         by_step = dict(zip(*data[name]))
         layers.append([by_step.get(step, 0.0) for step in steps])
     axes.stackplot(steps, layers, labels=[name.removeprefix("timing_s/") for name in names])
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Plot the runs ``args.run_dirs``; print each chart's path."""
+    for path in plot_run(args.run_dirs, args.out, args.metrics):
+        print(path)
+    return 0
+
+
+def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """write PNG charts of runs' metrics
+
+    Adds ``rlloom plot``'s arguments to ``parser``; returns :func:`cmd_plot`."""
+    parser.description = ("Charts of RUN_DIR/metrics.jsonl: reward, validation accuracy, KL, entropy, response "
+                          "length, step-time breakdown (metrics that never change are left out); several runs are "
+                          "overlaid.")
+    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    parser.add_argument("--out", help="output folder (default: RUN_DIR/plots; required for several runs)")
+    parser.add_argument("--metrics", nargs="+", metavar="PATTERN",
+                        help="one chart per metric name pattern instead (actor/kl_loss 'reward/*')")
+    return cmd_plot

@@ -4,6 +4,7 @@ model folder (``final_model``, an export); and the run config a checkpoint was t
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
@@ -60,16 +61,25 @@ def resolve_target(path: str) -> Target:
                       f"or a Hugging Face model folder (with config.json)")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, description: str) -> None:
+    """Give ``parser`` (a command on a model: ``eval``, ``generate``, ``chat``) its ``description`` and the
+    arguments those commands share: ``MODEL`` (a path for :func:`resolve_target`) and Hydra ``overrides``."""
+    parser.description = description
+    parser.add_argument("model", metavar="MODEL")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides")
+
+
 @contextlib.contextmanager
 def model_folder(target: Target) -> Iterator[str]:
     """A Hugging Face folder holding ``target``'s policy: its own folder, or the checkpoint's actor exported
-    (:func:`rlloom.export.export_checkpoint`) into a temporary folder removed afterwards."""
+    (:func:`rlloom_commands.export.export_checkpoint`) into a temporary folder removed afterwards."""
     if target.hf_folder is not None:
         yield target.hf_folder
         return
     from rlloom.controller.local import quiet_transformers
-    from rlloom.export import export_checkpoint
     from rlloom.progress import phase
+
+    from rlloom_commands.export import export_checkpoint
 
     quiet_transformers()
     with tempfile.TemporaryDirectory(prefix="rlloom-model-") as tmp:

@@ -1,7 +1,7 @@
 """``rlloom chat MODEL [overrides]``: talk to a checkpoint or model, one line of stdin per user turn.
 
 The conversation so far is rendered with the chat template each turn and answered by the rollout engine
-(:class:`~rlloom.commands.generate.RolloutSession`); turn ``k`` samples with ``derive_seed(trainer.seed, 0,
+(:class:`~rlloom_commands.generate.RolloutSession`); turn ``k`` samples with ``derive_seed(trainer.seed, 0,
 "chat", k)``. A line ``/reset`` starts a new conversation; end of input ends the chat.
 """
 
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from rlloom.commands.generate import rollout_session
+from rlloom_commands.generate import rollout_session
+from rlloom_commands.targets import add_model_arguments
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -39,12 +41,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             turn += 1
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "chat", help="chat with a checkpoint or model (one stdin line per turn)",
-        description="Each line of stdin is a user message; the answer is printed on stdout. /reset forgets the "
+def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """chat with a checkpoint or model (one stdin line per turn)
+
+    Adds ``rlloom chat``'s arguments to ``parser``; returns :func:`cmd_chat`."""
+    add_model_arguments(parser, (
+        "Each line of stdin is a user message; the answer is printed on stdout. /reset forgets the "
         "conversation. MODEL: a run folder, a checkpoint or a Hugging Face folder; overrides: "
-        "sampling.temperature=0.7, sampling.max_new_tokens=256, rollout=vllm, ...")
-    parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides")
-    parser.set_defaults(func=cmd_chat)
+        "sampling.temperature=0.7, sampling.max_new_tokens=256, rollout=vllm, ..."))
+    return cmd_chat

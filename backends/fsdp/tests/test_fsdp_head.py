@@ -1,4 +1,4 @@
-"""``rlloom.head.chunked_log_probs`` against the plain computation (full logits, autograd)."""
+"""``rlloom_fsdp.head.chunked_log_probs`` against the plain computation (full logits, autograd)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rlloom.head import chunked_log_probs, default_chunk_rows
 from rlloom.testing import device_params
 from rlloom.tokens import token_entropy, token_log_probs
+from rlloom_fsdp.head import chunked_log_probs, default_chunk_rows
 
 
 def inputs(rows=7, hidden=5, vocab=11, dtype=torch.float64, bias=False, seed=0, device="cpu"):
