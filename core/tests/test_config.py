@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rlloom import hookimpl
+from rlloom.algos.config import MiniBatchSchedule
 
 
 @dataclass
-class GrpoConfig:
+class GrpoConfig(MiniBatchSchedule):
     n: int = 4
+    ppo_epochs: int = 1
     ppo_mini_batch_size: int = 2
     clip_ratio: float = 0.2
 
@@ -204,7 +206,7 @@ def test_unknown_key_names_it_and_lists_valid_keys(registry):
     assert error_for(["trainer.total_stepz=1"], registry) == (
         f"trainer.total_stepz: no such key in trainer=default. Valid keys of trainer: {TRAINER_KEYS}. "
         "Did you mean 'total_steps'?")
-    expected = "algorithm.foo: no such key in algorithm=grpo. Valid keys of algorithm: n, ppo_mini_batch_size, clip_ratio."
+    expected = "algorithm.foo: no such key in algorithm=grpo. Valid keys of algorithm: n, ppo_epochs, ppo_mini_batch_size, clip_ratio."
     assert error_for(["algorithm.foo=1"], registry) == expected
     assert error_for(["+algorithm.foo=1"], registry) == expected
     assert error_for(["+trainer.foo=1"], registry).startswith("trainer.foo: no such key in trainer=default.")
@@ -257,7 +259,12 @@ def test_batch_sizes_must_divide(registry):
 
 def test_out_of_range_values(registry):
     assert error_for(["trainer.total_steps=0"], registry) == "trainer.total_steps=0: must be >= 1."
-    assert error_for(["algorithm.n=0"], registry) == "algorithm.n=0: must be >= 1."
+    assert error_for(["sampling.max_new_tokens=0"], registry) == "sampling.max_new_tokens=0: must be >= 1."
+    assert error_for(["trainer.keep_last_n=-1"], registry) == "trainer.keep_last_n=-1: must be >= 0."
+    assert error_for(["trainer.device=tpu"], registry).startswith("trainer.device='tpu': choose one of")
+    # algorithm.n belongs to the algorithm's config, which checks it (tests/test_bad_input.py): the core reads no
+    # algorithm key by name, so this test algorithm's n=0 composes
+    assert compose_config(["algorithm.n=0"], registry).sections["algorithm"].n == 0
     assert "top_p=0.0" in error_for(["sampling.top_p=0"], registry)
     assert "temperature=-1.0" in error_for(["sampling.temperature=-1"], registry)
 

@@ -198,14 +198,16 @@ def test_concurrently_adds_fields_when_the_block_ends_in_submission_order():
                   ref=Recorder("ref", log))
     ctx = StepContext(roles, tokenizer=None, sampling=SamplingParams(), step=0)
     batch = Batch({"response_mask": torch.ones(2, 2, dtype=torch.int64)}, batch_size=2)
-    with ctx.concurrently():
-        ctx.score(batch)
-        ctx.ref_log_probs(batch)
-        ctx.old_log_probs(batch)
+    with ctx.concurrently() as run:
+        assert run.score(batch) is None  # nothing to read inside the block
+        run.ref_log_probs(batch)
+        run.old_log_probs(batch)
         assert "scores" not in batch and "ref_log_probs" not in batch  # not before the block ends
         with pytest.raises(RuntimeError, match="do not nest"):
             with ctx.concurrently():
                 pass
+    with pytest.raises(RuntimeError, match="has ended"):
+        run.score(batch)
     assert log == ["reward.__call__", "ref.compute_log_probs", "actor.compute_log_probs"]
     assert batch["scores"].tolist() == [1.0, 0.0]
     assert batch["token_level_scores"].tolist() == [[0.0, 1.0], [0.0, 0.0]]  # the score on the last token
@@ -214,3 +216,15 @@ def test_concurrently_adds_fields_when_the_block_ends_in_submission_order():
     assert ctx.metrics["perf/concurrent_overlap_s"] == 0.0  # in-process calls run one after another
     stage_time = sum(ctx.metrics[f"timing_s/{stage}"] for stage in ("reward", "ref", "old_log_prob"))
     assert stage_time <= ctx.metrics["timing_s/concurrent"]
+
+
+def test_a_context_stage_inside_a_concurrently_block_runs_at_once():
+    log: list[str] = []
+    roles = Roles(rollout=None, actor=Recorder("actor", log), reward_fn=Recorder("reward", log), resharder=None)
+    ctx = StepContext(roles, tokenizer=None, sampling=SamplingParams(), step=0)
+    batch = Batch({"response_mask": torch.ones(2, 2, dtype=torch.int64)}, batch_size=2)
+    with ctx.concurrently() as run:
+        run.old_log_probs(batch)
+        ctx.score(batch)  # not through `run`: not deferred
+        assert batch["scores"].tolist() == [1.0, 0.0] and "old_log_probs" not in batch
+    assert batch["old_log_probs"].tolist() == [[-1.0, -1.0]] * 2

@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-from rlloom.checkpoint import TRAINER_STATE
+from rlloom.run_state import TrainerState
 from rlloom.testing import train_tiny, training_rows
 
 LIMIT, LAMBDA_INIT, STEPS = 0.1, 0.05, 30
@@ -87,8 +87,8 @@ def test_lambda_and_both_critics_are_checkpointed_and_resume(constrained, tmp_pa
     run_dir, rows = constrained
     checkpoint = os.path.join(run_dir, "checkpoints", "global_step_15")
     assert {"actor", "critic", "cost_critic"} <= set(os.listdir(checkpoint))
-    state = torch.load(os.path.join(checkpoint, TRAINER_STATE), weights_only=False)
-    assert math.exp(state["algorithm"]["lagrange"]["log_lambda"]) == pytest.approx(rows[14]["safe/lambda"])
+    state = TrainerState.read(checkpoint)
+    assert math.exp(state.algorithm["lagrange"]["log_lambda"]) == pytest.approx(rows[14]["safe/lambda"])
     resumed = one_thread_run(tmp_path, *CONSTRAINED, f"trainer.resume={checkpoint}", cache_dir=cache)
     assert [row["step"] for row in resumed] == list(range(16, STEPS + 1))
     for key in ("safe/lambda", "safe/cost/mean", "critic/score/mean", "cost_critic/vf_loss"):

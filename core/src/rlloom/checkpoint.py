@@ -4,7 +4,7 @@ Layout under ``<run_dir>/checkpoints/``::
 
     global_step_<N>/            one complete checkpoint (written as global_step_<N>.tmp, then renamed)
         actor/  critic/         what each train engine's ``save`` wrote
-        trainer_state.pt        step, counters, data position, RNG states, algorithm state
+        trainer_state.pt        the run's state (rlloom.run_state.TrainerState)
         config.yaml             the resolved run config
         manifest.json           written LAST: {"step": N, "files": {relative path: size in bytes}}
     latest                      the name of the newest complete checkpoint (written last, atomically)
@@ -212,16 +212,3 @@ class CheckpointManager:
         if self.keep_last_n:
             for checkpoint in self.complete()[: -self.keep_last_n]:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-
-
-TRAINER_STATE = "trainer_state.pt"
-
-
-def read_trainer_state(path: str) -> dict:
-    """The trainer state saved in the complete checkpoint ``path`` (a dict written by the trainer:
-    ``step``, ``choices``, ``config``, ``model_path``, counters, data position, RNG states, …)."""
-    import torch
-
-    read_step(path)
-    # Our own file, holding Python and NumPy RNG states (tuples, arrays): not a weights-only pickle.
-    return torch.load(os.path.join(path, TRAINER_STATE), weights_only=False)

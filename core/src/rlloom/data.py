@@ -1,4 +1,5 @@
-"""Prompt datasets: what a ``data=<name>`` plugin provides, and turning prompts into token batches.
+"""Prompt records (what a ``data=<name>`` plugin's :class:`~rlloom.protocols.PromptDataset` holds), and
+turning prompts into token batches.
 
 Importing this module does not import torch (a dataset plugin's registration stays light); the
 encoder and the iterator import it when they run."""
@@ -6,7 +7,7 @@ encoder and the iterator import it when they run."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlloom.batch import Batch
@@ -27,13 +28,6 @@ class PromptRecord:
     ground_truth: Any
     data_source: str
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-class PromptDataset(Protocol):
-    """What a dataset factory returns: disjoint train and validation prompts, in a fixed order."""
-
-    train: list[PromptRecord]
-    val: list[PromptRecord]
 
 
 class PromptEncoder:

@@ -1,22 +1,40 @@
-"""The contract between the rlloom core and its plugins.
+"""The contract between the rlloom core and its plugins: every protocol a plugin implements.
 
 Each protocol is structural (``typing.Protocol``): a plugin implements the methods, it does not
 inherit from anything. Field names and shapes refer to the conventions in :mod:`rlloom.batch`.
+What each registration hook's factory returns is in :mod:`rlloom.plugins.hookspecs`.
+
+Sections: engines (rollout, train, and their optional weight-sharing abilities), resharders,
+rewards, algorithms (with their advantage estimators and policy losses), datasets, placement
+(launchers, dispatch modes, futures), trackers, config abilities, registration callbacks.
+
+**Optional abilities** are small ``runtime_checkable`` protocols of their own (:class:`LendsWeights`,
+:class:`ReportsMetrics`, :class:`ChecksModel`, …): the core asks ``isinstance(obj, Ability)`` and
+never probes attributes by name. An object has the ability when it has the member.
+
+Importing this module imports no torch (the registry and config errors stay fast); tensors in the
+signatures are for the reader and type checkers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from rlloom.batch import Batch
-from rlloom.types import Completion, MiniBatchStats, RewardResult, SamplingParams, SyncStats
+    from rlloom.batch import Batch
+    from rlloom.controller.dispatch import RankCall
+    from rlloom.controller.local import RoleSpec
+    from rlloom.data import PromptRecord
+    from rlloom.losses import ClipLossTerms
+    from rlloom.plugins.registry import Registry
+    from rlloom.types import Completion, MiniBatchStats, RewardResult, SamplingParams, SyncStats
 
-NamedTensors = Iterable[tuple[str, torch.Tensor]]
+NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
-LossFn = Callable[[Batch, dict[str, torch.Tensor], MiniBatchStats], tuple[torch.Tensor, dict[str, float]]]
+LossFn = Callable[["Batch", dict[str, "torch.Tensor"], "MiniBatchStats"], tuple["torch.Tensor", dict[str, float]]]
 """``loss_fn(micro_batch, outputs, stats) -> (loss, metrics)``.
 
 ``outputs`` holds ``"log_probs"`` [b, R] float32 with grad (and ``"entropy"`` [b, R] when the
@@ -168,6 +186,34 @@ class BorrowsWeights(Protocol):
 
 
 @runtime_checkable
+class LoadsWeightsFromDir(Protocol):
+    """Optional ability of a rollout engine: read a whole set of weights from a folder of safetensors
+    files itself (``resharder=safetensors`` then writes the folder and names it, instead of streaming
+    tensors through :meth:`RolloutEngine.update_weights`)."""
+
+    def load_weights_from_dir(self, path: str) -> None:
+        ...
+
+
+@runtime_checkable
+class ReportsMetrics(Protocol):
+    """Optional ability of a rollout engine: metrics of its own (e.g. resident memory per phase,
+    ``rollout/rss_gb/<phase>``), added to the step's after each weight sync."""
+
+    def metrics(self) -> dict[str, float]:
+        ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """Optional ability of a reward function or resharder (engines must have it): release what it
+    holds (worker processes, files) when the run ends."""
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
 class Resharder(Protocol):
     """Moves weights from a train engine's layout to a rollout engine's."""
 
@@ -221,11 +267,9 @@ class Algorithm(Protocol):
     ``step`` is a short program against the controller (``rlloom.controller.step.StepContext``):
     generate, score, compute log-probs, advantages, update, sync. It returns the step's metrics.
 
-    Optional: an algorithm with state that must survive a resume (e.g. an adaptive KL coefficient)
-    also defines ``state_dict() -> dict`` and ``load_state_dict(state)``; checkpoints keep it.
-    An algorithm that constrains a cost sets the class attribute ``needs_cost = True``: the run then
-    builds the ``cost`` group's function (role ``cost``, scored by ``ctx.cost``) and, with
-    ``needs_critic``, a second critic for it (role ``cost_critic``, ``ctx.cost_values``).
+    Optional: state that must survive a resume (:class:`StatefulAlgorithm`), a constrained cost
+    (:class:`ConstrainsCost`); the algorithm's config says how many optimizer steps a step takes
+    (:class:`PlansOptimizerSteps`).
     """
 
     needs_reference: bool
@@ -247,17 +291,220 @@ class StatefulAlgorithm(Protocol):
 
 
 @runtime_checkable
-class Tracker(Protocol):
-    """Receives metrics; a failing tracker is disabled with a warning, never kills a run.
+class ConstrainsCost(Protocol):
+    """Optional part of :class:`Algorithm`, read from its class (the factory registered): with
+    ``needs_cost = True`` the run builds the ``cost`` group's function (role ``cost``, scored by
+    ``ctx.cost``) and, with ``needs_critic``, a second critic for it (role ``cost_critic``,
+    ``ctx.cost_values``); the config must then choose ``cost=<a reward function>``."""
 
-    Optional: ``rewind(step)`` drops what was logged for steps after ``step``; the trainer calls it
-    when a run resumes from the checkpoint of ``step``, so the record equals an uninterrupted run's.
-    It may return a few words on what it dropped (e.g. ``"2 rows (steps 3-4) of metrics.jsonl"``),
-    which the trainer prints with the resume; ``None`` when there is nothing to say.
+    needs_cost: bool
+
+
+class AdvantageEstimator(Protocol):
+    """The one signature of every advantage estimator (hook ``register_advantage_estimators``, config
+    key ``algorithm.adv_estimator``). Every argument is passed, by keyword; an estimator reads the
+    ones it needs and ignores the rest (end its signature with ``**_``). An input the batch does not
+    hold is None: raise naming it (:func:`rlloom.algos.advantages.need`).
+
+    - ``scores`` [N] float32: each response's sequence score (an empty response keeps its score);
+    - ``token_level_rewards`` [N, R] float32: rewards placed on tokens (the score on the last
+      token), after any KL penalty in the reward;
+    - ``response_mask`` [N, R]: 1 on response tokens;
+    - ``group_ids``: N hashables, equal for the responses to one prompt (the batch's ``uid``);
+    - ``baselines`` [N] or None: a baseline score per response (ReMax: the greedy response's);
+    - ``gamma``: the discount of token-level returns;
+    - ``norm_by_std`` / ``eps``: divide by the group's std (+ eps), where an estimator groups.
+
+    Returns the advantages [N, R] float32, 0 on padding.
     """
+
+    def __call__(
+        self,
+        *,
+        scores: Optional[torch.Tensor],
+        token_level_rewards: Optional[torch.Tensor],
+        response_mask: torch.Tensor,
+        group_ids: Optional[Sequence[Hashable]],
+        baselines: Optional[torch.Tensor],
+        gamma: float,
+        norm_by_std: bool,
+        eps: float,
+    ) -> torch.Tensor: ...
+
+
+class PolicyLoss(Protocol):
+    """The one signature of every policy loss (hook ``register_policy_losses``, config key
+    ``algorithm.policy_loss``): per-token terms from the current ``log_probs``, the behaviour
+    ``old_log_probs`` (constants), ``advantages`` and the ``response_mask`` (all [B, R]) and the clip
+    settings of :class:`rlloom.algos.config.PolicyLossConfig`, by keyword. Returns
+    :class:`rlloom.losses.ClipLossTerms` (loss, clip indicators, per-token log π_old − log π), all
+    0 on padding; :func:`rlloom.algos.policy_loss.make_policy_loss_fn` aggregates them and adds
+    the entropy and KL terms."""
+
+    def __call__(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: Optional[float],
+    ) -> ClipLossTerms: ...
+
+
+class PromptDataset(Protocol):
+    """What a dataset factory returns: disjoint train and validation prompts
+    (:class:`rlloom.data.PromptRecord`), in a fixed order."""
+
+    train: list[PromptRecord]
+    val: list[PromptRecord]
+
+
+@runtime_checkable
+class CountsInvalidRows(Protocol):
+    """Optional part of :class:`PromptDataset`: how many malformed rows it skipped (reported as
+    ``data/invalid_rows``)."""
+
+    num_invalid: int
+
+
+class Launcher(Protocol):
+    """Places a run's roles (hook ``register_launchers``, config group ``launcher``).
+
+    ``start_role(spec, registry)`` returns a handle whose methods are the built object's methods
+    (same arguments, same results); a launcher that builds in this process uses ``registry``, one that
+    builds elsewhere ships ``spec`` (picklable) and rebuilds the registry there from the installed
+    entry points. A handle whose calls run elsewhere is a :class:`RemoteHandle`. ``shutdown()``
+    releases everything (it is called after a failed start too).
+    """
+
+    def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
+        ...
+
+    def shutdown(self) -> None:
+        ...
+
+
+class DispatchMode(Protocol):
+    """How one call on a worker group is spread over its ranks (hook ``register_dispatch_modes``; the
+    built-in modes and their contract: :mod:`rlloom.controller.dispatch`)."""
+
+    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
+        """What rank ``i`` runs (None: rank ``i`` sits the call out)."""
+        ...
+
+    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
+        """The caller's result from the ranks' (None for a rank that sat out or dropped its result)."""
+        ...
+
+
+@runtime_checkable
+class Future(Protocol):
+    """A role method's call submitted now, its result taken later (:mod:`rlloom.controller.futures`)."""
+
+    def result(self) -> Any:
+        """The call's result; raises what the call raised."""
+        ...
+
+    def span(self) -> tuple[float, float]:
+        """``(start, end)`` (``time.time()`` seconds) of the call where it ran; waits like :meth:`result`."""
+        ...
+
+
+@runtime_checkable
+class RemoteHandle(Protocol):
+    """A role handle whose calls run outside the controller and can be submitted without waiting."""
+
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Future:
+        """Start ``method(*args, **kwargs)`` on the role; return its future at once."""
+        ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Receives metrics; a failing tracker is disabled with a warning, never kills a run (optional:
+    :class:`RewindsRecord`)."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         ...
 
     def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class RewindsRecord(Protocol):
+    """Optional ability of a :class:`Tracker`."""
+
+    def rewind(self, step: int) -> str | None:
+        """Drop what was logged for steps after ``step`` (-1: everything); the trainer calls it when a
+        run starts in a folder an interrupted run logged to, so the record equals an uninterrupted
+        run's. May return a few words on what it dropped (``"2 rows (steps 3-4) of metrics.jsonl"``),
+        which the trainer prints; ``None`` when there is nothing to say."""
+        ...
+
+
+@runtime_checkable
+class ChecksModel(Protocol):
+    """Optional ability of a train-engine or rollout-engine config (the registered dataclass)."""
+
+    def check_model(self, model_path: str, run_device: str) -> None:
+        """Called once the model folder exists and before any engine loads weights (``launcher=local``
+        only: elsewhere the engines check when they start): ValueError for shapes the engine cannot
+        run (a head size without a kernel), a config error naming the engine choice."""
+        ...
+
+
+@runtime_checkable
+class LoadsInOneProcess(Protocol):
+    """Optional ability of a train-engine config class: the settings under which one process can load
+    a checkpoint the engine wrote at any layout (``rlloom export``), replacing the saved ones
+    (``train_engine=megatron``: ``{"tensor_parallel_size": 1}``)."""
+
+    single_process_overrides: dict[str, Any]
+
+
+@runtime_checkable
+class PlansOptimizerSteps(Protocol):
+    """Optional ability of an algorithm config (the registered dataclass); without it a step takes
+    one optimizer step per trained engine."""
+
+    def optimizer_steps_per_step(self, train_batch_size: int) -> int:
+        """Optimizer steps one training step takes on each trained engine for ``train_batch_size``
+        prompts (engines size their LR schedules by it). ValueError, naming the key as the user
+        types it (``algorithm.ppo_mini_batch_size``), when the batch cannot be cut as configured:
+        it is checked when the config is composed."""
+        ...
+
+
+class RegisterComponent(Protocol):
+    """The ``register`` callback of the component hooks (engines, resharders, rewards, algorithms,
+    trackers, launchers, datasets, models, dispatch modes, commands): see
+    :mod:`rlloom.plugins.hookspecs` for ``factory``'s signature per kind and ``config``."""
+
+    def __call__(self, name: str, factory: Callable[..., Any] | str, config: Any = None) -> None:
+        ...
+
+
+class RegisterFunction(Protocol):
+    """The ``register`` callback of ``register_advantage_estimators`` / ``register_policy_losses``:
+    a function (:class:`AdvantageEstimator`, :class:`PolicyLoss`) or ``"module:attribute"`` naming one."""
+
+    def __call__(self, name: str, function: Callable[..., Any] | str) -> None:
+        ...
+
+
+class RegisterConfig(Protocol):
+    """The ``register`` callback of ``register_configs``: option ``name`` of config group ``group``."""
+
+    def __call__(self, group: str, name: str, node: Any) -> None:
+        ...
+
+
+class RegisterPreset(Protocol):
+    """The ``register`` callback of ``register_presets``."""
+
+    def __call__(self, name: str, overrides: list[str], description: str = "") -> None:
         ...

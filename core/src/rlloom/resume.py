@@ -15,11 +15,11 @@ import sys
 
 from omegaconf import OmegaConf
 
-from rlloom.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step, read_trainer_state
+from rlloom.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step
 from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.config.schema import NO_COST
 from rlloom.run_name import run_dir_of
-from rlloom.run_state import config_changes
+from rlloom.run_state import TrainerState, config_changes
 
 FINAL_METRICS = "final_metrics.json"
 
@@ -48,9 +48,9 @@ def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
         except CheckpointError as error:
             raise ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.") from None
     if target is not None:
-        saved = read_trainer_state(target.path)
+        saved = TrainerState.read(target.path)
         # checkpoints from before the cost group existed ran without a cost
-        changes = config_changes({"choices": {"cost": NO_COST, **saved["choices"]}, **saved["config"]},
+        changes = config_changes({"choices": {"cost": NO_COST, **saved.choices}, **saved.config},
                                  {"choices": resolved.choices, **OmegaConf.to_container(resolved.cfg, resolve=True)})
         if changes:
             raise ConfigError(

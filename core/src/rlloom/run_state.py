@@ -1,4 +1,5 @@
-"""What a resume restores besides the engines: RNG states, and whether the config still matches.
+"""What a resume restores besides the engines: the run's :class:`TrainerState` (its one owner: the
+trainer writes it, resumes and the commands read it), RNG states, and whether the config still matches.
 
 RNG states cover Python's ``random``, NumPy's global generator and torch's CPU generator (and the
 CUDA generators when CUDA is initialised). Rollout sampling does not rely on them (every generate
@@ -8,11 +9,60 @@ that anything else drawing from the global generators continues exactly.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+
+from rlloom.checkpoint import read_step
+
+TRAINER_STATE = "trainer_state.pt"
+"""The file of a checkpoint folder that holds its :class:`TrainerState`."""
+
+
+@dataclass
+class TrainerState:
+    """Everything a checkpoint holds besides the train engines' own files.
+
+    - ``step``: training steps done; ``draws``: training-prompt batches drawn (a step may draw several);
+    - ``data``: the prompt iterator's position (:meth:`rlloom.data.PromptIterator.state`);
+    - ``nonfinite_in_a_row``: the non-finite guard's count (:class:`rlloom.guards.NonFiniteGuard`);
+    - ``algorithm``: the algorithm's ``state_dict()`` (:class:`~rlloom.protocols.StatefulAlgorithm`), or None;
+    - ``rng``: :func:`rng_state`;
+    - ``choices`` (group → option) and ``config`` (the composed config, resolved, as plain dicts);
+    - ``model_path``: the run's base model folder; ``optimizer_steps``: the LR schedules' length;
+    - ``metrics``: the step's metrics (empty in checkpoints from before 2026-11-24).
+    """
+
+    step: int
+    draws: int
+    data: dict[str, Any]
+    nonfinite_in_a_row: int
+    algorithm: dict[str, Any] | None
+    rng: dict[str, Any]
+    choices: dict[str, str]
+    config: dict[str, Any]
+    model_path: str
+    optimizer_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def save(self, folder: str) -> None:
+        """Write ``folder/trainer_state.pt`` (a plain dict of the fields, as every version wrote it)."""
+        values = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
+        torch.save(values, os.path.join(folder, TRAINER_STATE))
+
+    @classmethod
+    def read(cls, folder: str) -> TrainerState:
+        """The state of the complete checkpoint ``folder``
+        (:class:`~rlloom.checkpoint.CheckpointError` when it is not one)."""
+        read_step(folder)
+        # Our own file, holding Python and NumPy RNG states (tuples, arrays): not a weights-only pickle.
+        values = torch.load(os.path.join(folder, TRAINER_STATE), weights_only=False)
+        return cls(**{item.name: values[item.name] for item in dataclasses.fields(cls) if item.name in values})
 
 # Config keys that may change between a run and its resume: they do not change what the resumed
 # steps compute (``trainer.total_steps`` moves the end; with a decaying LR schedule it also moves

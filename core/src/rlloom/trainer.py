@@ -9,7 +9,6 @@ steps (e.g. an adaptive KL coefficient) exposes ``state_dict()`` / ``load_state_
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -24,15 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlloom.batch import Batch
-from rlloom.checkpoint import (
-    DISK_FULL_ERRNOS,
-    RESUME_MARKER,
-    TRAINER_STATE,
-    Checkpoint,
-    CheckpointError,
-    CheckpointManager,
-    read_trainer_state,
-)
+from rlloom.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
 from rlloom.config.record import record_yaml
 from rlloom.controller.local import RoleSpec, RoleStartError, quiet_transformers
@@ -44,11 +35,19 @@ from rlloom.guards import NonFiniteGuard, TrainingAborted
 from rlloom.interrupt import RunInterrupted
 from rlloom.plugins.registry import Registry, get_registry
 from rlloom.progress import phase
-from rlloom.protocols import StatefulAlgorithm
+from rlloom.protocols import (
+    ChecksModel,
+    ConstrainsCost,
+    CountsInvalidRows,
+    PlansOptimizerSteps,
+    RewindsRecord,
+    StatefulAlgorithm,
+)
 from rlloom.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom.run_name import run_dir_of
-from rlloom.run_state import rng_state, set_rng_state
+from rlloom.run_state import TrainerState, rng_state, set_rng_state
 from rlloom.types import EngineSpec, SamplingParams
+from rlloom.validation import validate
 
 
 def seed_everything(seed: int) -> None:
@@ -70,20 +69,6 @@ def check_prompt_counts(train: int, train_kept: int, val_kept: int, cfg: Any) ->
             f"needs train_batch_size of them and validation at least one. Raise trainer.max_prompt_length, lower "
             f"trainer.train_batch_size, or use more data."
         )
-
-
-def validation_metrics(batch: Batch, k: int, prefix: str = "val-core") -> dict[str, float]:
-    """Per data source: ``acc/mean@k`` (mean score of all samples) and ``acc/best@k`` (mean over
-    prompts of the best of the k scores, pass@k for 0/1 rewards). Rows are interleaved by prompt."""
-    scores = batch["scores"].float().view(-1, k)
-    sources = batch["data_source"][::k]
-    metrics: dict[str, float] = {}
-    for source in sorted(set(sources)):
-        rows = torch.tensor([s == source for s in sources])
-        metrics[f"{prefix}/{source}/acc/mean@{k}"] = float(scores[rows].mean())
-        if k > 1:
-            metrics[f"val-aux/{source}/acc/best@{k}"] = float(scores[rows].max(dim=1).values.mean())
-    return metrics
 
 
 def sampling_params(sampling_cfg: Any) -> SamplingParams:
@@ -112,9 +97,6 @@ class Trainer:
         seed_everything(self.cfg.seed)
         self.run_dir = run_dir_of(self.cfg)
         self.config = OmegaConf.to_container(resolved.cfg, resolve=True)
-        for key in ("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"):
-            if getattr(self.cfg, key) < 0:
-                raise ConfigError(f"trainer.{key}={getattr(self.cfg, key)}: must be >= 0.")
         self.checkpoints = CheckpointManager(self.run_dir, self.cfg.keep_last_n)
         resume_from = resume_target(resolved, self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
@@ -157,7 +139,7 @@ class Trainer:
         train_records = self.encoder.filter(dataset.train)
         self.val_records = self.encoder.filter(dataset.val)
         self.prompts_dropped = len(dataset.train) + len(dataset.val) - len(train_records) - len(self.val_records)
-        self.invalid_rows = int(getattr(dataset, "num_invalid", 0))  # skipped malformed rows (data.skip_invalid)
+        self.invalid_rows = dataset.num_invalid if isinstance(dataset, CountsInvalidRows) else 0
         if self.cfg.val_max_prompts:
             self.val_records = self.val_records[: self.cfg.val_max_prompts]
         check_prompt_counts(len(dataset.train), len(train_records), len(self.val_records), self.cfg)
@@ -174,18 +156,18 @@ class Trainer:
             self._restore(resume_from)
 
     def _check_model_fits_engines(self) -> None:
-        """Each engine config's optional ``check_model(model_path, run_device)`` (shapes an engine
-        cannot run, e.g. a head size without a kernel), before any weights load: a ValueError is a
-        config error naming the engine choice. Only with ``launcher=local``: elsewhere the engines'
-        machines (their devices, their packages) decide, and the engines check when they start."""
+        """Each engine config's ``check_model(model_path, run_device)`` (:class:`~rlloom.protocols.ChecksModel`:
+        shapes an engine cannot run, e.g. a head size without a kernel), before any weights load: a
+        ValueError is a config error naming the engine choice. Only with ``launcher=local``: elsewhere
+        the engines' machines (their devices, their packages) decide, and the engines check when they start."""
         if self.resolved.choices["launcher"] != "local":
             return
         for group in ENGINE_GROUPS:
-            check = getattr(self.resolved.sections[group], "check_model", None)
-            if check is None:
+            engine_cfg = self.resolved.sections[group]
+            if not isinstance(engine_cfg, ChecksModel):
                 continue
             try:
-                check(self.model_path, self.cfg.device)
+                engine_cfg.check_model(self.model_path, self.cfg.device)
             except ValueError as error:
                 choice = f"{group}={self.resolved.choices[group]}"
                 message = str(error)
@@ -196,17 +178,16 @@ class Trainer:
         """Load engines, counters, data position, algorithm and RNG states; re-sync rollout weights."""
         for role, engine in self.roles.trained().items():
             engine.load(os.path.join(checkpoint.path, role))
-        state = read_trainer_state(checkpoint.path)
-        self.step, self.draws = int(state["step"]), int(state["draws"])
-        self.last_metrics = state.get("metrics", {})  # checkpoints from before 2026-11-24 have none
-        self.data.load_state(state["data"])
-        self.guard.consecutive = int(state["nonfinite_in_a_row"])
-        if state["algorithm"] is not None:
+        state = TrainerState.read(checkpoint.path)
+        self.step, self.draws, self.last_metrics = state.step, state.draws, state.metrics
+        self.data.load_state(state.data)
+        self.guard.consecutive = state.nonfinite_in_a_row
+        if state.algorithm is not None:
             if not isinstance(self.algorithm, StatefulAlgorithm):
                 raise CheckpointError(f"{checkpoint.path} holds algorithm state but the algorithm cannot load it")
-            self.algorithm.load_state_dict(state["algorithm"])
+            self.algorithm.load_state_dict(state.algorithm)
         self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
-        set_rng_state(state["rng"])
+        set_rng_state(state.rng)
 
     def save_checkpoint(self) -> Checkpoint:
         """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom.checkpoint`)."""
@@ -214,32 +195,33 @@ class Trainer:
         def write(folder: str) -> None:
             for role, engine in self.roles.trained().items():
                 engine.save(os.path.join(folder, role))
-            state = {
-                "step": self.step,
-                "draws": self.draws,
-                "data": self.data.state(),
-                "nonfinite_in_a_row": self.guard.consecutive,
-                "algorithm": self.algorithm.state_dict() if isinstance(self.algorithm, StatefulAlgorithm) else None,
-                "rng": rng_state(),
-                "choices": dict(self.resolved.choices),
-                "config": self.config,
-                "model_path": self.model_path,
-                "optimizer_steps": self.optimizer_steps,
-                "metrics": self.last_metrics,
-            }
-            torch.save(state, os.path.join(folder, TRAINER_STATE))
+            TrainerState(
+                step=self.step,
+                draws=self.draws,
+                data=self.data.state(),
+                nonfinite_in_a_row=self.guard.consecutive,
+                algorithm=self.algorithm.state_dict() if isinstance(self.algorithm, StatefulAlgorithm) else None,
+                rng=rng_state(),
+                choices=dict(self.resolved.choices),
+                config=self.config,
+                model_path=self.model_path,
+                optimizer_steps=self.optimizer_steps,
+                metrics=self.last_metrics,
+            ).save(folder)
             with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
                 f.write(self.record)
 
         return self.checkpoints.save(self.step, write)
 
     def _start_roles(self) -> Roles:
-        """Every role through the launcher; optimizer steps (for LR schedules) = total_steps ×
-        mini-batches per step × epochs."""
+        """Every role through the launcher; optimizer steps (for LR schedules) = total_steps × the
+        algorithm config's optimizer steps per step (:class:`~rlloom.protocols.PlansOptimizerSteps`; 1 without)."""
         sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
-        mini = getattr(sections["algorithm"], "ppo_mini_batch_size", 0) or self.cfg.train_batch_size
-        epochs = getattr(sections["algorithm"], "ppo_epochs", 1)
-        self.optimizer_steps = self.cfg.total_steps * (self.cfg.train_batch_size // mini) * epochs
+        plan = sections["algorithm"]
+        per_step = 1
+        if isinstance(plan, PlansOptimizerSteps):
+            per_step = plan.optimizer_steps_per_step(self.cfg.train_batch_size)
+        self.optimizer_steps = self.cfg.total_steps * per_step
 
         def start(role: str, kind: str, group: str, engine: bool = True, engine_role: str | None = None) -> Any:
             engine_spec = EngineSpec(self.model_path, engine_role or role, self.cfg.seed, self.optimizer_steps,
@@ -253,7 +235,7 @@ class Trainer:
         actor = start("actor", "train_engine", "train_engine")
         ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
         critic = start("critic", "train_engine", "train_engine") if self.algorithm.needs_critic else None
-        needs_cost = getattr(self.algorithm, "needs_cost", False)
+        needs_cost = isinstance(self.algorithm, ConstrainsCost) and self.algorithm.needs_cost
         cost_critic = (start("cost_critic", "train_engine", "train_engine", engine_role="critic")
                        if needs_cost and self.algorithm.needs_critic else None)  # an engine serves it as a critic
         rollout = start("rollout", "rollout_engine", "rollout")
@@ -281,13 +263,12 @@ class Trainer:
         return trackers
 
     def _rewind_trackers(self) -> list[str]:
-        """Trackers with a ``rewind(step)`` method forget what an earlier, interrupted process logged
-        after ``step`` (the resumed step, or -1 for a fresh start), so a resumed run's records equal
-        an uninterrupted run's. Returns what they said they dropped."""
+        """Trackers that can rewind (:class:`~rlloom.protocols.RewindsRecord`) forget what an earlier,
+        interrupted process logged after ``step`` (the resumed step, or -1 for a fresh start), so a
+        resumed run's records equal an uninterrupted run's. Returns what they said they dropped."""
         dropped = []
         for tracker in self.trackers:
-            rewind = getattr(tracker, "rewind", None)
-            said = rewind(self.step if self.step else -1) if rewind is not None else None
+            said = tracker.rewind(self.step if self.step else -1) if isinstance(tracker, RewindsRecord) else None
             if said:
                 dropped.append(said)
         return dropped
@@ -353,22 +334,9 @@ class Trainer:
         return prompts
 
     def validate(self) -> dict[str, float]:
-        """Sampled (``val_n`` per prompt, ``val_temperature``) and greedy accuracy on the val split."""
-        ctx = self.context()
+        """Sampled and greedy accuracy on the validation prompts (:func:`rlloom.validation.validate`)."""
         prompts = self.encode(self.val_records, f"val{self.step}")
-        with ctx.timed("validation"), phase(f"validating {len(prompts)} prompts"):
-            sampling = dataclasses.replace(self.sampling, temperature=self.cfg.val_temperature)
-            sampled = ctx.score(ctx.generate(prompts, self.cfg.val_n, sampling, stage="validation_gen"))
-            metrics = validation_metrics(sampled, self.cfg.val_n)
-            if self.cfg.val_greedy:
-                greedy = ctx.score(ctx.generate(prompts, 1, dataclasses.replace(self.sampling, temperature=0.0),
-                                                stage="validation_gen"))
-                metrics.update({
-                    key.replace("mean@1", "greedy"): value
-                    for key, value in validation_metrics(greedy, 1).items()
-                })
-        metrics["timing_s/validation"] = ctx.metrics["timing_s/validation"]
-        return metrics
+        return validate(self.context(), prompts, self.sampling, self.cfg)
 
     def fit(self) -> dict[str, float]:
         """Run steps up to ``trainer.total_steps`` (from the resumed step, if any); returns the last

@@ -73,4 +73,5 @@ class DAPO(GRPO):
             ctx.metrics["dapo/overlong_penalty_mean"] = float(torch.cat(penalties).mean())
         if num_kept:
             self.learn(ctx, Batch.concat_padded(kept), num_kept)
+            ctx.sync_weights()
         return ctx.metrics

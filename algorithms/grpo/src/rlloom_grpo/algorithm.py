@@ -10,7 +10,7 @@ from rlloom.algos.advantages import compute_advantages
 from rlloom.algos.lookup import get_advantage_estimator
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
-from rlloom.controller.step import StepContext
+from rlloom.controller.step import Concurrent, StepContext
 from rlloom_grpo.config import GRPOConfig, GRPOStepConfig
 
 
@@ -68,32 +68,33 @@ class GRPO:
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One GRPO step: n responses per prompt → rewards, with the log-probs computed at the same
-        time → :meth:`update`."""
+        time → :meth:`update` → weight sync."""
         batch = ctx.generate(prompts, n=self.cfg.n)
-        with ctx.concurrently():
-            ctx.score(batch)
-            self.log_probs(ctx, batch, len(prompts))
+        with ctx.concurrently() as run:
+            run.score(batch)
+            self.log_probs(run, batch, len(prompts))
         self.update(ctx, batch, len(prompts))
+        ctx.sync_weights()
         return ctx.metrics
 
     def learn(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
         """Train on a scored ``batch`` of ``num_prompts`` groups of ``cfg.n`` responses:
         :meth:`log_probs` (their calls run concurrently), then :meth:`update`. Algorithms that build
         their scored batch their own way (DAPO's dynamic sampling, ReMax's greedy baseline) end their
-        step with this."""
-        with ctx.concurrently():
-            self.log_probs(ctx, batch, num_prompts)
+        step with this and the weight sync."""
+        with ctx.concurrently() as run:
+            self.log_probs(run, batch, num_prompts)
         self.update(ctx, batch, num_prompts)
 
-    def log_probs(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
+    def log_probs(self, stages: StepContext | Concurrent, batch: Batch, num_prompts: int) -> None:
         """Behaviour log-probs, and reference log-probs when ``needs_reference``.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
         steps (or ``recompute_old_log_probs``); see :func:`rlloom.algos.policy_loss.make_policy_loss_fn`."""
         if self.needs_old_log_probs(batch, num_prompts):
-            ctx.old_log_probs(batch)
+            stages.old_log_probs(batch)
         if self.needs_reference:
-            ctx.ref_log_probs(batch)
+            stages.ref_log_probs(batch)
 
     def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
         """Whether the step needs a separate behaviour-log-prob pass: several optimizer steps, or
@@ -107,8 +108,8 @@ class GRPO:
         return self.cfg.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
 
     def update(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
-        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), clipped
-        policy update(s), weight sync."""
+        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), then the
+        clipped policy update(s)."""
         cfg = self.cfg
         with ctx.timed("adv"):
             advantages = batch["advantages"] = self.compute_advantages(batch)
@@ -121,4 +122,3 @@ class GRPO:
             })
         ctx.update_actor(batch, self.loss_fn, mini_batch_rows=self._mini_batch_prompts(num_prompts) * cfg.n,
                          epochs=cfg.ppo_epochs)
-        ctx.sync_weights()

@@ -4,11 +4,11 @@ that the algorithms reusing it (RLOO, ReMax, REINFORCE++, …) share."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.algos.config import PolicyLossConfig
+from rlloom.algos.config import MiniBatchSchedule, PolicyLossConfig
 
 
 @dataclass
-class GRPOStepConfig(PolicyLossConfig):
+class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
     """The policy-loss fields (:class:`rlloom.algos.config.PolicyLossConfig`: clip range, dual clip,
     aggregation, KL loss, entropy bonus, ``policy_loss``) and those of GRPO's step
     (:class:`rlloom_grpo.algorithm.GRPO`). Units: *prompts* or *responses* (= prompts × ``n``) as

@@ -90,12 +90,12 @@ class PPO:
         cfg = self.cfg
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
-        with ctx.concurrently():
-            ctx.score(batch)
-            ctx.old_log_probs(batch)
+        with ctx.concurrently() as run:
+            run.score(batch)
+            run.old_log_probs(batch)
             if self.needs_reference:
-                ctx.ref_log_probs(batch)
-            ctx.values(batch)
+                run.ref_log_probs(batch)
+            run.values(batch)
         with ctx.timed("adv"):
             batch = self.compute_advantages(batch, ctx.metrics)
         ctx.update_critic(batch, self.value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)

@@ -3,14 +3,14 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.algos.config import PolicyLossConfig
+from rlloom.algos.config import MiniBatchSchedule, PolicyLossConfig
 from rlloom.choices import KL_ESTIMATORS
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 
 
 @dataclass
-class PPOConfig(PolicyLossConfig):
+class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
     """PPO settings (verl's defaults). Units: *prompts* or *responses* (= prompts × ``n``) as stated.
 
     Sampling and schedule:

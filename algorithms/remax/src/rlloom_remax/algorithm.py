@@ -31,4 +31,5 @@ class ReMax(GRPO):
         batch["reward_baselines"] = torch.tensor([baseline_of[uid] for uid in batch["uid"]], dtype=torch.float32)
         ctx.metrics["remax/baseline_score/mean"] = float(baseline["scores"].mean())
         self.learn(ctx, batch, len(prompts))
+        ctx.sync_weights()
         return ctx.metrics

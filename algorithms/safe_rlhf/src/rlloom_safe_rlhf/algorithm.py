@@ -103,14 +103,14 @@ class SafeRLHF(PPO):
         cfg = self.cfg
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
-        with ctx.concurrently():
-            ctx.score(batch)
-            ctx.cost(batch)
-            ctx.old_log_probs(batch)
+        with ctx.concurrently() as run:
+            run.score(batch)
+            run.cost(batch)
+            run.old_log_probs(batch)
             if self.needs_reference:
-                ctx.ref_log_probs(batch)
-            ctx.values(batch)
-            ctx.cost_values(batch)
+                run.ref_log_probs(batch)
+            run.values(batch)
+            run.cost_values(batch)
         with ctx.timed("adv"):
             self.update_multiplier(ctx.step, batch["costs"], ctx.metrics)
             batch = self.compute_advantages(batch, ctx.metrics)

@@ -2,9 +2,9 @@
 
 - :mod:`rlloom.algos.config`: :class:`PolicyLossConfig`, the policy-loss settings algorithm
   configs extend (torch-free);
-- :mod:`rlloom.algos.lookup`: the signatures of advantage estimators and policy losses and their
-  lookup by name (torch-free); plugins register them with the hooks
-  ``register_advantage_estimators`` / ``register_policy_losses``;
+- :mod:`rlloom.algos.lookup`: advantage estimators and policy losses by name (torch-free; their
+  signatures are :class:`rlloom.protocols.AdvantageEstimator` / :class:`rlloom.protocols.PolicyLoss`);
+  plugins register them with the hooks ``register_advantage_estimators`` / ``register_policy_losses``;
 - :mod:`rlloom.algos.advantages`: :func:`group_relative_advantages`, :func:`compute_advantages`
   and the core's estimator ``grpo``;
 - :mod:`rlloom.algos.policy_loss`: :func:`make_policy_loss_fn` and the core's policy loss
@@ -17,8 +17,6 @@ The loss building blocks (aggregation, PPO clip, KL estimators, whitening, retur
 from rlloom.lazy import lazy_exports
 
 __all__ = [
-    "AdvantageEstimator",
-    "PolicyLoss",
     "PolicyLossConfig",
     "compute_advantages",
     "get_advantage_estimator",
@@ -29,8 +27,6 @@ __all__ = [
 
 __getattr__ = lazy_exports(__name__, {
     "PolicyLossConfig": ".config",
-    "AdvantageEstimator": ".lookup",
-    "PolicyLoss": ".lookup",
     "get_advantage_estimator": ".lookup",
     "get_policy_loss": ".lookup",
     "compute_advantages": ".advantages",

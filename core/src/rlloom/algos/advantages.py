@@ -1,6 +1,6 @@
 """Advantage estimation: the group-relative advantage several algorithms build on, the core's
 registered estimator ``grpo``, and :func:`compute_advantages`, the one call for every registered
-estimator (:class:`rlloom.algos.lookup.AdvantageEstimator`)."""
+estimator (:class:`rlloom.protocols.AdvantageEstimator`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from rlloom.algos.lookup import AdvantageEstimator, get_advantage_estimator
+from rlloom.algos.lookup import get_advantage_estimator
+from rlloom.protocols import AdvantageEstimator
 
 if TYPE_CHECKING:
     from rlloom.plugins.registry import Registry
@@ -107,7 +108,7 @@ def compute_advantages(
 ) -> torch.Tensor:
     """Advantages [N, R] from ``estimator``: a registered name (looked up in ``registry``, by
     default the process's, see :func:`rlloom.algos.lookup.get_advantage_estimator`) or the function
-    itself, called with every input of :class:`rlloom.algos.lookup.AdvantageEstimator` (the
+    itself, called with every input of :class:`rlloom.protocols.AdvantageEstimator` (the
     defaults here for those not given)."""
     fn = get_advantage_estimator(estimator, registry) if isinstance(estimator, str) else estimator
     return fn(scores=scores, token_level_rewards=token_level_rewards, response_mask=response_mask,

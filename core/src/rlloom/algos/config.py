@@ -13,6 +13,21 @@ DEFAULT_POLICY_LOSS = "vanilla"
 (:func:`rlloom.algos.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
 
 
+class MiniBatchSchedule:
+    """For algorithm configs with ``ppo_epochs`` (passes over a step's batch) and
+    ``ppo_mini_batch_size`` (*prompts* per optimizer step; 0: the whole step's): their
+    :class:`~rlloom.protocols.PlansOptimizerSteps` ability, ``epochs × train_batch_size / mini``."""
+
+    def optimizer_steps_per_step(self, train_batch_size: int) -> int:
+        mini = self.ppo_mini_batch_size or train_batch_size
+        if train_batch_size % mini:
+            raise ValueError(
+                f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size={train_batch_size} "
+                "(both count prompts): each step is split into equal mini-batches."
+            )
+        return train_batch_size // mini * self.ppo_epochs
+
+
 @dataclass
 class PolicyLossConfig:
     """The fields :func:`rlloom.algos.policy_loss.make_policy_loss_fn` reads.

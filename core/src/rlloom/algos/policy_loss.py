@@ -48,7 +48,7 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
         loss = agg(L) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
 
     where L is the policy loss registered as ``cfg.policy_loss`` (looked up in ``registry``, by
-    default the process's; see :class:`rlloom.algos.lookup.PolicyLoss`) of ``outputs["log_probs"]``
+    default the process's; see :class:`rlloom.protocols.PolicyLoss`) of ``outputs["log_probs"]``
     against the micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
     ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
     current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the

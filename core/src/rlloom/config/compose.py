@@ -10,7 +10,6 @@ paragraph naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
-from rlloom.choices import DeviceError, check_device_name
+from rlloom.choices import DeviceError
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
+from rlloom.protocols import ConstrainsCost, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
 
@@ -186,13 +186,8 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
         with _writable(cfg):
             del cfg["defaults"]
     _reject_added_keys(cfg, options, choices)
-    sections = {}
-    for group in list(choices):
-        try:
-            sections[group] = OmegaConf.to_object(cfg[group]) if choices[group] else None
-        except (ValueError, TypeError, OmegaConfBaseException) as error:
-            raise ConfigError(f"{group}={choices[group]}: {error}") from None
-    sections["sampling"] = OmegaConf.to_object(cfg.sampling)
+    sections = {group: _section(cfg, group, choice) if choice else None for group, choice in choices.items()}
+    sections["sampling"] = _section(cfg, "sampling", None)
     from rlloom.run_name import name_run  # imports this module's ConfigError
 
     name_run(cfg, sections, choices)
@@ -200,6 +195,18 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     check_consistency(resolved, registry)
     OmegaConf.set_readonly(cfg, True)
     return resolved
+
+
+def _section(cfg: DictConfig, group: str, choice: str | None) -> Any:
+    """The config section ``group`` as its dataclass; the dataclass's own checks (``__post_init__``)
+    failing is a ConfigError, prefixed with ``group=choice`` unless it already names its key."""
+    try:
+        return OmegaConf.to_object(cfg[group])
+    except (ValueError, TypeError, OmegaConfBaseException) as error:
+        message = str(error)
+        if choice and not message.startswith(group):
+            message = f"{group}={choice}: {message}"
+        raise ConfigError(message) from None
 
 
 def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> None:
@@ -251,45 +258,24 @@ def check_run_dir(run_dir: str | None) -> None:
 
 
 def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
-    """Checks that span sections (batch sizes, sampling, tracker names)."""
+    """Checks that span sections or need the registry (each section checks itself when built): tracker
+    names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
+    (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names, the
+    cost choice, and the device on this machine."""
     from rlloom.run_name import run_dir_of
 
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
-    sampling = resolved.sections["sampling"]
-    positive = {
-        "trainer.total_steps": trainer.total_steps,
-        "trainer.train_batch_size": trainer.train_batch_size,
-        "trainer.val_n": trainer.val_n,
-        "sampling.max_new_tokens": sampling.max_new_tokens,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{key}={value}: must be >= 1.")
-    try:
-        check_device_name("trainer.device", trainer.device)
-    except DeviceError as error:
-        raise ConfigError(str(error)) from None
-    mini = getattr(algorithm, "ppo_mini_batch_size", 0)
     if registry is not None:
         for name in trainer.trackers:
             if name not in registry.components["tracker"]:
                 raise ConfigError(registry.missing_message("tracker", name))
-    if mini and trainer.train_batch_size % mini:
-        raise ConfigError(
-            f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size="
-            f"{trainer.train_batch_size} (both count prompts): each step is split into equal mini-batches."
-        )
-    if getattr(algorithm, "n", 1) < 1:
-        raise ConfigError(f"algorithm.n={algorithm.n}: must be >= 1.")
-    if not 0 <= trainer.seed < 2**32:
-        raise ConfigError(f"trainer.seed={trainer.seed}: must be in [0, 2**32 - 1].")
+    if isinstance(algorithm, PlansOptimizerSteps):
+        try:
+            algorithm.optimizer_steps_per_step(trainer.train_batch_size)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     check_run_dir(run_dir_of(trainer))
-    if not 0 <= sampling.temperature < math.inf or not 0 < sampling.top_p <= 1:
-        raise ConfigError(
-            f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={sampling.temperature}, "
-            f"top_p={sampling.top_p}."
-        )
     if registry is not None:
         check_registered_functions(algorithm, registry)  # before check_cost_choice, which imports the algorithms
         check_cost_choice(resolved.choices, registry)
@@ -328,9 +314,10 @@ def check_registered_functions(algorithm: Any, registry: Registry) -> None:
 
 def check_cost_choice(choices: dict[str, str], registry: Registry) -> None:
     """ConfigError unless a cost function is chosen exactly when the algorithm constrains a cost
-    (its class sets ``needs_cost = True``, see :class:`rlloom.protocols.Algorithm`)."""
+    (its class sets ``needs_cost = True``, :class:`rlloom.protocols.ConstrainsCost`)."""
     def needs_cost(name: str) -> bool:
-        return getattr(registry.components["algorithm"][name].factory, "needs_cost", False) is True
+        algorithm_class = registry.components["algorithm"][name].factory
+        return isinstance(algorithm_class, ConstrainsCost) and algorithm_class.needs_cost is True
 
     algorithm, cost = choices["algorithm"], choices["cost"]
     constrained = ", ".join(sorted(name for name in registry.components["algorithm"] if needs_cost(name)))

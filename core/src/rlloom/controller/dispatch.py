@@ -1,7 +1,7 @@
 """Dispatch modes: how one call on a worker group of ``world_size`` ranks is spread over the ranks,
 and how the ranks' results become the caller's result.
 
-A mode is an object with two methods:
+A mode is an object with two methods (:class:`rlloom.protocols.DispatchMode`):
 
 - ``scatter(args, kwargs, world_size) -> list[RankCall | None]``: what rank ``i`` runs
   (None: rank ``i`` sits the call out);
@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -97,14 +97,6 @@ class RankCall:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     keep_result: bool = True
-
-
-class DispatchMode(Protocol):
-    def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
-        ...
-
-    def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
-        ...
 
 
 class OneToAll:

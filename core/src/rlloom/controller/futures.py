@@ -13,29 +13,11 @@ worker groups overlap when the calls really ran at the same time; :func:`overlap
 
 from __future__ import annotations
 
-import abc
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-
-@runtime_checkable
-class Future(Protocol):
-    def result(self) -> Any:
-        """The call's result; raises what the call raised."""
-        ...
-
-    def span(self) -> tuple[float, float]:
-        """``(start, end)`` of the call where it ran; waits like :meth:`result`."""
-        ...
-
-
-class RemoteHandle(abc.ABC):
-    """A role handle whose calls run outside the controller and can be submitted without waiting."""
-
-    @abc.abstractmethod
-    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Future:
-        """Start ``method(*args, **kwargs)`` on the role; return its future at once."""
+from rlloom.protocols import Future, RemoteHandle
 
 
 class Completed:

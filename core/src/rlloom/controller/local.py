@@ -1,4 +1,5 @@
-"""The embedded default launcher (every role lives in this process) and the launcher contract."""
+"""The embedded default launcher (every role lives in this process), and what every launcher shares:
+:class:`RoleSpec` and the role errors (the contract: :class:`rlloom.protocols.Launcher`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlloom.plugins.registry import Registry
+from rlloom.protocols import Closable
 from rlloom.threads import available_cores, threads_for, use_threads
 from rlloom.types import EngineSpec
 
@@ -78,13 +80,8 @@ class LocalLauncherConfig:
 
 
 class LocalLauncher:
-    """Builds each role in-process; a role handle is the built object itself.
-
-    Contract shared by every launcher: ``start_role(spec, registry)`` returns a handle whose methods
-    are the built object's methods (same arguments, same results). A launcher that builds in this
-    process uses ``registry``; one that builds elsewhere ships ``spec`` (picklable) and rebuilds the
-    registry there from the installed entry points. ``shutdown()`` releases everything.
-    """
+    """Builds each role in-process; a role handle is the built object itself
+    (:class:`rlloom.protocols.Launcher`)."""
 
     def __init__(self, cfg: LocalLauncherConfig) -> None:
         if cfg.num_threads < 0:
@@ -99,7 +96,6 @@ class LocalLauncher:
 
     def shutdown(self) -> None:
         for handle in reversed(self._closables):
-            close = getattr(handle, "close", None)
-            if close is not None:
-                close()
+            if isinstance(handle, Closable):
+                handle.close()
         self._closables.clear()

@@ -4,7 +4,7 @@ An algorithm's step is a short program: generate → score → log-probs → adv
 Each call here is one of those stages; it runs the stage on the role's worker group, records the
 stage's wall time as ``timing_s/<stage>`` and its standard metrics (verl names) in ``ctx.metrics``.
 Independent stages can run at the same time on different worker groups: see
-:meth:`StepContext.concurrently`.
+:meth:`StepContext.concurrently` and :class:`Concurrent`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from rlloom.batch import Batch
-from rlloom.controller.futures import Future, overlap_s, submit
+from rlloom.controller.futures import overlap_s, submit
 from rlloom.losses import masked_mean
 from rlloom.packing import row_tokens
-from rlloom.protocols import LossFn, Resharder, RewardFn, RolloutEngine, TrainEngine
+from rlloom.protocols import Future, LossFn, ReportsMetrics, Resharder, RewardFn, RolloutEngine, TrainEngine
 from rlloom.types import RewardResult, SamplingParams
 
 COMPONENT_PREFIX = "reward_"
@@ -125,6 +125,7 @@ class StepContext:
     last_batch: Batch | None = None
     _calls: dict[str, int] = field(default_factory=dict, repr=False)
     _pending: list[tuple[str, Future, Callable[[Any], None]]] | None = field(default=None, repr=False)
+    _deferring: bool = field(default=False, repr=False)
 
     def more_prompts(self) -> Batch:
         """Another batch of ``trainer.train_batch_size`` training prompts (e.g. for DAPO's dynamic
@@ -147,15 +148,14 @@ class StepContext:
         self.metrics[key] = self.metrics.get(key, 0.0) + seconds
 
     @contextlib.contextmanager
-    def concurrently(self) -> Iterator[None]:
-        """Run the stages called inside the block at the same time: :meth:`score`, :meth:`cost`,
-        :meth:`old_log_probs`, :meth:`ref_log_probs`, :meth:`values` and :meth:`cost_values`.
-
-        Inside the block each of them submits its call and returns at once; the fields it adds to
-        the batch and its metrics appear when the block ends (every call is waited for there, in the
-        order submitted), so nothing inside the block may read them. Calls on different worker
-        groups then run in parallel (``launcher=ray`` with the roles on different pools); roles in
-        one process, and the local launcher, run them one after another, with the same results.
+    def concurrently(self) -> Iterator[Concurrent]:
+        """A block whose stages run at the same time: ``with ctx.concurrently() as run:`` then
+        ``run.score(batch)``, ``run.old_log_probs(batch)``, … (:class:`Concurrent`). Each ``run.<stage>``
+        submits its call and returns None; the fields the stages add to the batch, and their metrics,
+        appear when the block ends (every call is waited for there, in the order submitted). Calls on
+        different worker groups then run in parallel (``launcher=ray`` with the roles on different
+        pools); roles in one process, and the local launcher, run them one after another, with the same
+        results. ``ctx.<stage>`` inside the block runs at once, as anywhere.
 
         Timings: ``timing_s/<stage>`` is each call's own running time (where it ran),
         ``timing_s/concurrent`` the block's wall time, and ``perf/concurrent_overlap_s`` how much of
@@ -164,12 +164,14 @@ class StepContext:
         if self._pending is not None:
             raise RuntimeError("StepContext.concurrently() blocks do not nest")
         self._pending = []
+        run = Concurrent(self)
         start = time.perf_counter()
         try:
-            yield
+            yield run
             pending = self._pending
         finally:
             self._pending = None
+            run.ended = True
         spans = []
         for stage, future, finish in pending:
             finish(future.result())
@@ -180,11 +182,19 @@ class StepContext:
         overlap = self.metrics.get("perf/concurrent_overlap_s", 0.0)
         self.metrics["perf/concurrent_overlap_s"] = overlap + overlap_s(spans)
 
+    def _submit(self, stage: Callable[[Batch], Batch], batch: Batch) -> None:
+        """Run the stage method ``stage`` with its call deferred to the end of the open block."""
+        self._deferring = True
+        try:
+            stage(batch)
+        finally:
+            self._deferring = False
+
     def _run(self, stage: str, handle: Any, method: str, args: tuple, kwargs: dict,
              finish: Callable[[Any], None]) -> None:
         """Call ``handle.method(*args, **kwargs)`` and pass its result to ``finish``: now, timed as
-        ``stage``, or at the end of the enclosing :meth:`concurrently` block."""
-        if self._pending is not None:
+        ``stage``, or, started from a :class:`Concurrent`, at the end of its block."""
+        if self._deferring:
             self._pending.append((stage, submit(handle, method, *args, **kwargs), finish))
             return
         with self.timed(stage):
@@ -359,6 +369,44 @@ class StepContext:
             self.metrics["perf/weight_sync_peak_extra_gb"] = stats.peak_extra_bytes / 1e9
         if stats.seconds > 0:
             self.metrics["perf/weight_sync_gb_per_s"] = stats.num_bytes / stats.seconds / 1e9
-        engine_metrics = getattr(self.roles.rollout, "metrics", None)
-        if callable(engine_metrics):
-            self.metrics.update(engine_metrics())
+        if isinstance(self.roles.rollout, ReportsMetrics):
+            self.metrics.update(self.roles.rollout.metrics())
+
+
+class Concurrent:
+    """The stages of a :meth:`StepContext.concurrently` block: each method submits the
+    :class:`StepContext` stage of the same name and returns None, so nothing in the block can read
+    what the stage adds to the batch before the block ends and adds it."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self._ctx = ctx
+        self.ended = False
+
+    def _start(self, stage: Callable[[Batch], Batch], batch: Batch) -> None:
+        if self.ended:
+            raise RuntimeError("this concurrently() block has ended; call the stage on the StepContext")
+        self._ctx._submit(stage, batch)
+
+    def score(self, batch: Batch) -> None:
+        """:meth:`StepContext.score`."""
+        self._start(self._ctx.score, batch)
+
+    def cost(self, batch: Batch) -> None:
+        """:meth:`StepContext.cost`."""
+        self._start(self._ctx.cost, batch)
+
+    def old_log_probs(self, batch: Batch) -> None:
+        """:meth:`StepContext.old_log_probs`."""
+        self._start(self._ctx.old_log_probs, batch)
+
+    def ref_log_probs(self, batch: Batch) -> None:
+        """:meth:`StepContext.ref_log_probs`."""
+        self._start(self._ctx.ref_log_probs, batch)
+
+    def values(self, batch: Batch) -> None:
+        """:meth:`StepContext.values`."""
+        self._start(self._ctx.values, batch)
+
+    def cost_values(self, batch: Batch) -> None:
+        """:meth:`StepContext.cost_values`."""
+        self._start(self._ctx.cost_values, batch)

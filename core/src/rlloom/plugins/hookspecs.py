@@ -15,10 +15,14 @@ Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`
   registry — and reporting a config error — stays fast (a test holds every in-tree plugin to it),
 - ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
   option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
-  Its ``__post_init__`` validates values (a ValueError is a config error). A train-engine or
-  rollout-engine config may also define ``check_model(model_path, run_device)``: the trainer calls
-  it once the model folder exists and before any engine loads weights, for shapes the engine cannot
-  run (a ValueError is a config error naming the engine choice).
+  Its ``__post_init__`` validates values (a ValueError is a config error). Configs may have
+  abilities the core asks for (:mod:`rlloom.protocols`): an engine config's ``check_model``
+  (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's ``optimizer_steps_per_step``
+  (:class:`~rlloom.protocols.PlansOptimizerSteps`).
+
+The ``register`` callbacks are typed in :mod:`rlloom.protocols` (:class:`~rlloom.protocols.RegisterComponent`,
+:class:`~rlloom.protocols.RegisterFunction`, :class:`~rlloom.protocols.RegisterConfig`,
+:class:`~rlloom.protocols.RegisterPreset`).
 
 Factory signatures (``cfg`` is an instance of the registered config dataclass):
 
@@ -30,8 +34,8 @@ rollout engines     ``rollout``        ``factory(cfg, spec: EngineSpec) -> Rollo
 resharders          ``resharder``      ``factory(cfg) -> Resharder``
 reward fns          ``reward``         ``factory(cfg) -> RewardFn``
 algorithms          ``algorithm``      ``factory(cfg) -> Algorithm``
-advantage estimators  (``algorithm.adv_estimator``)  the function (:class:`~rlloom.algos.lookup.AdvantageEstimator`)
-policy losses       (``algorithm.policy_loss``)  the function (:class:`~rlloom.algos.lookup.PolicyLoss`)
+advantage estimators  (``algorithm.adv_estimator``)  the function (:class:`~rlloom.protocols.AdvantageEstimator`)
+policy losses       (``algorithm.policy_loss``)  the function (:class:`~rlloom.protocols.PolicyLoss`)
 trackers            (``trainer.trackers`` list)  ``factory(run_dir: str, config: dict) -> Tracker``
 launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
@@ -43,91 +47,96 @@ commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentPars
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
+
+if TYPE_CHECKING:
+    from rlloom.protocols import RegisterComponent, RegisterConfig, RegisterFunction, RegisterPreset
 
 hookspec = pluggy.HookspecMarker("rlloom")
 hookimpl = pluggy.HookimplMarker("rlloom")
 
 
 @hookspec
-def register_train_engines(register):
+def register_train_engines(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.TrainEngine` factories."""
 
 
 @hookspec
-def register_rollout_engines(register):
+def register_rollout_engines(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.RolloutEngine` factories."""
 
 
 @hookspec
-def register_resharders(register):
+def register_resharders(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Resharder` factories."""
 
 
 @hookspec
-def register_reward_fns(register):
+def register_reward_fns(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.RewardFn` factories."""
 
 
 @hookspec
-def register_algorithms(register):
+def register_algorithms(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Algorithm` factories."""
 
 
 @hookspec
-def register_advantage_estimators(register):
+def register_advantage_estimators(register: RegisterFunction) -> None:
     """Register advantage estimators (``register(name, function)``): the choices of
     ``algorithm.adv_estimator``, each a function with the one signature of
-    :class:`rlloom.algos.lookup.AdvantageEstimator` (or ``"module:attribute"`` naming it)."""
+    :class:`rlloom.protocols.AdvantageEstimator` (or ``"module:attribute"`` naming it)."""
 
 
 @hookspec
-def register_policy_losses(register):
+def register_policy_losses(register: RegisterFunction) -> None:
     """Register per-token policy losses (``register(name, function)``): the choices of
     ``algorithm.policy_loss``, each a function with the signature of
-    :class:`rlloom.algos.lookup.PolicyLoss` (or ``"module:attribute"`` naming it)."""
+    :class:`rlloom.protocols.PolicyLoss` (or ``"module:attribute"`` naming it)."""
 
 
 @hookspec
-def register_trackers(register):
+def register_trackers(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Tracker` factories (``register(name, factory)``)."""
 
 
 @hookspec
-def register_launchers(register):
+def register_launchers(register: RegisterComponent) -> None:
     """Register launchers: how worker groups are placed (in-process, Ray, …)."""
 
 
 @hookspec
-def register_datasets(register):
-    """Register prompt datasets (``data=<name>``); see :class:`rlloom.data.PromptDataset`."""
+def register_datasets(register: RegisterComponent) -> None:
+    """Register prompt datasets (``data=<name>``); see :class:`rlloom.protocols.PromptDataset`."""
 
 
 @hookspec
-def register_models(register):
+def register_models(register: RegisterComponent) -> None:
     """Register model sources (``model=<name>``): factories returning a local HF folder path."""
 
 
 @hookspec
-def register_dispatch_modes(register):
+def register_dispatch_modes(register: RegisterComponent) -> None:
     """Register dispatch modes (``register(name, factory)``): how a launcher spreads an engine
     method's call over a worker group's ranks; engines name them with ``@rlloom.dispatch(name)``."""
 
 
 @hookspec
-def register_commands(register):
+def register_commands(register: RegisterComponent) -> None:
     """Register ``rlloom`` subcommands (``register(name, factory)``): ``factory(parser)`` adds the
     command's arguments to its argparse parser and returns ``run(args) -> exit status``; the command's
     help line is the factory's docstring's first line."""
 
 
 @hookspec
-def register_configs(register):
+def register_configs(register: RegisterConfig) -> None:
     """Register extra config group options: ``register(group, name, node)`` where ``node`` is a
     dataclass type or instance (e.g. a ``trainer`` option)."""
 
 
 @hookspec
-def register_presets(register):
+def register_presets(register: RegisterPreset) -> None:
     """Register presets: ``register(name, overrides, description)``; ``preset=<name>`` on the command
     line prepends ``overrides`` (a list of Hydra override strings) to the user's own, which win."""

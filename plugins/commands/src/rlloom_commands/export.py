@@ -20,28 +20,28 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
     The checkpoint is loaded into a fresh train engine of the kind that wrote it (its saved
     ``train_engine`` choice and config), in this one process, whose full weights are then saved
     with :func:`rlloom.export.save_hf_folder` over the run's base model folder (config, tokenizer),
-    which must still exist. An engine config class may name the settings one process needs in its class
-    attribute ``single_process_overrides`` (``train_engine=megatron``: ``tensor_parallel_size=1``);
-    they replace the saved ones."""
+    which must still exist. An engine config class may name the settings one process needs
+    (:class:`rlloom.protocols.LoadsInOneProcess`); they replace the saved ones."""
     from omegaconf import OmegaConf
 
-    from rlloom.checkpoint import read_trainer_state
     from rlloom.export import save_hf_folder
     from rlloom.plugins.registry import get_registry
+    from rlloom.protocols import LoadsInOneProcess
+    from rlloom.run_state import TrainerState
     from rlloom.types import EngineSpec
 
-    state = read_trainer_state(checkpoint_dir)
-    model_path = state["model_path"]
+    state = TrainerState.read(checkpoint_dir)
+    model_path = state.model_path
     if not os.path.isdir(model_path):
         raise FileNotFoundError(
             f"the run's base model folder {model_path!r} (config and tokenizer for the export) no longer exists"
         )
-    choice = state["choices"]["train_engine"]
+    choice = state.choices["train_engine"]
     component = get_registry().get("train_engine", choice)
-    overrides = getattr(component.config, "single_process_overrides", {})
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(component.config), state["config"]["train_engine"],
+    overrides = component.config.single_process_overrides if isinstance(component.config, LoadsInOneProcess) else {}
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(component.config), state.config["train_engine"],
                                               overrides))
-    spec = EngineSpec(model_path, "actor", int(state["config"]["trainer"]["seed"]), int(state["optimizer_steps"]))
+    spec = EngineSpec(model_path, "actor", int(state.config["trainer"]["seed"]), state.optimizer_steps)
     engine = component.factory(cfg, spec)
     try:
         engine.load(os.path.join(checkpoint_dir, "actor"))

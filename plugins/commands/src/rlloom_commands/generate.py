@@ -61,9 +61,7 @@ class RolloutSession:
         return rows
 
     def close(self) -> None:
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()  # every RolloutEngine has close()
 
 
 @contextlib.contextmanager

@@ -94,16 +94,16 @@ def saved_overrides(target: Target, overrides: list[str]) -> list[str]:
     settings of groups that ``overrides`` choose anew; none for a Hugging Face folder."""
     if target.checkpoint is None:
         return []
-    from rlloom.checkpoint import read_trainer_state
+    from rlloom.run_state import TrainerState
 
-    state = read_trainer_state(target.checkpoint)
+    state = TrainerState.read(target.checkpoint)
     rechosen = {item.split("=", 1)[0] for item in overrides if "=" in item and "." not in item.split("=", 1)[0]}
     result = []
-    for group, choice in state["choices"].items():
+    for group, choice in state.choices.items():
         if group in NOT_TAKEN_OVER or group in rechosen or not choice:
             continue
         result.append(f"{group}={choice}")
-    for section, values in state["config"].items():
+    for section, values in state.config.items():
         if section in NOT_TAKEN_OVER or section in rechosen or not isinstance(values, dict):
             continue
         for key, value in values.items():

@@ -24,8 +24,8 @@ from typing import Any
 import ray
 import torch
 from rlloom.batch import Batch
-from rlloom.controller.dispatch import DispatchMode, OneToAll
-from rlloom.controller.futures import RemoteHandle
+from rlloom.controller.dispatch import OneToAll
+from rlloom.protocols import DispatchMode, RemoteHandle
 from rlloom.plugins.registry import Registry
 
 from rlloom_ray.group import WorkerGroup

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 import torch
-from rlloom.protocols import RolloutEngine, TrainEngine
+from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -94,9 +94,8 @@ class SafetensorsResharder:
             num_tensors, num_bytes = write_safetensors_dir(
                 train.named_weights(), directory, self.cfg.max_shard_mb * 10**6
             )
-            load_from_dir = getattr(rollout, "load_weights_from_dir", None)
-            if load_from_dir is not None:
-                load_from_dir(directory)
+            if isinstance(rollout, LoadsWeightsFromDir):
+                rollout.load_weights_from_dir(directory)
             else:
                 rollout.update_weights(read_safetensors_dir(directory))
         finally:

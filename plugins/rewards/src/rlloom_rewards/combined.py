@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rlloom.plugins.registry import Registry, get_registry
+from rlloom.protocols import Closable
 
 if TYPE_CHECKING:  # annotations only: the plugin registers without torch
     from rlloom import Batch, RewardResult
@@ -91,5 +92,5 @@ class CombinedReward:
     def close(self) -> None:
         """Close every part that has worker processes to stop."""
         for reward in self.rewards.values():
-            if hasattr(reward, "close"):
+            if isinstance(reward, Closable):
                 reward.close()

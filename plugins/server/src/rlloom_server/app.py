@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 from rlloom.batching import BatchingScheduler
-from rlloom.protocols import RolloutEngine
+from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
 from rlloom_server.config import ServeConfig
 from rlloom_server.schema import SchemaError, parse_generate, render_generate
@@ -139,9 +139,8 @@ class RolloutServer:
             path = body.get("model_path") if isinstance(body, dict) else None
             if not isinstance(path, str) or not os.path.isdir(path):
                 raise SchemaError(f"model_path must name a folder on the server's machine, got {path!r}")
-            from_dir = getattr(self.engine, "load_weights_from_dir", None)
-            if from_dir is not None:
-                await self.scheduler.run_exclusive(from_dir, path)
+            if isinstance(self.engine, LoadsWeightsFromDir):
+                await self.scheduler.run_exclusive(self.engine.load_weights_from_dir, path)
             else:
                 from rlloom_resharders.safetensors_dir import read_safetensors_dir
 

@@ -64,7 +64,7 @@ class FilesDataConfig:
 
 @dataclass(frozen=True)
 class FileSplits:
-    """Train and val prompts (a :class:`rlloom.data.PromptDataset`) and what was skipped."""
+    """Train and val prompts (a :class:`rlloom.protocols.PromptDataset`) and what was skipped."""
 
     train: list[PromptRecord]
     val: list[PromptRecord]

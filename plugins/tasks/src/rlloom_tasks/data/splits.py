@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Splits:
-    """Disjoint ``train`` and ``val`` prompts, in a fixed order (a :class:`rlloom.data.PromptDataset`)."""
+    """Disjoint ``train`` and ``val`` prompts, in a fixed order (a :class:`rlloom.protocols.PromptDataset`)."""
 
     train: list[PromptRecord]
     val: list[PromptRecord]
