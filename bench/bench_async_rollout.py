@@ -20,7 +20,7 @@ import time
 
 import torch
 from rlloom import EngineSpec, SamplingParams
-from rlloom.tokens import prompt_token_lists
+from rlloom_enginekit.prompts import prompt_token_lists
 
 from bench_hf_rollout import add_workload_args, build_model_dir, random_prompts
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine

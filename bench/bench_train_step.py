@@ -29,9 +29,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
-from rlloom.devices import resolve_device, resolve_dtype, synchronize
-from rlloom.choices import LAYOUTS
-from rlloom.tokens import token_log_probs
+from rlloom.devices import resolve_device
+from rlloom_enginekit.choices import LAYOUTS
+from rlloom_enginekit.devices import resolve_dtype, synchronize
+from rlloom_enginekit.sequences import token_log_probs
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 

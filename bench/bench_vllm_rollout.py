@@ -56,7 +56,7 @@ def main() -> None:
     from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
 
     from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
-    from rlloom.tokens import prompt_token_lists
+    from rlloom_enginekit.prompts import prompt_token_lists
     from rlloom_vllm.outputs import request_seeds
 
     with tempfile.TemporaryDirectory() as path:

@@ -8,7 +8,6 @@ from rlloom.algos.config import PolicyLossConfig
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import AGG_MODES
-from rlloom.tokens import token_log_probs
 from rlloom.types import MiniBatchStats
 
 torch.set_num_threads(1)
@@ -197,7 +196,8 @@ def test_training_a_tiny_policy_follows_the_advantages():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
 
     def log_probs():
-        return token_log_probs(logits.expand(2, -1, -1), responses) * mask
+        log_p = torch.log_softmax(logits.expand(2, -1, -1), dim=-1)
+        return log_p.gather(-1, responses.unsqueeze(-1)).squeeze(-1) * mask
 
     old = log_probs().detach()
     batch = Batch({"old_log_probs": old, "advantages": torch.tensor([[1.0], [-1.0]]) * mask, "response_mask": mask})

@@ -1,14 +1,12 @@
-"""FSDPConfig validation, its use as a Hydra structured config, and the LR schedule formula."""
+"""FSDPConfig validation and its use as a Hydra structured config (the LR schedule formula:
+rlloom-enginekit's tests)."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from omegaconf import OmegaConf
 
 from rlloom_fsdp import FSDPConfig
-from rlloom.engine_config import lr_factor
 
 
 @pytest.mark.parametrize(
@@ -40,29 +38,3 @@ def test_config_is_a_hydra_structured_config():
     assert (cfg.lr, list(cfg.betas), cfg.log_prob_micro_batch_size) == (3e-6, [0.9, 0.95], 16)
     with pytest.raises(ValueError, match="lr_schedule"):
         OmegaConf.to_object(OmegaConf.merge(schema, {"lr_schedule": "step"}))
-
-
-def test_constant_schedule_with_linear_warmup():
-    factors = [
-        lr_factor(k, schedule="constant", warmup_steps=4, total_steps=0, min_lr_ratio=0.0) for k in range(1, 7)
-    ]
-    assert factors == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
-
-
-def test_cosine_schedule_without_warmup():
-    def factor(k):
-        return lr_factor(k, schedule="cosine", warmup_steps=0, total_steps=10, min_lr_ratio=0.0)
-
-    # progress (k - 1) / 10: full LR first, half way at step 6, the floor from step 11 on
-    assert factor(1) == pytest.approx(1.0)
-    assert factor(6) == pytest.approx(0.5)
-    assert factor(10) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.9)))
-    assert factor(11) == pytest.approx(0.0, abs=1e-12)
-    assert factor(50) == pytest.approx(0.0, abs=1e-12)
-
-
-def test_schedule_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="1-based"):
-        lr_factor(0, schedule="constant", warmup_steps=0, total_steps=0, min_lr_ratio=0.0)
-    with pytest.raises(ValueError, match="total_steps > warmup_steps"):
-        lr_factor(5, schedule="cosine", warmup_steps=4, total_steps=4, min_lr_ratio=0.0)

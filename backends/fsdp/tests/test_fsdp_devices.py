@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlloom import EngineSpec
-from rlloom.devices import DeviceError
+from rlloom.choices import DeviceError
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 from rlloom_fsdp.perf import train_flops
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references

@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlloom.testing import device_params
-from rlloom.tokens import token_entropy, token_log_probs
+from rlloom_enginekit.sequences import token_entropy, token_log_probs
 from rlloom_fsdp.head import chunked_log_probs, default_chunk_rows
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlloom import Batch
-from rlloom.packing import pack_rows
+from rlloom_enginekit.packing import pack_rows
 from rlloom_fsdp.scoring import score_responses
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
     LR,

@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 import torch
-from rlloom.devices import DeviceError
+from rlloom.choices import DeviceError
 
 from rlloom_vllm.config import VLLMRolloutConfig
 

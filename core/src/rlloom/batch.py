@@ -31,6 +31,7 @@ field                  shape      dtype   meaning
 ``token_level_rewards`` [B, R]    float32 scores after any KL penalty
 ``advantages``         [B, R]     float32 per-token advantages (0 where the mask is 0)
 ``returns``            [B, R]     float32 value targets
+``prompt_index``       [B]        int64   optional rollout input: keys each row's randomness
 =====================  =========  ======  ==========================================================
 
 Object fields: ``prompt_text``, ``response_text``, ``ground_truth``, ``data_source``, ``uid`` (the
@@ -49,6 +50,11 @@ from tensordict import TensorDict
 
 LEFT_PADDED = ("prompts", "prompt_mask")
 """[B, P] fields padded on the left (the conventions above); other [B, L] fields pad on the right."""
+
+PROMPT_INDEX_FIELD = "prompt_index"
+"""Optional int64 field [B] of a rollout engine's input: each row's prompt index, which keys its
+responses' randomness in place of ``sampling.first_prompt + row`` (a batch gathered from separate
+requests, such as ``rlloom_enginekit.batching`` builds)."""
 
 
 class BatchError(ValueError):
@@ -323,3 +329,8 @@ class Batch:
         self._tensors = TensorDict(state["tensors"], batch_size=[state["size"]])
         self._objects = state["objects"]
         self.meta = state["meta"]
+
+
+def row_tokens(batch: Batch) -> torch.Tensor:
+    """Real tokens (prompt + response) of each row of ``batch``: [B]."""
+    return batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)

@@ -1,7 +1,7 @@
 """The valid values of config keys that the core and plugin config schemas share, and the device
 name check; importable without torch, so composing and checking a config (and reporting its error)
 never waits for torch to load. The modules that compute with these names (:mod:`rlloom.losses`,
-:mod:`rlloom.packing`, :mod:`rlloom.devices`) import them from here."""
+:mod:`rlloom.devices`) import them from here."""
 
 from __future__ import annotations
 
@@ -24,15 +24,8 @@ KL_ESTIMATORS: dict[str, str] = {
 }
 """Accepted names of :func:`rlloom.losses.kl_estimate` estimators -> the canonical estimator they denote."""
 
-LAYOUTS = ("shared_prompt", "packed", "padded")
-"""``train_engine.sequence_layout`` choices: :func:`rlloom.packing.pack_rows`'s two layouts, and the
-padded ``[B, P + R]`` batch (:func:`rlloom.tokens.concat_prompt_response`)."""
-
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 """Device settings (``cuda:<N>`` too); resolved where a role runs (:func:`rlloom.devices.resolve_device`)."""
-
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-"""Parameter dtype settings (``auto``: bf16 on CUDA, float32 on CPU; :func:`rlloom.devices.resolve_dtype`)."""
 
 
 class DeviceError(ValueError):

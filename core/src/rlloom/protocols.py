@@ -68,7 +68,7 @@ class RolloutEngine(Protocol):
         Randomness: response ``j`` of prompt ``i`` depends only on (``sampling.seed``,
         ``sampling.first_prompt + i``, ``j``) and the weights, so a call split by prompts over
         several engines samples what the whole call does (see ``SamplingParams.first_prompt``).
-        When ``prompts`` has a ``prompt_index`` field [B] (:data:`rlloom.tokens.PROMPT_INDEX_FIELD`),
+        When ``prompts`` has a ``prompt_index`` field [B] (:data:`rlloom.batch.PROMPT_INDEX_FIELD`),
         row ``i``'s index is ``prompt_index[i]`` instead.
         """
         ...
@@ -94,7 +94,7 @@ class RolloutEngine(Protocol):
 class AsyncRolloutEngine(Protocol):
     """Per-request generation: one prompt at a time, many in flight (agent loops, servers).
 
-    An engine that only has the batch call gets this from :class:`rlloom.batching.BatchingScheduler`.
+    An engine that only has the batch call gets this from :class:`rlloom_enginekit.batching.BatchingScheduler`.
     """
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:

@@ -140,7 +140,7 @@ class EngineSpec:
     - ``seed``: base seed of the run.
     - ``total_train_steps``: optimizer steps the run will take (for LR schedules); 0 when unknown.
     - ``device``: the run's device setting (``trainer.device``: ``auto``, ``cpu``, ``cuda``,
-      ``cuda:N``); an engine resolves it where it runs with :func:`rlloom.devices.role_device`,
+      ``cuda:N``); an engine resolves it where it runs with :func:`rlloom_enginekit.devices.role_device`,
       and its own config's ``device`` (when set) wins.
     """
 

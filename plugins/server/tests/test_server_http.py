@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
-from rlloom.tokens import left_pad
+from rlloom_enginekit.prompts import left_pad
 
 from rlloom_server.client import ServerError, ServerRolloutConfig, ServerRolloutEngine
 

@@ -6,7 +6,7 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom.packing import row_tokens
+from rlloom.batch import row_tokens
 from rlloom_sft.config import SFTConfig
 from rlloom_sft.demonstrations import demonstration_batch, demonstration_texts
 from rlloom_sft.loss import make_sft_loss_fn

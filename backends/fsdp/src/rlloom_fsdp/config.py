@@ -6,8 +6,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from rlloom.engine_config import TrainEngineConfig
-from rlloom.choices import LAYOUTS
+from rlloom_enginekit.choices import LAYOUTS
+from rlloom_enginekit.engine_config import TrainEngineConfig
 
 
 PACKED_ATTENTION = ("sdpa", "eager")
@@ -27,13 +27,13 @@ def asked_attention(model_path: str) -> str | None:
 @dataclass
 class FSDPConfig(TrainEngineConfig):
     """The FSDP2 train engine: the settings every train engine has (optimizer, LR schedule,
-    micro-batching, device, dtype: :class:`rlloom.engine_config.TrainEngineConfig`) and its own.
+    micro-batching, device, dtype: :class:`rlloom_enginekit.engine_config.TrainEngineConfig`) and its own.
 
     ``gradient_checkpointing``: recompute decoder-layer activations in backward (less memory, about
     one more forward of compute). ``reshard_after_forward``: free the gathered parameters of each
     decoder layer after its forward (FSDP2's ZeRO-3 behaviour; ``False`` keeps them until backward,
     like ZeRO-2). ``sequence_layout``: how a micro-batch's rows enter the model
-    (:mod:`rlloom.packing`): ``shared_prompt`` (default) drops padding and runs each distinct prompt
+    (:mod:`rlloom_enginekit.packing`): ``shared_prompt`` (default) drops padding and runs each distinct prompt
     once, its responses attending to it (the n responses of a GRPO group share one prompt forward);
     ``packed`` drops padding only; ``padded`` is the plain ``[b, P + R]`` forward. The three give
     the same numbers up to summation order; the packed ones need SDPA or eager attention.

@@ -10,7 +10,7 @@ micro-batches runs extra forward (and backward) passes on one of its rows whose 
 discarded (zero loss), so that the ranks' FSDP collectives stay in step.
 
 Devices: the engine runs on ``train_engine.device`` when set, else the run's ``trainer.device``
-(:func:`rlloom.devices.role_device`); on CUDA each rank uses the GPU of its ``LOCAL_RANK`` (the
+(:func:`rlloom_enginekit.devices.role_device`); on CUDA each rank uses the GPU of its ``LOCAL_RANK`` (the
 launcher's; Ray gives each worker one visible GPU) and the group's CUDA backend is NCCL. Parameters,
 gradients and optimizer state are float32 (master weights); forward and backward run in
 ``train_engine.dtype`` (``auto``: bfloat16 on CUDA, float32 on CPU) through FSDP2's
@@ -40,10 +40,11 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
-from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
-from rlloom.packing import micro_batches, row_tokens
+from rlloom.batch import row_tokens
 from rlloom.protocols import LossFn
-from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
+from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
+from rlloom_enginekit.packing import micro_batches
+from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.head import default_chunk_rows
@@ -59,7 +60,7 @@ ENGINE_STATE_FILE = "engine_state.json"
 class FSDPTrainEngine:
     """A :class:`~rlloom.protocols.TrainEngine` on ``torch.distributed.fsdp.fully_shard``.
 
-    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:func:`rlloom.engine_config.lr_factor`) over
+    ``spec.role == "actor"``: trainable, AdamW + LR schedule (:func:`rlloom_enginekit.engine_config.lr_factor`) over
     ``spec.total_train_steps`` optimizer steps. ``spec.role == "ref"``: a frozen copy (no optimizer;
     ``train_step`` raises). ``spec.role == "critic"``: a :class:`rlloom_fsdp.model.CriticModel`
     (base transformer + zero-initialised ``Linear(hidden, 1)`` value head) trained like the actor
@@ -146,7 +147,7 @@ class FSDPTrainEngine:
             self.onload()
 
     def _micro_batches(self, batch: Batch, rows: int) -> tuple[list[Batch], int]:
-        """``batch`` cut into micro-batches (:func:`rlloom.packing.micro_batches`: ``rows`` rows
+        """``batch`` cut into micro-batches (:func:`rlloom_enginekit.packing.micro_batches`: ``rows`` rows
         each, or by ``cfg.max_tokens_per_micro_batch`` when set) on the engine's device, and how many
         padding passes this rank must add to match the rank with the most micro-batches."""
         micros = [micro.to(self.device) for micro in micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)]

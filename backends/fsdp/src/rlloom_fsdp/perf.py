@@ -7,7 +7,7 @@ part in matrix multiplications: every parameter except an input embedding that i
 (about 12 · layers · hidden · context per token) are left out, so the estimate reads a little low
 for long contexts; ``tokens`` are the step's prompt and response tokens (what a plain forward over
 the batch processes), whatever the engine saves with the shared-prompt forward. The peak is the
-GPU's dense bf16 figure (:func:`rlloom.devices.peak_bf16_flops`).
+GPU's dense bf16 figure (:func:`rlloom_enginekit.devices.peak_bf16_flops`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlloom.devices import peak_bf16_flops
+from rlloom_enginekit.devices import peak_bf16_flops
 
 
 def train_flops(model: nn.Module) -> float:

@@ -2,7 +2,7 @@
 the whole model.
 
 :func:`response_states` runs the base transformer once over a micro-batch in the engine's
-``sequence_layout`` (:mod:`rlloom.packing`: ``shared_prompt`` and ``packed`` drop padding, the
+``sequence_layout`` (:mod:`rlloom_enginekit.packing`: ``shared_prompt`` and ``packed`` drop padding, the
 first also runs each distinct prompt once; ``padded`` is the plain ``[b, P + R]`` forward) and
 keeps the final hidden states that predict real response tokens. :func:`score_responses` applies
 the LM head to them chunk by chunk with :func:`rlloom_fsdp.head.chunked_log_probs`, so no ``[b, R, V]``
@@ -24,8 +24,8 @@ from torch import nn
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from rlloom.batch import Batch
-from rlloom.packing import pack_rows
-from rlloom.tokens import concat_prompt_response, response_logits
+from rlloom_enginekit.packing import pack_rows
+from rlloom_enginekit.sequences import concat_prompt_response, response_logits
 
 from rlloom_fsdp.config import PACKED_ATTENTION
 from rlloom_fsdp.head import chunked_log_probs

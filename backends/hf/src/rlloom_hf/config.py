@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.choices import DTYPE_CHOICES, check_device_name
+from rlloom.choices import check_device_name
+from rlloom_enginekit.choices import DTYPE_CHOICES
 
 DECODE_MODES = ("auto", "eager", "static", "graphs")
 SLEEP_LEVELS = (0, 1, 2)

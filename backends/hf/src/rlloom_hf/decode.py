@@ -3,8 +3,8 @@
 One call prefills each distinct prompt once, copies its KV cache to the rows that answer it, then
 decodes every row one token per model call until each row has produced a stop token or
 ``max_new_tokens`` tokens. Position ids follow ``cumsum(attention_mask) - 1`` (as in
-:func:`rlloom.tokens.concat_prompt_response`), so the first real prompt token is at position 0
-whatever the left padding, and the log-probs match a teacher-forced forward over
+:func:`rlloom_enginekit.sequences.concat_prompt_response`), so the first real prompt token is at
+position 0 whatever the left padding, and the log-probs match a teacher-forced forward over
 prompt + response.
 """
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
-from rlloom.devices import resolve_dtype, role_device
-from rlloom.batching import BatchingScheduler
-from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, stop_token_ids
+from rlloom_enginekit.batching import BatchingScheduler
+from rlloom_enginekit.devices import resolve_dtype, role_device
+from rlloom_enginekit.prompts import check_left_padded, pad_token_id, prompt_indices, stop_token_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import HFRolloutConfig
@@ -66,7 +66,7 @@ class HFRolloutEngine:
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """One prompt's responses (contract: ``AsyncRolloutEngine.generate_one``): requests are
         gathered into :meth:`generate` calls of up to ``cfg.max_batch_rows`` prompts by a
-        :class:`~rlloom.batching.BatchingScheduler`, so the tokens equal a batch call's."""
+        :class:`~rlloom_enginekit.batching.BatchingScheduler`, so the tokens equal a batch call's."""
         if self._scheduler is None:
             self._scheduler = BatchingScheduler(self, max_batch_prompts=self.config.max_batch_rows)
         return await self._scheduler.generate_one(prompt_ids, sampling)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.engine_config import TrainEngineConfig
+from rlloom_enginekit.engine_config import TrainEngineConfig
 
 
 @dataclass
 class MegatronConfig(TrainEngineConfig):
     """The megatron-core train engine: the settings every train engine has (optimizer, LR
-    schedule, micro-batching, device, dtype: :class:`rlloom.engine_config.TrainEngineConfig`) and
+    schedule, micro-batching, device, dtype: :class:`rlloom_enginekit.engine_config.TrainEngineConfig`) and
     its parallel layout.
 
     ``tensor_parallel_size``: ranks each layer's weights are split over (Megatron's TP); the

@@ -36,10 +36,10 @@ import torch
 import torch.distributed as dist
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
-from rlloom.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
-from rlloom.packing import micro_batches
 from rlloom.protocols import LossFn
-from rlloom.tokens import TRAIN_INPUT_FIELDS, policy_temperature
+from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
+from rlloom_enginekit.packing import micro_batches
+from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
 from rlloom_megatron import cpu_compat, parallel
@@ -187,7 +187,7 @@ class MegatronTrainEngine:
 
     def _micro_batches(self, union: Batch, rows: int) -> list[Batch]:
         """The TP group's rows cut into micro-batches of ``rows`` rows, or by
-        ``cfg.max_tokens_per_micro_batch`` when set (:func:`rlloom.packing.micro_batches`)."""
+        ``cfg.max_tokens_per_micro_batch`` when set (:func:`rlloom_enginekit.packing.micro_batches`)."""
         return micro_batches(union, rows, self.cfg.max_tokens_per_micro_batch)
 
     def _reduce_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom.batching import completions_batch
-from rlloom.tokens import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_enginekit.batching import completions_batch
+from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
 from rlloom_resharders.safetensors_dir import tensor_buckets
 from rlloom_server.schema import generate_bodies, merge_completions, parse_generate_answer
 

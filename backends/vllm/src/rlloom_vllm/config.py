@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlloom.choices import DTYPE_CHOICES, DeviceError, check_device_name
+from rlloom.choices import DeviceError, check_device_name
+from rlloom_enginekit.choices import DTYPE_CHOICES
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved: registering the plugin stays cheap
     import torch
@@ -140,7 +141,7 @@ class VLLMRolloutConfig:
     def device_for(self, run_device: str) -> torch.device:
         """The engine's device: ``device`` when set, else ``run_device`` (``trainer.device``, passed
         as ``EngineSpec.device``), resolved on this machine (``auto``: CUDA when visible)."""
-        from rlloom.devices import role_device
+        from rlloom_enginekit.devices import role_device
 
         return role_device(self.device, run_device, "rollout.device")
 
@@ -149,7 +150,7 @@ class VLLMRolloutConfig:
 
         ``dtype=auto`` is bfloat16 on CUDA and float32 on CPU; ``enforce_eager=None`` is on for CPU
         (no compilation: start-up in seconds) and off for CUDA (CUDA graphs). Sleep mode is asked
-        for on CUDA only (vLLM's CPU build refuses it). Raises :class:`~rlloom.devices.DeviceError`
+        for on CUDA only (vLLM's CPU build refuses it). Raises :class:`~rlloom.choices.DeviceError`
         for a device vLLM cannot be pointed at.
         """
         if device.type not in ("cpu", "cuda"):
@@ -159,7 +160,7 @@ class VLLMRolloutConfig:
             raise DeviceError(f"rollout=vllm on {device}: vLLM's engine runs on the first visible GPU; select "
                               f"GPU {device.index} with CUDA_VISIBLE_DEVICES={device.index} and set the device "
                               f"to cuda (rollout.device, or trainer.device when rollout.device is unset)")
-        from rlloom.devices import resolve_dtype
+        from rlloom_enginekit.devices import resolve_dtype
 
         dtype = resolve_dtype(self.dtype, device, "rollout.dtype")
         kwargs: dict[str, Any] = {

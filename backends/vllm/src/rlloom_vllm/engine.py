@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
-from rlloom.batching import completions_batch
-from rlloom.tokens import check_left_padded, pad_token_id, prompt_indices, prompt_token_lists, stop_token_ids
+from rlloom_enginekit.batching import completions_batch
+from rlloom_enginekit.prompts import (check_left_padded, pad_token_id, prompt_indices, prompt_token_lists,
+                                     stop_token_ids)
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig

@@ -56,8 +56,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from rlloom.batch import Batch
-from rlloom.packing import row_tokens
+from rlloom.batch import Batch, row_tokens
 from rlloom.types import SamplingParams
 
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"

@@ -20,10 +20,9 @@ from typing import Any
 
 import torch
 
-from rlloom.batch import Batch
+from rlloom.batch import Batch, row_tokens
 from rlloom.controller.futures import overlap_s, submit
 from rlloom.losses import masked_mean
-from rlloom.packing import row_tokens
 from rlloom.protocols import Future, LossFn, ReportsMetrics, Resharder, RewardFn, RolloutEngine, TrainEngine
 from rlloom.types import RewardResult, SamplingParams
 

@@ -13,7 +13,7 @@ endpoint                           what it does
 ``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
 =================================  ==========================================================
 
-Generation goes through a :class:`~rlloom.batching.BatchingScheduler`, so concurrent requests are
+Generation goes through a :class:`~rlloom_enginekit.batching.BatchingScheduler`, so concurrent requests are
 batched; weight updates and sleep run on the engine's thread between batches. At most
 ``max_concurrency`` generate requests are served at once (more get 503 at once, so a client can
 go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504. A malformed
@@ -32,7 +32,7 @@ import os
 from typing import Any
 
 from aiohttp import web
-from rlloom.batching import BatchingScheduler
+from rlloom_enginekit.batching import BatchingScheduler
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
 from rlloom_server.config import ServeConfig

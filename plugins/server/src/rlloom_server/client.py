@@ -26,8 +26,8 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
-from rlloom.batching import completions_batch
-from rlloom.tokens import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_enginekit.batching import completions_batch
+from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
 
 from rlloom_server.config import ServerRolloutConfig
 from rlloom_server.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlloom.batch import Batch
+from rlloom.batch import Batch, row_tokens
 
 GROUP_WIDTH = 4096
 """Tokens of one prompt and its responses beyond which the group is split into several units (the
@@ -112,6 +112,22 @@ def sequence_units(
     return units
 
 
+def first_fit_decreasing(lengths: list[int], width: int) -> list[list[int]]:
+    """Indices of ``lengths`` grouped into packs of at most ``width`` (one longer item fills a pack of
+    its own): longest first, each into the first pack it fits."""
+    packs: list[list[int]] = []
+    room: list[int] = []
+    for item in sorted(range(len(lengths)), key=lambda index: -lengths[index]):
+        pack = next((index for index, free in enumerate(room) if free >= lengths[item]), None)
+        if pack is None:
+            packs.append([])
+            room.append(width)
+            pack = len(packs) - 1
+        packs[pack].append(item)
+        room[pack] -= lengths[item]
+    return packs
+
+
 def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
     """The padding-free input of ``micro`` (fields ``prompts``, ``prompt_mask``, ``responses``,
     ``response_mask``) in the ``shared_prompt`` (``share_prompts``) or ``packed`` layout."""
@@ -121,16 +137,7 @@ def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
     unit_lengths = [prompt_lengths[prompt] + sum(response_lengths[row] for row in rows) for prompt, rows in units]
     width = max(max(unit_lengths), 2 * longest_row)
 
-    packs: list[list[int]] = []  # unit indices per pack, first-fit decreasing
-    room: list[int] = []
-    for unit in sorted(range(len(units)), key=lambda index: -unit_lengths[index]):
-        pack = next((index for index, free in enumerate(room) if free >= unit_lengths[unit]), None)
-        if pack is None:
-            packs.append([])
-            room.append(width)
-            pack = len(packs) - 1
-        packs[pack].append(unit)
-        room[pack] -= unit_lengths[unit]
+    packs = first_fit_decreasing(unit_lengths, width)
     pack_width = max(sum(unit_lengths[unit] for unit in pack) for pack in packs)
 
     prompt_width = micro["prompts"].shape[1]
@@ -175,11 +182,6 @@ def pack_rows(micro: Batch, share_prompts: bool) -> Packing:
         owners=owners.to(device),
         predictors=predictors[micro["response_mask"].bool().cpu()].to(device),
     )
-
-
-def row_tokens(batch: Batch) -> torch.Tensor:
-    """Real tokens (prompt + response) of each row of ``batch``: [B]."""
-    return batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)
 
 
 def micro_batches(batch: Batch, rows: int, max_tokens: int | None) -> list[Batch]:

@@ -5,7 +5,7 @@
 arrived (after waiting ``max_wait_s`` for more), groups requests whose sampling settings are equal
 apart from ``first_prompt``, and runs each group as one ``engine.generate`` call of at most
 ``max_batch_prompts`` prompts, every row carrying its request's prompt index
-(:data:`rlloom.tokens.PROMPT_INDEX_FIELD`). So a request returns what the batch call would give its
+(:data:`rlloom.batch.PROMPT_INDEX_FIELD`). So a request returns what the batch call would give its
 prompt, whatever it was batched with.
 
 The engine runs on one thread of its own, never two calls at once: :meth:`run_exclusive` puts other
@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from rlloom.batch import Batch
+from rlloom.batch import PROMPT_INDEX_FIELD, Batch
 from rlloom.protocols import RolloutEngine
-from rlloom.tokens import PROMPT_INDEX_FIELD, left_pad
 from rlloom.types import Completion, SamplingParams
+from rlloom_enginekit.prompts import left_pad
 
 T = TypeVar("T")
 
@@ -58,7 +58,8 @@ def completions_batch(prompts: Batch, answers: list[Completion], sampling: Sampl
     :func:`completions`): ``prompts`` repeated ``n`` times, ``responses`` right-padded with
     ``pad_id``, ``response_mask``, ``rollout_log_probs`` (left out when any answer has none), and
     the ``meta`` the :meth:`~rlloom.protocols.RolloutEngine.generate` contract names."""
-    rows = [(ids, None if a.log_probs is None else a.log_probs[j]) for a in answers for j, ids in enumerate(a.token_ids)]
+    rows = [(ids, None if a.log_probs is None else a.log_probs[j])
+            for a in answers for j, ids in enumerate(a.token_ids)]
     width = max((len(ids) for ids, _ in rows), default=0)
     responses = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rlloom.choices import DTYPE_CHOICES, check_device_name
+from rlloom.choices import check_device_name
+from rlloom_enginekit.choices import DTYPE_CHOICES
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -30,7 +31,7 @@ class TrainEngineConfig:
     ``micro_batch_size``: rows per forward/backward in ``train_step``; ``log_prob_micro_batch_size``:
     rows per forward in ``compute_log_probs`` and ``compute_values`` (``None``: same as
     ``micro_batch_size``). ``max_tokens_per_micro_batch``: when set, every pass cuts its micro-batches
-    by real tokens instead (:func:`rlloom.packing.micro_batches`: consecutive rows while their
+    by real tokens instead (:func:`rlloom_enginekit.packing.micro_batches`: consecutive rows while their
     prompt + response tokens fit the budget, as verl's dynamic batch size), which keeps the work
     and memory of a forward even when response lengths vary; the loss normalisation is global
     either way, so the update does not depend on the cut.

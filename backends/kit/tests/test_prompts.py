@@ -1,4 +1,4 @@
-"""The rollout conventions in rlloom.tokens (stop ids, pad id, left padding) and the sampling properties."""
+"""The rollout conventions in rlloom_enginekit.prompts: stop ids, pad id, left padding."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlloom import SamplingParams
-from rlloom.tokens import check_left_padded, pad_token_id, stop_token_ids
+from rlloom_enginekit.prompts import check_left_padded, pad_token_id, stop_token_ids
 
 
 def test_stop_ids_merge_the_generation_config_and_the_tokenizer():
@@ -34,14 +33,3 @@ def test_left_padding_is_checked_row_by_row():
         check_left_padded(ids, torch.tensor([[0, 1, 1], [1, 1, 0]]))
     with pytest.raises(ValueError, match="must be int64 token ids"):
         check_left_padded(ids.int(), torch.ones(2, 3, dtype=torch.int64))
-
-
-def test_policy_temperature_is_one_when_greedy():
-    assert SamplingParams(temperature=0.0).policy_temperature == 1.0
-    assert SamplingParams(temperature=0.7).policy_temperature == 0.7
-
-
-def test_filtered_means_top_k_or_top_p_while_sampling():
-    assert SamplingParams(top_k=5).filtered and SamplingParams(top_p=0.9).filtered
-    assert not SamplingParams().filtered
-    assert not SamplingParams(temperature=0.0, top_k=5).filtered  # greedy ignores the filters

@@ -1,4 +1,4 @@
-"""rlloom.packing: the padding-free layouts, written out by hand for small batches, and the
+"""rlloom_enginekit.packing: the padding-free layouts, written out by hand for small batches, and the
 token-budget micro-batch cut. (That a model gives the padded numbers on them: rlloom-fsdp's tests.)"""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlloom import Batch
-from rlloom.packing import micro_batches, pack_rows
+from rlloom_enginekit.packing import micro_batches, pack_rows
 
 
 def rows(prompts: list[list[int]], responses: list[list[int]], prompt_width: int = 3, response_width: int = 3):
@@ -62,7 +62,7 @@ def test_packed_layout_repeats_prompts_and_masks_each_sequence():
 
 
 def test_long_groups_are_split_and_packs_hold_twice_the_longest_row(monkeypatch):
-    monkeypatch.setattr("rlloom.packing.GROUP_WIDTH", 4)
+    monkeypatch.setattr("rlloom_enginekit.packing.GROUP_WIDTH", 4)
     batch = rows([[5, 6], [5, 6], [7]], [[11, 12], [21, 22], [31]])
     packing = pack_rows(batch, share_prompts=True)
     # Prompt [5 6] + both responses would be 6 > 4 tokens: the group splits, its prompt repeated.
