@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rlloom.testing import train_tiny, training_rows
-from rlloom_commands.export import export_checkpoint
+from rlloom_commands.hf_folder import export_checkpoint
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 

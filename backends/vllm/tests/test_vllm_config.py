@@ -81,7 +81,7 @@ def test_devices_vllm_cannot_use_are_refused():
 def test_a_cpu_build_refuses_cuda_and_names_the_distribution():
     from vllm.platforms import current_platform
 
-    from rlloom_vllm.engine import check_platform
+    from rlloom_vllm.platform import check_platform
 
     if not current_platform.is_cpu():
         pytest.skip("checks the CPU build of vLLM")

@@ -6,7 +6,8 @@ What each registration hook's factory returns is in :mod:`rlloom.plugins.hookspe
 
 Sections: engines (rollout, train, and their optional weight-sharing abilities), resharders,
 rewards, algorithms (with their advantage estimators and policy losses), datasets, placement
-(launchers, dispatch modes, futures), trackers, config abilities, registration callbacks.
+(launchers, dispatch modes, futures), trackers, config abilities. The hooks that register them, and
+their ``register`` callbacks, are :mod:`rlloom.plugins.hookspecs`.
 
 **Optional abilities** are small ``runtime_checkable`` protocols of their own (:class:`LendsWeights`,
 :class:`ReportsMetrics`, :class:`ChecksModel`, …): the core asks ``isinstance(obj, Ability)`` and
@@ -25,12 +26,10 @@ if TYPE_CHECKING:
     import torch
 
     from rlloom.batch import Batch
-    from rlloom.controller.dispatch import RankCall
-    from rlloom.controller.local import RoleSpec
     from rlloom.data import PromptRecord
     from rlloom.losses import ClipLossTerms
     from rlloom.plugins.registry import Registry
-    from rlloom.types import Completion, MiniBatchStats, RewardResult, SamplingParams, SyncStats
+    from rlloom.types import Completion, MiniBatchStats, RankCall, RewardResult, RoleSpec, SamplingParams, SyncStats
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
@@ -476,35 +475,4 @@ class PlansOptimizerSteps(Protocol):
         prompts (engines size their LR schedules by it). ValueError, naming the key as the user
         types it (``algorithm.ppo_mini_batch_size``), when the batch cannot be cut as configured:
         it is checked when the config is composed."""
-        ...
-
-
-class RegisterComponent(Protocol):
-    """The ``register`` callback of the component hooks (engines, resharders, rewards, algorithms,
-    trackers, launchers, datasets, models, dispatch modes, commands): see
-    :mod:`rlloom.plugins.hookspecs` for ``factory``'s signature per kind and ``config``."""
-
-    def __call__(self, name: str, factory: Callable[..., Any] | str, config: Any = None) -> None:
-        ...
-
-
-class RegisterFunction(Protocol):
-    """The ``register`` callback of ``register_advantage_estimators`` / ``register_policy_losses``:
-    a function (:class:`AdvantageEstimator`, :class:`PolicyLoss`) or ``"module:attribute"`` naming one."""
-
-    def __call__(self, name: str, function: Callable[..., Any] | str) -> None:
-        ...
-
-
-class RegisterConfig(Protocol):
-    """The ``register`` callback of ``register_configs``: option ``name`` of config group ``group``."""
-
-    def __call__(self, group: str, name: str, node: Any) -> None:
-        ...
-
-
-class RegisterPreset(Protocol):
-    """The ``register`` callback of ``register_presets``."""
-
-    def __call__(self, name: str, overrides: list[str], description: str = "") -> None:
         ...

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlloom.config import ConfigError
+from rlloom.config.errors import ConfigError
 
 RUNS_DIR = "runs"
 NAME_GROUPS = ("algorithm", "data", "model")

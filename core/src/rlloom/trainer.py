@@ -26,7 +26,7 @@ from rlloom.batch import Batch
 from rlloom.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
 from rlloom.config.record import record_yaml
-from rlloom.controller.local import RoleSpec, RoleStartError, quiet_transformers
+from rlloom.controller.local import RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.dumps import dump_rollouts
@@ -46,7 +46,7 @@ from rlloom.protocols import (
 from rlloom.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom.run_name import run_dir_of
 from rlloom.run_state import TrainerState, rng_state, set_rng_state
-from rlloom.types import EngineSpec, SamplingParams
+from rlloom.types import EngineSpec, RoleSpec, SamplingParams
 from rlloom.validation import validate
 
 

@@ -152,6 +152,33 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class RankCall:
+    """What one rank of a worker group runs: ``method(*args, **kwargs)``; its result travels back only if
+    ``keep_result`` (:class:`~rlloom.protocols.DispatchMode`)."""
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    keep_result: bool = True
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """A picklable description of one role, so a launcher can build it in another process
+    (:func:`rlloom.controller.local.build_role`).
+
+    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"cost_critic"``, ``"rollout"``, ``"reward"``, ``"cost"`` or
+    ``"resharder"``; ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
+    config dataclass; ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
+    """
+
+    role: str
+    kind: str
+    name: str
+    cfg: Any
+    engine: EngineSpec | None = None
+
+
+@dataclass(frozen=True)
 class MiniBatchStats:
     """Global counts of the mini-batch one optimizer step is taken on.
 

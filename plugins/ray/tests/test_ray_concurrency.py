@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 
 from rlloom import Batch, EngineSpec, SamplingParams  # noqa: E402
 from rlloom.controller.futures import submit  # noqa: E402
-from rlloom.controller.local import RoleSpec  # noqa: E402
+from rlloom.types import RoleSpec  # noqa: E402
 from rlloom.plugins.registry import get_registry  # noqa: E402
 from rlloom_fsdp.config import FSDPConfig  # noqa: E402
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine  # noqa: E402

@@ -11,7 +11,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from rlloom import Batch, EngineSpec, SamplingParams  # noqa: E402
-from rlloom.controller.local import RoleSpec  # noqa: E402
+from rlloom.types import RoleSpec  # noqa: E402
 from rlloom.plugins.registry import get_registry  # noqa: E402
 from rlloom_fsdp.config import FSDPConfig  # noqa: E402
 from rlloom_models.config import TinyModelConfig  # noqa: E402

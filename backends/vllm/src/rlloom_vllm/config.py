@@ -131,7 +131,7 @@ class VLLMRolloutConfig:
         except DeviceError:
             return  # the engine reports it where it runs
         if device.type == "cpu":
-            from rlloom_vllm.engine import check_cpu_head_size
+            from rlloom_vllm.platform import check_cpu_head_size
 
             try:
                 check_cpu_head_size(model_path)

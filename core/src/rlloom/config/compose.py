@@ -24,14 +24,11 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
 from rlloom.choices import DeviceError
+from rlloom.config.errors import ConfigError
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
 from rlloom.protocols import ConstrainsCost, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
-
-
-class ConfigError(ValueError):
-    """A user error in the run config. ``str(error)`` is the one-paragraph message to print."""
 
 
 @dataclass
@@ -188,7 +185,7 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     _reject_added_keys(cfg, options, choices)
     sections = {group: _section(cfg, group, choice) if choice else None for group, choice in choices.items()}
     sections["sampling"] = _section(cfg, "sampling", None)
-    from rlloom.run_name import name_run  # imports this module's ConfigError
+    from rlloom.run_name import name_run  # here: importing it imports this package
 
     name_run(cfg, sections, choices)
     resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from rlloom.config.compose import ConfigError, ResolvedConfig, compose_config
+from rlloom.config.compose import ResolvedConfig, compose_config
+from rlloom.config.errors import ConfigError
 from rlloom.config.record import CHOICES, PROVENANCE
 from rlloom.config.schema import RunConfig
 from rlloom.suggest import did_you_mean

@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
 
 from rlloom.batch import Batch, row_tokens
-from rlloom.types import SamplingParams
+from rlloom.types import RankCall, SamplingParams
 
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"
 ONE_TO_ALL = "one_to_all"
@@ -87,15 +86,6 @@ def declared_mode(obj: Any, method: str) -> str:
     """The mode of ``obj.method``: its :func:`dispatch` declaration, else :data:`DEFAULT_MODES`, else one_to_all."""
     declared = getattr(getattr(obj, method, None), DISPATCH_ATTRIBUTE, None)
     return declared or DEFAULT_MODES.get(method, ONE_TO_ALL)
-
-
-@dataclass(frozen=True)
-class RankCall:
-    """What one rank runs: ``method(*args, **kwargs)``; its result travels back only if ``keep_result``."""
-
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-    keep_result: bool = True
 
 
 class OneToAll:

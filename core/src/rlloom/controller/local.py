@@ -1,5 +1,5 @@
 """The embedded default launcher (every role lives in this process), and what every launcher shares:
-:class:`RoleSpec` and the role errors (the contract: :class:`rlloom.protocols.Launcher`)."""
+:func:`build_role` and the role errors (the contract: :class:`rlloom.protocols.Launcher`)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,17 @@ from typing import Any
 from rlloom.plugins.registry import Registry
 from rlloom.protocols import Closable
 from rlloom.threads import available_cores, threads_for, use_threads
-from rlloom.types import EngineSpec
+from rlloom.types import RoleSpec
 
 
-@dataclass(frozen=True)
-class RoleSpec:
-    """A picklable description of one role, so a launcher can build it in another process.
-
-    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"cost_critic"``, ``"rollout"``, ``"reward"``, ``"cost"`` or
-    ``"resharder"``; ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
-    config dataclass; ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
-    """
-
-    role: str
-    kind: str
-    name: str
-    cfg: Any
-    engine: EngineSpec | None = None
-
-    def build(self, registry: Registry) -> Any:
-        """``registry.build(kind, name, cfg[, engine])``, with transformers' progress bars (its
-        "Loading weights" bar per model) off in the building process, so the run's console shows the
-        run's progress only. transformers' switch turns the Hugging Face Hub's download bars off too;
-        the run's model folder has been fetched by then (the model source runs before any role)."""
-        quiet_transformers()
-        args = (self.cfg,) if self.engine is None else (self.cfg, self.engine)
-        return registry.build(self.kind, self.name, *args)
+def build_role(spec: RoleSpec, registry: Registry) -> Any:
+    """``registry.build(kind, name, cfg[, engine])`` of ``spec``, with transformers' progress bars (its
+    "Loading weights" bar per model) off in the building process, so the run's console shows the
+    run's progress only. transformers' switch turns the Hugging Face Hub's download bars off too;
+    the run's model folder has been fetched by then (the model source runs before any role)."""
+    quiet_transformers()
+    args = (spec.cfg,) if spec.engine is None else (spec.cfg, spec.engine)
+    return registry.build(spec.kind, spec.name, *args)
 
 
 def quiet_transformers() -> None:
@@ -90,7 +75,7 @@ class LocalLauncher:
         self._closables: list[object] = []
 
     def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
-        handle = spec.build(registry)
+        handle = build_role(spec, registry)
         self._closables.append(handle)
         return handle
 

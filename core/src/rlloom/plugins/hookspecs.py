@@ -20,9 +20,8 @@ Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`
   (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's ``optimizer_steps_per_step``
   (:class:`~rlloom.protocols.PlansOptimizerSteps`).
 
-The ``register`` callbacks are typed in :mod:`rlloom.protocols` (:class:`~rlloom.protocols.RegisterComponent`,
-:class:`~rlloom.protocols.RegisterFunction`, :class:`~rlloom.protocols.RegisterConfig`,
-:class:`~rlloom.protocols.RegisterPreset`).
+The ``register`` callbacks are typed below (:class:`RegisterComponent`, :class:`RegisterFunction`,
+:class:`RegisterConfig`, :class:`RegisterPreset`).
 
 Factory signatures (``cfg`` is an instance of the registered config dataclass):
 
@@ -47,15 +46,45 @@ commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentPars
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import pluggy
 
-if TYPE_CHECKING:
-    from rlloom.protocols import RegisterComponent, RegisterConfig, RegisterFunction, RegisterPreset
-
 hookspec = pluggy.HookspecMarker("rlloom")
 hookimpl = pluggy.HookimplMarker("rlloom")
+
+
+class RegisterComponent(Protocol):
+    """The ``register`` callback of the component hooks (engines, resharders, rewards, algorithms,
+    trackers, launchers, datasets, models, dispatch modes, commands): ``factory``'s signature per kind
+    and ``config`` are in the module doc."""
+
+    def __call__(self, name: str, factory: Callable[..., Any] | str, config: Any = None) -> None:
+        ...
+
+
+class RegisterFunction(Protocol):
+    """The ``register`` callback of ``register_advantage_estimators`` / ``register_policy_losses``:
+    a function (:class:`~rlloom.protocols.AdvantageEstimator`, :class:`~rlloom.protocols.PolicyLoss`) or
+    ``"module:attribute"`` naming one."""
+
+    def __call__(self, name: str, function: Callable[..., Any] | str) -> None:
+        ...
+
+
+class RegisterConfig(Protocol):
+    """The ``register`` callback of ``register_configs``: option ``name`` of config group ``group``."""
+
+    def __call__(self, group: str, name: str, node: Any) -> None:
+        ...
+
+
+class RegisterPreset(Protocol):
+    """The ``register`` callback of ``register_presets``."""
+
+    def __call__(self, name: str, overrides: list[str], description: str = "") -> None:
+        ...
 
 
 @hookspec

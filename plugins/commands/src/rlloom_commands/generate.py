@@ -23,11 +23,11 @@ class RolloutSession:
     def __init__(self, resolved: Any) -> None:
         from transformers import AutoTokenizer
 
-        from rlloom.controller.local import RoleSpec
+        from rlloom.controller.local import build_role
         from rlloom.data import PromptEncoder
         from rlloom.plugins.registry import get_registry
         from rlloom.trainer import sampling_params
-        from rlloom.types import EngineSpec
+        from rlloom.types import EngineSpec, RoleSpec
 
         registry, sections, trainer = get_registry(), resolved.sections, resolved.sections["trainer"]
         model_path = registry.build("model", resolved.choices["model"], sections["model"])
@@ -36,8 +36,8 @@ class RolloutSession:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.encoder = PromptEncoder(self.tokenizer, trainer.max_prompt_length)
         spec = EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)
-        self.engine = RoleSpec("rollout", "rollout_engine", resolved.choices["rollout"], sections["rollout"],
-                               spec).build(registry)
+        self.engine = build_role(RoleSpec("rollout", "rollout_engine", resolved.choices["rollout"], sections["rollout"],
+                                          spec), registry)
 
     def generate(self, prompts: list[Any], n: int, seed: int) -> list[dict]:
         """``n`` responses to each prompt (a list of chat messages, or a string tokenized as is), sampled with

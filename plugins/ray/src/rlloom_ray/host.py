@@ -4,7 +4,7 @@
 ``ray/worker.py``, which would hide this module's frames from remote error reports.)
 
 A :class:`Worker` is started as a Ray actor. Roles are built inside it from a
-:class:`~rlloom.controller.local.RoleSpec` through the registry of the installed plugins, so nothing
+:class:`~rlloom.types.RoleSpec` through the registry of the installed plugins, so nothing
 but picklable descriptions crosses from the controller. Iterators that methods return (e.g.
 ``named_weights``) are turned into lists before they travel.
 
@@ -26,10 +26,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlloom.controller.dispatch import declared_mode
-from rlloom.controller.local import RoleSpec
+from rlloom.controller.local import build_role
 from rlloom.plugins.registry import get_registry
 from rlloom.threads import use_threads
-from rlloom.types import SyncStats
+from rlloom.types import RoleSpec, SyncStats
 
 FAULT_ENV = "RLLOOM_RAY_FAULT"
 
@@ -73,7 +73,7 @@ class Worker:
         """Build ``spec.role`` here; returns the public methods of what was built (and ``__call__``
         when the object itself is callable, as a reward function is), each with its dispatch mode
         (:func:`rlloom.controller.dispatch.declared_mode`)."""
-        built = spec.build(get_registry())
+        built = build_role(spec, get_registry())
         self.roles[spec.role] = built
         methods = [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]
         if callable(built):
@@ -141,7 +141,7 @@ class Worker:
     def _resharder(self, spec: RoleSpec) -> Any:
         """The resharder of this process, built from ``spec`` on first use."""
         if self.resharder is None:
-            self.resharder = spec.build(get_registry())
+            self.resharder = build_role(spec, get_registry())
         return self.resharder
 
     def _maybe_fault(self, role: str, method: str) -> None:

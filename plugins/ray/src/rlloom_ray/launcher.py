@@ -18,9 +18,10 @@ import os
 import socket
 from typing import Any
 
-from rlloom.controller.local import RoleSpec
+from rlloom.controller.local import build_role
 from rlloom.plugins.registry import Registry
 from rlloom.threads import threads_for
+from rlloom.types import RoleSpec
 
 from rlloom_ray.config import RayLauncherConfig
 from rlloom_ray.group import WorkerGroup
@@ -78,7 +79,7 @@ class RayLauncher:
         On failure everything started so far is shut down before the error propagates."""
         try:
             if spec.role == "resharder":
-                return SyncHandle(spec, spec.build(registry))
+                return SyncHandle(spec, build_role(spec, registry))
             group = self._group(self.cfg.pool_of(spec.role))
             modes = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
             handle = RoleHandle(spec.role, group, modes, registry)

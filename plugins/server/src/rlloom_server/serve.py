@@ -15,9 +15,9 @@ import signal
 import sys
 
 from rlloom.config import compose_config
-from rlloom.controller.local import RoleSpec, RoleStartError
+from rlloom.controller.local import RoleStartError, build_role
 from rlloom.plugins.registry import get_registry
-from rlloom.types import EngineSpec
+from rlloom.types import EngineSpec, RoleSpec
 
 from rlloom_server.config import ServeConfig
 
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     trainer = sections["trainer"]
     try:
         model_path = registry.build("model", choices["model"], sections["model"])
-        engine = RoleSpec("rollout", "rollout_engine", choices["rollout"], sections["rollout"],
-                          EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)).build(registry)
+        engine = build_role(RoleSpec("rollout", "rollout_engine", choices["rollout"], sections["rollout"],
+                                     EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)), registry)
     except Exception as error:  # noqa: BLE001 - one paragraph, exit 2 (rlloom.cli)
         raise RoleStartError("rollout", f"rollout={choices['rollout']}", error) from error
     server = RolloutServer(engine, cfg, model_path, choices["rollout"])
