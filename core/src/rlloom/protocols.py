@@ -1,13 +1,12 @@
 """The contract between the rlloom core and its plugins: every protocol a plugin implements.
 
-Each protocol is structural (``typing.Protocol``): a plugin implements the methods, it does not
-inherit from anything. Field names and shapes refer to the conventions in :mod:`rlloom.batch`.
-What each registration hook's factory returns is in :mod:`rlloom.plugins.hookspecs`.
+Each protocol is structural (``typing.Protocol``): a plugin implements the methods, it
+need not inherit from anything. Field names and shapes refer to the conventions in :mod:`rlloom.batch`.
 
 Sections: engines (rollout, train, and their optional weight-sharing abilities), resharders,
 rewards, algorithms (with their advantage estimators and policy losses), datasets, placement
-(launchers, dispatch modes, futures), trackers, config abilities. The hooks that register them, and
-their ``register`` callbacks, are :mod:`rlloom.plugins.hookspecs`.
+(launchers, dispatch modes, futures), trackers, config abilities. The hooks that register them (what
+each factory returns) and their ``register`` callbacks are :mod:`rlloom.plugins.hookspecs`.
 
 **Optional abilities** are small ``runtime_checkable`` protocols of their own (:class:`LendsWeights`,
 :class:`ReportsMetrics`, :class:`ChecksModel`, …): the core asks ``isinstance(obj, Ability)`` and
