@@ -238,3 +238,36 @@ def test_rollout_gap_is_not_reported_by_an_update_after_the_behaviour_pass():
     batch["rollout_log_probs"] = torch.tensor(NEW + 0.5, dtype=torch.float64)
     _, metrics, _, _ = run_loss(PolicyLossConfig(), batch)
     assert "training/rollout_probs_diff_mean" not in metrics
+
+
+# ---------------------------------------------------------------------------------- inert rows
+def test_rows_with_all_zero_advantages_are_named_inert_when_nothing_else_reads_them():
+    from rlloom.protocols import NamesInertRows
+
+    batch = make_batch()
+    batch["advantages"] = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.7, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0]])
+    loss_fn = make_policy_loss_fn(PolicyLossConfig())
+    assert isinstance(loss_fn, NamesInertRows)
+    # row 1's only non-zero advantage sits on padding: no token of it has a gradient
+    assert loss_fn.inert_rows(batch).tolist() == [True, True, False]
+    for other_terms in (dict(use_kl_loss=True), dict(entropy_coeff=0.01), dict(skip_zero_advantage_rows=False)):
+        assert not isinstance(make_policy_loss_fn(PolicyLossConfig(**other_terms)), NamesInertRows), other_terms
+
+
+@pytest.mark.parametrize("name", ["vanilla", "cispo", "gspo"])
+def test_every_in_tree_policy_loss_has_no_gradient_where_the_advantage_is_zero(name):
+    """The contract inert rows rely on (rlloom.protocols.PolicyLoss): loss and gradient 0 where A = 0."""
+    from rlloom.algos.lookup import get_policy_loss
+    from rlloom.plugins.registry import UnknownPluginError
+
+    try:
+        token_loss = get_policy_loss(name)
+    except UnknownPluginError as error:  # the plugin that registers it is not installed
+        pytest.skip(f"policy_loss={name} is not installed: {error}")
+    log_probs = torch.tensor(NEW, requires_grad=True)
+    advantages = torch.tensor(ADV) * torch.tensor([[0.0], [1.0], [0.0]])  # rows 0 and 2: A = 0
+    terms = token_loss(log_probs, torch.tensor(OLD), advantages, torch.tensor(MASK), clip_ratio_low=0.2,
+                       clip_ratio_high=0.28, clip_ratio_c=3.0)
+    (grad,) = torch.autograd.grad(terms.loss.sum(), log_probs)
+    assert torch.all(terms.loss[[0, 2]] == 0) and torch.all(grad[[0, 2]] == 0)
+    assert torch.any(grad[1] != 0)  # row 1's advantage does move its tokens

@@ -423,3 +423,34 @@ def test_world_size_2_matches_world_size_1(model_dir, engines, tmp_path):
         assert_weights_close(result["weights"], expected_weights, atol=1e-5)
     log_probs = torch.cat([result["log_probs"] for result in ranks])
     torch.testing.assert_close(log_probs, expected_log_probs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("zeroed", [[2, 3, 5], [0, 2, 3, 4, 5]])
+def test_rows_with_zero_advantages_are_left_out_with_the_same_update(zeroed, model_dir, engines):
+    """The policy loss names rows whose advantages are all 0 inert (zero gradient): the engine runs
+    only the others (all inert: the first row alone), and the step equals training every row."""
+    from rlloom.algos.config import PolicyLossConfig
+    from rlloom.algos.policy_loss import ZeroAdvantageRowsInert, make_policy_loss_fn
+
+    batch = make_batch()  # row 1's response is empty: inert whatever its advantages
+    batch["advantages"][zeroed] = 0.0
+    inert = len(zeroed) + 1
+    seen_rows = []
+
+    class CountingLoss(ZeroAdvantageRowsInert):
+        def __call__(self, micro_batch, outputs, stats):
+            seen_rows.append(len(micro_batch))
+            return super().__call__(micro_batch, outputs, stats)
+
+    skipping = CountingLoss(make_policy_loss_fn(PolicyLossConfig()).loss_fn)
+    every_row = make_policy_loss_fn(PolicyLossConfig(skip_zero_advantage_rows=False))
+    initial = {name: weight.clone() for name, weight in engines(model_dir).named_weights()}
+    fast, full = engines(model_dir, micro_batch_size=2), engines(model_dir, micro_batch_size=2)
+    fast_metrics, full_metrics = fast.train_step(batch, skipping), full.train_step(batch, every_row)
+    assert sum(seen_rows) == max(len(batch) - inert, 1)
+    assert fast_metrics["skipped_rows"] == pytest.approx(min(inert, len(batch) - 1) / len(batch))
+    assert full_metrics["skipped_rows"] == 0.0
+    assert fast_metrics["grad_norm"] == pytest.approx(full_metrics["grad_norm"], rel=1e-5, abs=1e-9)
+    fast_weights = dict(fast.named_weights())
+    assert_weights_close(fast_weights, dict(full.named_weights()), atol=1e-6)
+    assert any(not torch.equal(fast_weights[name], weight) for name, weight in initial.items())  # it did step

@@ -131,3 +131,33 @@ def test_on_each_device_against_the_cpu_reference(device):
     expected_lp, expected_ent = plain(h.detach().cpu().double(), w.detach().cpu().double(), None, t.cpu(), 0.9)
     torch.testing.assert_close(log_probs.cpu().double(), expected_lp, atol=1e-4, rtol=0)
     torch.testing.assert_close(entropy.cpu().double(), expected_ent, atol=1e-4, rtol=0)
+
+
+class MatmulCount(TorchDispatchMode):
+    """Counts the matrix products (mm, addmm, addmm_) the ops under it run."""
+
+    PRODUCTS = {"mm", "addmm", "addmm_"}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func._overloadpacket.__name__ in self.PRODUCTS
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("chunk_rows, backward_products", [(64, 2), (16, 3 * 4)])
+def test_one_chunk_keeps_its_logits_and_several_chunks_recompute_them(chunk_rows, backward_products):
+    """Backward's products per chunk: dL/dh and dL/dW, plus the logits again when there are several
+    chunks; one chunk's logits are kept from forward. Both give the same gradients."""
+    grads = []
+    for rows_per_chunk, expected in ((chunk_rows, backward_products), (10**6, 2)):
+        h, w, _, t = inputs(rows=64, hidden=8, vocab=300, dtype=torch.float32)
+        log_probs, entropy = chunked_log_probs(h, w, t, 1.0, entropy=True, chunk_rows=rows_per_chunk)
+        with MatmulCount() as products:
+            (log_probs.sum() + 0.1 * entropy.sum()).backward()
+        assert products.count == expected
+        grads.append((h.grad, w.grad))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -249,6 +249,22 @@ def test_sampled_responses_stop_at_either_stop_token(model_dirs):
     assert out["rollout_log_probs"][out["response_mask"] == 0].eq(0).all()
 
 
+def test_rows_that_stopped_leave_the_model_calls(model_dirs):
+    """Each decode call computes only the rows still running: call k (after the prefill) draws
+    token k, so it holds exactly the rows whose response has a token k."""
+    engine = make_engine(model_dirs["main"])
+    engine.update_weights([("lm_head.weight", torch.zeros(len(VOCAB), 64))])  # stops at many lengths
+    call_rows = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: call_rows.append(len(kwargs["input_ids"])), with_kwargs=True)
+    out = engine.generate(left_padded(PROMPTS), SamplingParams(n=6, temperature=0.7, max_new_tokens=20, seed=3))
+    hook.remove()
+    running = out["response_mask"].sum(0).tolist()  # rows with a token at each step
+    assert call_rows[0] == len(PROMPTS)  # the prefill: each distinct prompt once
+    assert call_rows[1:] == running[1:]
+    assert running[1] > running[-1]  # precondition: rows did stop along the way
+
+
 @pytest.mark.parametrize("stop_id", [EOS, END])
 def test_greedy_stops_right_after_a_forced_stop_token(model_dirs, stop_id):
     # Hidden dimension 0 is made ~1000 for every token, so after the final RMSNorm it is positive

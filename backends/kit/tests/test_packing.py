@@ -106,3 +106,27 @@ def test_micro_batches_by_rows_and_by_token_budget():
     cuts = micro_batches(batch, 99, 2)  # a row over the budget is a micro-batch of its own
     assert [len(micro) for micro in cuts] == [1, 1, 1, 1, 1]
     torch.testing.assert_close(torch.cat([micro["responses"] for micro in cuts]), batch["responses"])
+
+
+class ZeroAdvantageInert:
+    """A loss function with the NamesInertRows ability (its call is never made here)."""
+
+    def __call__(self, micro_batch, outputs, stats):
+        raise AssertionError("not called")
+
+    def inert_rows(self, batch):
+        return (batch["advantages"] == 0).all(dim=1)
+
+
+def test_rows_to_train_leaves_out_inert_rows_and_keeps_one_when_all_are():
+    from rlloom_enginekit.packing import rows_to_train
+
+    batch = Batch({"advantages": torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, -2.0]]),
+                   "row": torch.arange(4)})
+    trained, skipped = rows_to_train(batch, ZeroAdvantageInert())
+    assert trained["row"].tolist() == [1, 3] and skipped == 2
+    plain, none_skipped = rows_to_train(batch, lambda micro, outputs, stats: None)  # no ability: every row
+    assert plain is batch and none_skipped == 0
+    all_inert = Batch({"advantages": torch.zeros(3, 2), "row": torch.arange(3)})
+    first, skipped = rows_to_train(all_inert, ZeroAdvantageInert())
+    assert first["row"].tolist() == [0] and skipped == 2

@@ -212,6 +212,19 @@ class Closable(Protocol):
 
 
 @runtime_checkable
+class NamesInertRows(Protocol):
+    """Optional ability of a :data:`LossFn`: which rows of a mini-batch add nothing to its gradient
+    (a policy-gradient loss with no KL or entropy term: the rows whose advantages are all 0). A train
+    engine may leave them out of its forward and backward passes after counting them in the
+    :class:`~rlloom.types.MiniBatchStats` it hands the loss, so the update is the same; the loss's
+    metrics then cover the rows it trained."""
+
+    def inert_rows(self, batch: Batch) -> torch.Tensor:
+        """Bool [B]: True for the rows of ``batch`` whose loss has zero gradient."""
+        ...
+
+
+@runtime_checkable
 class Resharder(Protocol):
     """Moves weights from a train engine's layout to a rollout engine's."""
 
@@ -337,7 +350,9 @@ class PolicyLoss(Protocol):
     settings of :class:`rlloom.algos.config.PolicyLossConfig`, by keyword. Returns
     :class:`rlloom.losses.ClipLossTerms` (loss, clip indicators, per-token log π_old − log π), all
     0 on padding; :func:`rlloom.algos.policy_loss.make_policy_loss_fn` aggregates them and adds
-    the entropy and KL terms."""
+    the entropy and KL terms. A token whose advantage is 0 must get loss 0 with zero gradient (every
+    in-tree loss is linear in the advantage): rows whose advantages are all 0 are left out of the
+    update by default (``algorithm.skip_zero_advantage_rows``, :class:`NamesInertRows`)."""
 
     def __call__(
         self,

@@ -43,7 +43,7 @@ from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.batch import row_tokens
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
-from rlloom_enginekit.packing import micro_batches
+from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
 from rlloom_fsdp.config import FSDPConfig
@@ -257,7 +257,9 @@ class FSDPTrainEngine:
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
 
-        For each micro-batch of ``cfg.micro_batch_size`` rows: forward in train mode (dropout as set
+        Rows the loss names inert (:func:`rlloom_enginekit.packing.rows_to_train`: zero gradient,
+        e.g. all-zero advantages) are counted in ``stats`` but not run. For each micro-batch of
+        ``cfg.micro_batch_size`` rows of the others: forward in train mode (dropout as set
         in the model's config; RL checkpoints normally have none, so the policy matches
         :meth:`compute_log_probs`); ``outputs = {"log_probs": [b, R]}`` (+ ``"entropy"`` when
         ``cfg.train_entropy``), both with grad and temperature-scaled like :meth:`compute_log_probs`
@@ -274,7 +276,8 @@ class FSDPTrainEngine:
 
         Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
         must report the same metric names), ``grad_norm`` (before clipping), ``lr`` (the LR this
-        step used), ``skipped_update`` (1.0 when the update was skipped, else 0.0) and
+        step used), ``skipped_update`` (1.0 when the update was skipped, else 0.0), ``skipped_rows``
+        (the fraction of the mini-batch's rows left out as inert) and
         ``perf/dp_rank_tokens/max|min`` (:func:`rlloom.controller.dispatch.rank_token_metrics`). On CUDA also
         ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (this process's peaks so
         far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu`, when the GPU's peak is known).
@@ -285,7 +288,8 @@ class FSDPTrainEngine:
         started = time.perf_counter()
         temperature = policy_temperature(batch)
         stats = MiniBatchStats.over_ranks(batch["response_mask"], self._all_reduce)
-        micros, padding_passes = self._micro_batches(batch, self.cfg.micro_batch_size)
+        trained, skipped = rows_to_train(batch, loss_fn)
+        micros, padding_passes = self._micro_batches(trained, self.cfg.micro_batch_size)
         self.model.train()
         metric_sums: dict[str, float] = {}
         for micro in micros:
@@ -300,6 +304,8 @@ class FSDPTrainEngine:
         names = sorted(metric_sums)
         averaged = self._all_reduce([metric_sums[name] / len(micros) for name in names], dist.ReduceOp.SUM)
         result = {name: value / self.world_size for name, value in zip(names, averaged)}
+        skipped_rows, rows = self._all_reduce([float(skipped), float(len(batch))], dist.ReduceOp.SUM)
+        result["skipped_rows"] = skipped_rows / max(rows, 1.0)
 
         lr = self._lr(self.step + 1)
         grad_norm = self._clip_gradients()

@@ -11,10 +11,12 @@ A plain computation keeps [N, V] float32 logits plus the softmax copies autograd
 backward (for SmolLM2, V = 49,152: 200 kB per token and tensor). :func:`chunked_log_probs` holds
 at most ``chunk_rows`` rows of logits at once, in forward and in backward, and saves only its
 inputs and two [N] vectors (log-sum-exp and entropy) for backward, which recomputes each chunk's
-logits. Memory beyond the inputs: one float32 copy of W (V · H · 4 bytes, made once per call
+logits — unless all N rows fit in one chunk: then forward keeps that chunk's logits for backward
+instead (at most ``chunk_rows`` × V floats, held from forward to backward) and no logits are
+recomputed. Memory beyond the inputs: one float32 copy of W (V · H · 4 bytes, made once per call
 when W is not float32) and its float32 gradient accumulator in backward, plus one chunk's
-[chunk_rows, V] float32 logits and probabilities. Compute: one more head matmul than a plain
-backward (the recomputation).
+[chunk_rows, V] float32 logits and probabilities. Compute: with several chunks one more head
+matmul than a plain backward (the recomputation); with one chunk the same as a plain backward.
 
 Gradients (per row i, with p = softmax(z), g and e the incoming gradients of log_prob_i and
 entropy_i):
@@ -58,6 +60,7 @@ class _ChunkedHead(torch.autograd.Function):
         log_probs = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         log_norm = torch.empty_like(log_probs)
         entropy = torch.empty_like(log_probs)
+        logits = None
         for start in range(0, rows, chunk_rows):
             end = min(start + chunk_rows, rows)
             logits = _chunk_logits(hidden[start:end], weight32, bias32, temperature)
@@ -66,13 +69,14 @@ class _ChunkedHead(torch.autograd.Function):
             log_probs[start:end] = logits.gather(-1, tokens[start:end, None]).squeeze(-1) - lse
             if with_entropy:
                 entropy[start:end] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        ctx.save_for_backward(hidden, weight, bias, tokens, log_norm, entropy)
+        kept_logits = logits if rows <= chunk_rows and logits is not None else None  # one chunk: no recompute
+        ctx.save_for_backward(hidden, weight, bias, tokens, log_norm, entropy, kept_logits)
         ctx.temperature, ctx.chunk_rows, ctx.with_entropy = temperature, chunk_rows, with_entropy
         return log_probs, (entropy if with_entropy else None)
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, bias, tokens, log_norm, entropy = ctx.saved_tensors
+        hidden, weight, bias, tokens, log_norm, entropy, kept_logits = ctx.saved_tensors
         temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
         weight32 = weight.float()
         bias32 = None if bias is None else bias.float()
@@ -83,7 +87,7 @@ class _ChunkedHead(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_rows):
             end = min(start + chunk_rows, hidden.shape[0])
             chunk = hidden[start:end].float()
-            logits = _chunk_logits(chunk, weight32, bias32, temperature)
+            logits = kept_logits if kept_logits is not None else _chunk_logits(chunk, weight32, bias32, temperature)
             probs = torch.exp(logits - log_norm[start:end, None])
             grad_logits = torch.zeros_like(logits)
             if grad_log_probs is not None:

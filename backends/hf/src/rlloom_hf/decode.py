@@ -1,8 +1,9 @@
 """The batched KV-cache sampling loop over one chunk of response rows.
 
 One call prefills each distinct prompt once, copies its KV cache to the rows that answer it, then
-decodes every row one token per model call until each row has produced a stop token or
-``max_new_tokens`` tokens. Position ids follow ``cumsum(attention_mask) - 1`` (as in
+decodes the running rows one token per model call until each row has produced a stop token or
+``max_new_tokens`` tokens. A row that stops leaves the batch (its KV cache rows are dropped), so
+later model calls compute only the rows still running. Position ids follow ``cumsum(attention_mask) - 1`` (as in
 :func:`rlloom_enginekit.sequences.concat_prompt_response`), so the first real prompt token is at
 position 0 whatever the left padding, and the log-probs match a teacher-forced forward over
 prompt + response.
@@ -45,12 +46,22 @@ class ResponseSlots:
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
 
     def record(self, step: int, picked: torch.Tensor, picked_log_probs: torch.Tensor, stop_ids: torch.Tensor) -> None:
-        """Write the tokens drawn at ``step`` for the rows still running; mark rows that drew a stop id."""
+        """Write the tokens drawn at ``step`` for every row (the static loop computes all of them):
+        running rows keep theirs, finished rows get padding; mark rows that drew a stop id."""
         alive = ~self.finished
         self.tokens[:, step] = torch.where(alive, picked, self.pad_id)
         self.log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
         self.mask[:, step] = alive.long()
         self.finished |= torch.isin(picked, stop_ids)
+
+    def record_running(self, step: int, rows: torch.Tensor, picked: torch.Tensor, picked_log_probs: torch.Tensor,
+                       stop_ids: torch.Tensor) -> None:
+        """Write the tokens drawn at ``step`` for ``rows`` (indices of rows still running, one per
+        entry of ``picked``); mark those that drew a stop id."""
+        self.tokens[rows, step] = picked
+        self.log_probs[rows, step] = picked_log_probs
+        self.mask[rows, step] = 1
+        self.finished[rows] = torch.isin(picked, stop_ids)
 
     def chunk(self, length: int) -> DecodedChunk:
         """The first ``length`` tokens of every row."""
@@ -99,12 +110,19 @@ def decode_chunk(
     attention = torch.cat([prompt_mask[owner], prompt_mask.new_ones(rows, max_new)], dim=1)
     next_position = prompt_mask.sum(dim=1)[owner].unsqueeze(1)
     slots = ResponseSlots(rows, max_new, pad_id, logits.device)
+    running = torch.arange(rows, device=logits.device)  # the chunk's rows the model still runs, in batch order
     for step in range(max_new):
-        slots.record(step, *next_tokens(logits, sampling, streams), stop_ids)
+        slots.record_running(step, running, *next_tokens(logits, sampling, streams), stop_ids)
         if step + 1 == max_new or bool(slots.finished.all()):
             break
+        going_on = ~slots.finished[running]
+        if not bool(going_on.all()):
+            kept = going_on.nonzero().squeeze(1)
+            running, attention, next_position = running[kept], attention[kept], next_position[kept]
+            cache.reorder_cache(kept)
+            streams = None if streams is None else streams.select(kept)
         out = model(
-            input_ids=slots.tokens[:, step : step + 1],
+            input_ids=slots.tokens[running, step : step + 1],
             attention_mask=attention[:, : prompt_len + step + 1],
             position_ids=next_position + step,
             past_key_values=cache,

@@ -13,6 +13,8 @@ size, or the rank a split call put it on.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from rlloom import SamplingParams
@@ -56,6 +58,12 @@ class ResponseStreams:
                 int(np.random.SeedSequence([seed, prompt, copy]).generate_state(1, np.uint64)[0]) >> 1)
             for prompt, copy in zip(prompts.tolist(), copies.tolist())
         ]
+
+    def select(self, rows: torch.Tensor) -> ResponseStreams:
+        """The streams of ``rows`` (indices into these rows), each going on from where it is."""
+        chosen = copy.copy(self)
+        chosen.generators = [self.generators[row] for row in rows.tolist()]
+        return chosen
 
     def uniform(self, dtype: torch.dtype) -> torch.Tensor:
         """The next U[0, 1) draw of every row's stream: [N]."""

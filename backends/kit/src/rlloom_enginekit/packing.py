@@ -1,5 +1,5 @@
-"""Padding-free layouts of prompt + response rows for a train engine's forward, and micro-batches
-cut by a token budget.
+"""Padding-free layouts of prompt + response rows for a train engine's forward, micro-batches
+cut by a token budget, and the rows a loss needs trained at all.
 
 A rollout batch stores rows padded to the step's widest prompt and response (``prompts`` [B, P]
 left-padded, ``responses`` [B, R] right-padded). Responses of very different lengths make most of
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from rlloom.batch import Batch, row_tokens
+from rlloom.protocols import LossFn, NamesInertRows
 
 GROUP_WIDTH = 4096
 """Tokens of one prompt and its responses beyond which the group is split into several units (the
@@ -201,3 +202,19 @@ def micro_batches(batch: Batch, rows: int, max_tokens: int | None) -> list[Batch
         total += length
     micros.append(batch.slice(start, size))
     return micros
+
+
+def rows_to_train(batch: Batch, loss_fn: LossFn) -> tuple[Batch, int]:
+    """``(the rows of batch to run forward and backward, how many were left out)``: without the
+    rows ``loss_fn`` names inert (:class:`rlloom.protocols.NamesInertRows`; their gradient is 0),
+    in their order. When every row is inert the first one stays, so that each rank still runs the
+    loss (its metrics) and a backward that gives every parameter a gradient (zeros: the optimizer
+    steps as it would on the full batch)."""
+    if not isinstance(loss_fn, NamesInertRows) or len(batch) == 0:
+        return batch, 0
+    kept = (~loss_fn.inert_rows(batch)).nonzero().squeeze(1)
+    if len(kept) == len(batch):
+        return batch, 0
+    if len(kept) == 0:
+        kept = kept.new_zeros(1)
+    return batch.reorder(kept), len(batch) - len(kept)

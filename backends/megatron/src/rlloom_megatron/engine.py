@@ -38,7 +38,7 @@ from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
-from rlloom_enginekit.packing import micro_batches
+from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
@@ -288,15 +288,16 @@ class MegatronTrainEngine:
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One AdamW step on the mini-batch (this rank's rows of it).
 
-        The TP group runs the union of its ranks' rows in micro-batches of ``cfg.micro_batch_size``
-        rows (or ``cfg.max_tokens_per_micro_batch`` tokens): ``loss, metrics = loss_fn(micro, outputs,
-        stats)`` (``outputs``: ``log_probs`` and, with
+        The TP group runs the union of its ranks' rows — less those the loss names inert
+        (:func:`rlloom_enginekit.packing.rows_to_train`), which count in ``stats`` only — in
+        micro-batches of ``cfg.micro_batch_size`` rows (or ``cfg.max_tokens_per_micro_batch`` tokens):
+        ``loss, metrics = loss_fn(micro, outputs, stats)`` (``outputs``: ``log_probs`` and, with
         ``cfg.train_entropy``, ``entropy``; a critic's: ``values``; all with grad) with ``stats``
         counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
         mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
         this step's LR; a non-finite norm skips the update but counts the step. Returns the loss
-        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``,
+        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``, ``skipped_rows``,
         ``perf/dp_rank_tokens/max|min`` (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
         """
         if not self.trainable:
@@ -307,9 +308,10 @@ class MegatronTrainEngine:
         temperature = policy_temperature(batch)
         union, _, _ = self._tp_union(batch)
         stats = MiniBatchStats.over_ranks(union["response_mask"], self._reduce_over_dp)
+        trained, skipped = rows_to_train(union, loss_fn)
         self.model.train()
         sums: dict[str, float] = {}
-        micros = self._micro_batches(union, self.cfg.micro_batch_size)
+        micros = self._micro_batches(trained, self.cfg.micro_batch_size)
         for micro in micros:
             micro = micro.to(self.device)
             loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
@@ -319,6 +321,8 @@ class MegatronTrainEngine:
         names = sorted(sums)
         averaged = self._reduce_over_dp([sums[name] / len(micros) for name in names])
         result = {name: value / self.dp_size for name, value in zip(names, averaged)}
+        skipped_rows, rows = self._reduce_over_dp([float(skipped), float(len(union))])
+        result["skipped_rows"] = skipped_rows / max(rows, 1.0)
         lr = self.cfg.lr_at(self.step + 1, self.spec.role, self.spec.total_train_steps)
         grad_norm = self._reduce_and_clip_gradients()
         skipped = not math.isfinite(grad_norm)

@@ -48,6 +48,12 @@ class PolicyLossConfig:
     - ``policy_loss``: the per-token loss, by name: any function a plugin registers with the
       ``register_policy_losses`` hook (the core's ``vanilla``: PPO's clipped surrogate); checked
       against the installed ones when the config is composed.
+    - ``skip_zero_advantage_rows``: when the loss has no KL and no entropy term, rows whose
+      advantages are 0 on every token (GRPO groups whose samples all scored the same) have zero
+      gradient, and the train engine leaves them out of its forward and backward passes: the same
+      update for less compute (:class:`rlloom.protocols.NamesInertRows`). The loss's metrics
+      (``pg_clipfrac``, ``entropy``, ``training/rollout_probs_diff_mean``, …) then cover the
+      trained rows; ``actor/skipped_rows`` is the fraction left out. False trains every row.
 
     Subclasses add their own checks by extending :meth:`problems`; ``algorithm_name`` names the
     ``algorithm=`` choice in the error.
@@ -65,6 +71,7 @@ class PolicyLossConfig:
     kl_loss_type: str = "k3"
     entropy_coeff: float = 0.0
     policy_loss: str = DEFAULT_POLICY_LOSS
+    skip_zero_advantage_rows: bool = True
 
     def __post_init__(self) -> None:
         problems = self.problems()

@@ -119,4 +119,25 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
                 metrics["kl_loss"] = aggregate(kl, mask, mode, own).item()
         return loss, metrics
 
+    if cfg.skip_zero_advantage_rows and not cfg.use_kl_loss and cfg.entropy_coeff == 0:
+        return ZeroAdvantageRowsInert(loss_fn)
     return loss_fn
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroAdvantageRowsInert:
+    """``loss_fn`` (a policy loss with no KL or entropy term) with the
+    :class:`~rlloom.protocols.NamesInertRows` ability: a row whose advantages are 0 on every response
+    token has loss 0 and zero gradient (the policy loss is 0 where A = 0, see
+    :class:`~rlloom.protocols.PolicyLoss`)."""
+
+    loss_fn: LossFn
+
+    def __call__(self, micro_batch: Batch, outputs: dict[str, torch.Tensor],
+                 stats: MiniBatchStats) -> tuple[torch.Tensor, dict[str, float]]:
+        return self.loss_fn(micro_batch, outputs, stats)
+
+    def inert_rows(self, batch: Batch) -> torch.Tensor:
+        """Bool [B]: no response token of the row has a non-zero advantage."""
+        batch.require("advantages", "response_mask")
+        return ~((batch["advantages"] != 0) & batch["response_mask"].bool()).any(dim=1)
