@@ -152,6 +152,29 @@ def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_di
     assert max(float((stepped[n] - initial[n]).abs().max()) for n in initial) > 1e-4  # the step moved them
 
 
+def test_tp1_rows_with_zero_advantages_are_left_out_with_the_same_update(model_dir):
+    """The policy loss names rows whose advantages are all 0 inert: megatron runs the others only,
+    reports the fraction left out, and its step equals one that trains every row."""
+    from rlloom.algos.config import PolicyLossConfig
+    from rlloom.algos.policy_loss import make_policy_loss_fn
+
+    batch = make_batch()
+    batch["advantages"][[2, 3]] = 0.0  # with row 1 (an empty response): three inert rows
+    results = []
+    for skip in (True, False):
+        engine = megatron_engine(model_dir)
+        try:
+            loss_fn = make_policy_loss_fn(PolicyLossConfig(skip_zero_advantage_rows=skip))
+            metrics = engine.train_step(batch, loss_fn)
+            results.append((metrics, {name: tensor.clone() for name, tensor in engine.named_weights()}))
+        finally:
+            engine.close()
+    (fast_metrics, fast_weights), (full_metrics, full_weights) = results
+    assert fast_metrics["skipped_rows"] == pytest.approx(3 / 6) and full_metrics["skipped_rows"] == 0.0
+    assert abs(fast_metrics["grad_norm"] - full_metrics["grad_norm"]) < 1e-5 * full_metrics["grad_norm"]
+    assert_same_weights(fast_weights, full_weights, atol=1e-6)
+
+
 def assert_same_critic(got: dict, want: dict) -> None:
     for mine, theirs in zip(got["metrics"], want["metrics"]):
         assert abs(mine["vf_loss"] - theirs["vf_loss"]) < 1e-6 and abs(mine["grad_norm"] - theirs["grad_norm"]) < 1e-5
