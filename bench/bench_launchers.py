@@ -26,7 +26,7 @@ import statistics
 import tempfile
 import time
 
-import rlloom
+import rlloom_trainer
 import torch
 
 WAITED_STAGES = ("gen", "concurrent", "update_actor", "update_critic", "update_weights")
@@ -56,9 +56,9 @@ def run(mode: str, algorithm: str, size: str, steps: int, cache: str, num_cpus: 
         overrides.append(f"launcher.num_cpus={num_cpus}")
     with tempfile.TemporaryDirectory() as run_dir:
         start = time.perf_counter()
-        rlloom.train(["preset=tiny", f"trainer.total_steps={steps}", f"trainer.run_dir={run_dir}",
-                      f"model.cache_dir={cache}", "trainer.trackers=[jsonl]", "trainer.val_before_train=false",
-                      "trainer.test_freq=0", *overrides])
+        rlloom_trainer.train(["preset=tiny", f"trainer.total_steps={steps}", f"trainer.run_dir={run_dir}",
+                              f"model.cache_dir={cache}", "trainer.trackers=[jsonl]", "trainer.val_before_train=false",
+                              "trainer.test_freq=0", *overrides])
         total = time.perf_counter() - start
         with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
             every = [json.loads(line) for line in f]

@@ -149,7 +149,7 @@ def reward_scorer(work: dict):
 # ---------------------------------------------------------------------------------- rlloom side
 def run_rlloom(work: dict, device: str, threads: int) -> dict:
     """``rlloom train`` on the workload; its step times, memory and validation curve."""
-    from rlloom.testing import metric_rows
+    from rlloom_trainer.testing import metric_rows
 
     run_dir = tempfile.mkdtemp(prefix="rlloom-bench-run-")
     overrides = [

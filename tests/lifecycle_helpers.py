@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlloom import testing
+from rlloom_trainer import testing
 
 RLLOOM = Path(sys.executable).parent / "rlloom"
 # 6 steps, checkpoints after steps 2, 4 and 6, validation at steps 0, 3 and 6.

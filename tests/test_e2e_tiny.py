@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+import rlloom_trainer
 import torch
-
-import rlloom
-from rlloom.testing import device_params, metric_rows, training_rows
+from rlloom_trainer.testing import device_params, metric_rows, training_rows
 
 # Mean |p_rollout - p_trainer| per token: float32 on the CPU; bf16 in both engines on a GPU.
 PROBS_DIFF_BOUND = {"cpu": 1e-3, "cuda": 1e-2}
@@ -19,9 +18,9 @@ PROBS_DIFF_BOUND = {"cpu": 1e-3, "cuda": 1e-2}
 def tiny_run(request, tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp(f"tiny-run-{request.param}"))
     cache = str(tmp_path_factory.mktemp("cache"))
-    # rlloom.train itself, not rlloom.testing.train_tiny: the final metrics it returns are checked too
-    final = rlloom.train(["preset=tiny", f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}",
-                          f"trainer.device={request.param}"])
+    # rlloom_trainer.train itself, not rlloom_trainer.testing.train_tiny: the final metrics it returns are checked too
+    final = rlloom_trainer.train(["preset=tiny", f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}",
+                                  f"trainer.device={request.param}"])
     return run_dir, final, request.param
 
 
@@ -67,7 +66,7 @@ def test_final_policy_is_saved_in_hf_format(tiny_run):
 def test_with_several_updates_a_step_the_gap_is_the_rollout_trainer_one(tmp_path):
     # Two epochs of two mini-batches: the behaviour log-probs come from their own pass before any
     # update, and the logged gap is that pass's; an update's log-probs hold the policy's own drift.
-    from rlloom.testing import train_tiny
+    from rlloom_trainer.testing import train_tiny
 
     rows = training_rows(train_tiny(tmp_path, "trainer.total_steps=4", "algorithm.ppo_epochs=2",
                                     "algorithm.ppo_mini_batch_size=2", "trainer.trackers=[jsonl]"))

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 from lifecycle_helpers import RLLOOM, run, run_env
-from rlloom.testing import metric_rows
+from rlloom_trainer.testing import metric_rows
 
 PLUGIN = """
 from dataclasses import dataclass

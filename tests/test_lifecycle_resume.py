@@ -11,8 +11,8 @@ import shutil
 import pytest
 import torch
 from lifecycle_helpers import kill_when_logged, metric_rows, run, run_env, train_command
-from rlloom import testing
-from rlloom.testing import RESUME_MARKER
+from rlloom_trainer import testing
+from rlloom_trainer.testing import RESUME_MARKER
 from safetensors.torch import load_file
 
 TRACKERS = "trainer.trackers=[jsonl,tensorboard,mlflow]"
@@ -122,14 +122,14 @@ def test_incompatible_config_change_is_refused_before_resuming(tmp_path, cache_d
 
 
 def test_resume_never_refuses_a_run_dir_with_checkpoints(cache_dir, reference):
-    import rlloom
+    import rlloom_trainer
     from lifecycle_helpers import SCHEDULE
     from rlloom.config import ConfigError
 
     overrides = [*SCHEDULE, f"trainer.run_dir={reference}", f"model.cache_dir={cache_dir}", "trainer.resume=never"]
     with pytest.raises(ConfigError, match=r"trainer.resume=never but trainer.run_dir=.* already holds checkpoints "
                                           r"\(.*global_step_6\)"):
-        rlloom.train(overrides)
+        rlloom_trainer.train(overrides)
 
 
 def test_a_longer_schedule_continues_from_the_last_checkpoint(tmp_path, cache_dir, reference):

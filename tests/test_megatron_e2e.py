@@ -1,4 +1,4 @@
-"""``rlloom.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
+"""``rlloom_trainer.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
 GRPO and PPO over Ray with tensor parallelism 2 (a pool of two workers, actor, reference, critic
 and rollout colocated), each learning and syncing its weights into the rollout engine (hf, and
 vLLM); the TP = 2 checkpoint exports to a Hugging Face folder."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlloom.testing import train_tiny, training_rows
 from rlloom_commands.hf_folder import export_checkpoint
+from rlloom_trainer.testing import train_tiny, training_rows
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlloom.testing import train_tiny
+from rlloom_trainer.testing import train_tiny
 
 FLAKY = str(Path(__file__).with_name("rewards_flaky_fn.py"))
 ROWS_PER_STEP = 4 * 8  # preset=tiny: 4 prompts x algorithm.n=8

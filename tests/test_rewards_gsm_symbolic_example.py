@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlloom.testing import metric_rows
+from rlloom_trainer.testing import metric_rows
 
 RUN_SH = Path(__file__).parents[1] / "examples" / "gsm_symbolic" / "run.sh"
 

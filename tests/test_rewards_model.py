@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 from rlloom import Batch
-from rlloom.testing import train_tiny, training_rows
 from rlloom_models.tiny import build_tokenizer
 from rlloom_rewards.model import ModelReward, ModelRewardConfig
+from rlloom_trainer.testing import train_tiny, training_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
 PROMPT = "Q: pick a digit\nA:"

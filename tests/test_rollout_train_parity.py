@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from rlloom import EngineSpec, SamplingParams
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.data import PromptEncoder, PromptRecord
 from rlloom.losses import mini_batch_stats
-from rlloom.testing import device_params
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_hf.config import HFRolloutConfig
 from rlloom_hf.engine import HFRolloutEngine
+from rlloom_trainer.testing import device_params
 
 PROMPTS = ["Q: pick a digit\nA:", "Say hi:", "What comes after 3? Answer:"]
 # bf16 rounds each logit to ~3 significant digits, and the two engines round at different places

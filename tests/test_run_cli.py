@@ -20,10 +20,10 @@ import pytest
 import rlloom
 import yaml
 from lifecycle_helpers import RLLOOM, run_env
-from rlloom import testing
-from rlloom.checkpoint import CheckpointManager
 from rlloom.config import ConfigError
-from rlloom.config.files import compose_with_file
+from rlloom_trainer import testing
+from rlloom_trainer.checkpoint import CheckpointManager
+from rlloom_trainer.config_files import compose_with_file
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "config_file" / "digits_tiny.yaml"
@@ -70,7 +70,8 @@ def test_the_run_folder_is_named_after_the_choices_and_records_them(first_run):
     provenance = record["provenance"]
     assert provenance["plugins"] == {group: {"distribution": dist, "version": importlib.metadata.version(dist)}
                                      for group, dist in origins.items()}
-    assert provenance["trackers"] == {name: {"distribution": "rlloom", "version": rlloom.__version__}
+    trainer_version = importlib.metadata.version("rlloom-trainer")
+    assert provenance["trackers"] == {name: {"distribution": "rlloom-trainer", "version": trainer_version}
                                       for name in ("console", "jsonl")}
     assert provenance["rlloom"] == rlloom.__version__
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)

@@ -19,9 +19,9 @@ from rlloom.config import ConfigError, compose_config
 from rlloom.losses import mini_batch_stats
 from rlloom.plugins import registry as registry_module
 from rlloom.plugins.registry import Registry
-from rlloom.testing import train_tiny, training_rows
 from rlloom_grpo import GRPO, GRPOConfig
 from rlloom_ppo import PPO, PPOConfig
+from rlloom_trainer.testing import train_tiny, training_rows
 
 MODULE = "rlloom_test_third_party_math"
 

@@ -1,4 +1,4 @@
-"""``rlloom.train`` with ``rollout=vllm``: the tiny GRPO run learns and vLLM's log-probs track the
+"""``rlloom_trainer.train`` with ``rollout=vllm``: the tiny GRPO run learns and vLLM's log-probs track the
 trainer's; the default (SmolLM2) config completes a short run."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
-import rlloom
-from rlloom.testing import metric_rows, train_tiny, training_rows
+import rlloom_trainer
+from rlloom_trainer.testing import metric_rows, train_tiny, training_rows
 
 # On top of preset=tiny. vLLM's CPU attention has no kernel for head size 16 (the tiny preset's 64 / 4
 # heads): use 2 heads.
@@ -35,9 +34,9 @@ def test_tiny_run_learns_with_vllm(tmp_path, resharder):
 @pytest.mark.slow
 def test_default_config_completes_with_vllm(tmp_path):
     run_dir = str(tmp_path / "run")
-    final = rlloom.train(["rollout=vllm", "trainer.total_steps=2", "trainer.train_batch_size=2", "algorithm.n=2",
-                          "trainer.val_max_prompts=4", "trainer.val_n=1", "trainer.test_freq=0",
-                          "sampling.max_new_tokens=8", f"trainer.run_dir={run_dir}"])
+    final = rlloom_trainer.train(["rollout=vllm", "trainer.total_steps=2", "trainer.train_batch_size=2",
+                                  "algorithm.n=2", "trainer.val_max_prompts=4", "trainer.val_n=1",
+                                  "trainer.test_freq=0", "sampling.max_new_tokens=8", f"trainer.run_dir={run_dir}"])
     assert [row["step"] for row in training_rows(metric_rows(run_dir))] == [1, 2]
     assert final["training/rollout_probs_diff_mean"] < 1e-3
 

@@ -71,14 +71,15 @@ def run_rlloom(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 @pytest.fixture(scope="module")
 def defaults_only(tmp_path_factory) -> dict[str, str]:
-    """Environment in which only the core and a test distribution providing every default load."""
+    """Environment in which only the core, rlloom-trainer (``rlloom train``) and a test distribution
+    providing every default load."""
     folder = tmp_path_factory.mktemp("cli_plugin")
     (folder / "rlloom_test_cli_defaults.py").write_text(textwrap.dedent(DEFAULTS_PLUGIN))
     info = folder / "rlloom_test_cli_defaults-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-defaults\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[rlloom]\ncli_defaults = rlloom_test_cli_defaults\n")
-    return {"PYTHONPATH": str(folder), "RLLOOM_PLUGINS": "cli_defaults"}
+    return {"PYTHONPATH": str(folder), "RLLOOM_PLUGINS": "cli_defaults,trainer"}
 
 
 def test_plugins_json_lists_core_builtins():
@@ -91,11 +92,12 @@ def test_plugins_json_lists_core_builtins():
                          ("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
                          ("dispatch_mode", "dp_split_tokens"), ("dispatch_mode", "dp_split_uneven"),
                          ("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero"), ("launcher", "local"),
-                         ("policy_loss", "vanilla"), ("resharder", "in_process"), ("tracker", "console"),
-                         ("tracker", "jsonl")]
+                         ("policy_loss", "vanilla"), ("resharder", "in_process")]
     for row in rows:
         if row["distribution"] == "rlloom":
             assert (row["version"], row["status"]) == (version, "loaded")
+    trainer_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-trainer")
+    assert trainer_rows == [("command", "train"), ("tracker", "console"), ("tracker", "jsonl")]
 
 
 def test_plugins_table(defaults_only):
@@ -130,7 +132,7 @@ def test_train_says_in_one_line_that_an_installed_plugin_failed(defaults_only, t
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-broken\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[rlloom]\ncli_broken = rlloom_test_cli_broken\n")
     env = {"PYTHONPATH": f"{defaults_only['PYTHONPATH']}{os.pathsep}{tmp_path}",
-           "RLLOOM_PLUGINS": "cli_defaults,cli_broken"}
+           "RLLOOM_PLUGINS": "cli_defaults,cli_broken,trainer"}
     result = run_rlloom("train", "--print-config", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
@@ -164,6 +166,13 @@ def test_a_plugin_command_that_is_not_installed_says_what_to_install(defaults_on
     assert "Traceback" not in result.stderr
 
 
+def test_train_without_the_trainer_plugin_says_what_to_install(defaults_only):
+    result = run_rlloom("train", "preset=tiny", env={**defaults_only, "RLLOOM_PLUGINS": "cli_defaults"})
+    assert result.returncode == 2
+    assert result.stderr == ("rlloom: error: rlloom train comes with the rlloom-trainer distribution, which is not "
+                             "installed: pip install rlloom-trainer\n")
+
+
 def test_plugin_commands_are_listed_in_the_help():
     result = run_rlloom("--help")
     assert result.returncode == 0 and "serve" in result.stdout
@@ -174,7 +183,7 @@ def test_importing_rlloom_pulls_no_heavy_backend():
         "import json, sys\n"
         "import rlloom\n"
         "after_package = sorted({m.split('.')[0] for m in sys.modules})\n"
-        "import rlloom.trainer, rlloom.cli\n"
+        "import rlloom_trainer.trainer, rlloom.cli\n"
         "print(json.dumps([after_package, sorted({m.split('.')[0] for m in sys.modules})]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -14,7 +14,6 @@ import textwrap
 import pytest
 import torch
 from omegaconf import OmegaConf
-
 from rlloom.algos.config import PolicyLossConfig
 from rlloom.config import ConfigError, compose_config
 from rlloom.config.compose import check_registered_functions
@@ -135,6 +134,7 @@ def registry(tmp_path_factory):
         patch.syspath_prepend(str(folder))
         loaded = Registry(entry_points=[
             importlib.metadata.EntryPoint(name="core", value="rlloom.builtins", group="rlloom"),
+            importlib.metadata.EntryPoint(name="trainer", value="rlloom_trainer.plugin", group="rlloom"),  # trackers
             importlib.metadata.EntryPoint(name="schemas", value=PLUGIN_MODULE, group="rlloom"),
         ])
         assert loaded.failed() == [], loaded.failed()[0].traceback

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from rlloom.plugins.registry import Registry, UnknownPluginError, _selected_entry_points
 
 CORE = importlib.metadata.EntryPoint(name="core", value="rlloom.builtins", group="rlloom")
@@ -118,7 +117,7 @@ def test_good_plugin_registers_components_configs_and_presets(plugins):
     assert registry.choices("algorithm") == ["widget"]
     assert registry.presets["widgety"].overrides == ("algorithm=widget",)
     # the core's own built-ins come through the same path
-    assert registry.choices("launcher") == ["local"] and registry.choices("tracker") == ["console", "jsonl"]
+    assert registry.choices("launcher") == ["local"] and registry.choices("resharder") == ["in_process"]
     assert registry.failed() == []
 
 
@@ -156,7 +155,7 @@ def test_unknown_names_list_choices_and_known_packages(plugins):
         registry.get("rollout_engine", "vllm")
     assert "rollout=vllm" in str(info.value) and "Installed choices: none." in str(info.value)
     assert str(info.value).endswith("pip install rlloom-vllm")
-    with pytest.raises(UnknownPluginError, match="tracker 'wandb'.*Installed choices: console, jsonl."):
+    with pytest.raises(UnknownPluginError, match="tracker 'wandb'.*Installed choices: none."):
         registry.get("tracker", "wandb")
     with pytest.raises(UnknownPluginError, match="unknown plugin kind 'widgets'"):
         registry.build("widgets", "widget")

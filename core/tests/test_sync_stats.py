@@ -6,7 +6,7 @@ import pytest
 import torch
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.devices import CudaPeak
-from rlloom.testing import device_params
+from rlloom_trainer.testing import device_params
 
 
 class Weights:

@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-
 from rlloom.algos.config import PolicyLossConfig
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
-from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_cispo import CISPO, CISPOConfig
+from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
 def test_loss_value_and_gradient_by_hand():

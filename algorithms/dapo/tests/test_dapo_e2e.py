@@ -1,8 +1,7 @@
 """``algorithm=dapo`` on the tiny preset: reward rises, dynamic sampling refills, overlong shaping logs."""
 
 import pytest
-
-from rlloom.testing import train_tiny, training_rows
+from rlloom_trainer.testing import train_tiny, training_rows
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,8 @@
 
 import pytest
 from omegaconf import OmegaConf
-
-from rlloom.testing import entry_point_registry
 from rlloom_dapo import DAPO, DAPOConfig
+from rlloom_trainer.testing import entry_point_registry
 
 
 def test_defaults_are_dapo_s():

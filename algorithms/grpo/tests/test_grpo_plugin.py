@@ -2,9 +2,8 @@
 
 import pytest
 from omegaconf import OmegaConf
-
-from rlloom.testing import entry_point_registry
 from rlloom_grpo import GRPO, GRPOConfig
+from rlloom_trainer.testing import entry_point_registry
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 import torch
-
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
-from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_gspo import GSPO, GSPOConfig
+from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
 def test_loss_value_and_gradient_match_the_sequence_formula():

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from rlloom.testing import train_tiny, training_rows
+from rlloom_trainer.testing import train_tiny, training_rows
 
 STEPS, N, PROMPTS, WARMUP = 20, 16, 4, 2
 ACTOR_LR, CRITIC_LR, KL_COEF, KL_HORIZON = 1.5e-3, 1e-2, 1e-3, 10000

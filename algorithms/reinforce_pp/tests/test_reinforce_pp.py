@@ -3,10 +3,8 @@
 import numpy as np
 import pytest
 import torch
-
 from rlloom.batch import Batch
 from rlloom.losses import kl_penalized_rewards
-from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_reinforce_pp import (
     ReinforcePP,
     ReinforcePPBaseline,
@@ -14,6 +12,7 @@ from rlloom_reinforce_pp import (
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
 )
+from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 REWARDS = np.array([[0.0, 0.0, 1.0, 0.0], [0.1, -0.2, 0.3, 5.0], [0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
 MASK = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0]])

@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-
-from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_remax import ReMax, ReMaxConfig, remax_advantages
+from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
 def test_reward_to_go_minus_greedy_score():

@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 import torch
-
-from rlloom.testing import entry_point_registry, train_tiny, training_rows
 from rlloom_rloo import RLOO, RLOOConfig, rloo_advantages
+from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
 def test_leave_one_out_baseline():

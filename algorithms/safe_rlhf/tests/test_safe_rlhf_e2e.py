@@ -13,9 +13,8 @@ import os
 
 import pytest
 import torch
-
-from rlloom.run_state import TrainerState
-from rlloom.testing import train_tiny, training_rows
+from rlloom_trainer.run_state import TrainerState
+from rlloom_trainer.testing import train_tiny, training_rows
 
 LIMIT, LAMBDA_INIT, STEPS = 0.1, 0.05, 30
 TASK = [  # on top of preset=tiny

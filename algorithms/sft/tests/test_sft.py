@@ -6,17 +6,16 @@ import contextlib
 import numpy as np
 import pytest
 import torch
-
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, compose_config
 from rlloom.data import PromptEncoder, PromptRecord
 from rlloom.losses import mini_batch_stats
-from rlloom.testing import entry_point_registry
 from rlloom.types import EngineSpec
 from rlloom_models.config import TinyModelConfig
 from rlloom_models.plugin import tiny
 from rlloom_models.tiny import build_tokenizer
 from rlloom_sft import SFT, SFTConfig, demonstration_batch, demonstration_texts, make_sft_loss_fn
+from rlloom_trainer.testing import entry_point_registry
 
 PAD, EOS = 256, 257  # the tiny byte tokenizer: id = byte, then <pad>, <eos>
 

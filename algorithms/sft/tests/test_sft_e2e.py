@@ -4,10 +4,9 @@ and a GRPO run started from the SFT run's ``final_model`` (``model=hf``) begins 
 from __future__ import annotations
 
 import pytest
-
-import rlloom
+import rlloom_trainer
 from rlloom.cli import main
-from rlloom.testing import metric_rows, train_tiny, training_rows
+from rlloom_trainer.testing import metric_rows, train_tiny, training_rows
 
 GREEDY = "val-core/digits/acc/greedy"
 STEPS = 40  # lr 1e-2 (the preset's), 4 prompts a step: 16 seeds out of 16 reach greedy accuracy 1.0
@@ -29,8 +28,8 @@ def sft_run(tmp_path_factory, cache):
 @pytest.fixture(scope="module")
 def rl_rows(sft_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("grpo-from-sft")
-    rlloom.train(["preset=tiny", "model=hf", f"model.path={sft_run[0] / 'final_model'}", "reward=format",
-                  "trainer.val_greedy=true", "trainer.total_steps=1", f"trainer.run_dir={run_dir}"])
+    rlloom_trainer.train(["preset=tiny", "model=hf", f"model.path={sft_run[0] / 'final_model'}", "reward=format",
+                          "trainer.val_greedy=true", "trainer.total_steps=1", f"trainer.run_dir={run_dir}"])
     return metric_rows(run_dir)
 
 

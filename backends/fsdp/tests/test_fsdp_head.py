@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from rlloom.testing import device_params
 from rlloom_enginekit.sequences import token_entropy, token_log_probs
 from rlloom_fsdp.head import chunked_log_probs, default_chunk_rows
+from rlloom_trainer.testing import device_params
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def inputs(rows=7, hidden=5, vocab=11, dtype=torch.float64, bias=False, seed=0, device="cpu"):

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 from rlloom import SamplingParams
-from rlloom.testing import device_params
-
 from rlloom_hf import HFRolloutConfig
 from rlloom_hf.counter_rng import CounterStreams, mix
 from rlloom_hf.static_decode import bucket_shape
+from rlloom_trainer.testing import device_params
 from test_hf_rollout import (  # the shared models, prompts and references
     PROMPTS,
     left_padded,

@@ -15,12 +15,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
-from rlloom.testing import device_params
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
 from rlloom_megatron import MegatronConfig
 from rlloom_megatron.engine import MegatronTrainEngine
+from rlloom_trainer.testing import device_params
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 VOCAB = 300  # not a multiple of 128: the engine pads the vocabulary and masks the padding
 # AdamW's first step is lr * g / (|g| + eps): with a tiny eps every weight moves by about ±lr whatever its

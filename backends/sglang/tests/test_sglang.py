@@ -10,12 +10,11 @@ import sys
 
 import pytest
 import torch
-from rlloom.testing import train_tiny, training_rows
 from rlloom_server.testing import ServerProcess
-
 from rlloom_sglang.config import SGLangRolloutConfig
 from rlloom_sglang.engine import write_weights_folder
 from rlloom_sglang.launch import launch_command
+from rlloom_trainer.testing import train_tiny, training_rows
 
 RLLOOM = os.path.join(os.path.dirname(sys.executable), "rlloom")
 HAS_SGLANG_GPU = torch.cuda.is_available() and __import__("importlib").util.find_spec("sglang") is not None

@@ -14,13 +14,12 @@ import importlib.metadata
 import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
-from rlloom.testing import train_tiny, training_rows
 from rlloom_models.config import TinyModelConfig
 from rlloom_models.tiny import tiny_model_path
+from rlloom_trainer.testing import train_tiny, training_rows
+from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
 from test_vllm_engine import prompt_batch
 from transformers import AutoModelForCausalLM
-
-from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
 
 
 def cuda_vllm_installed() -> bool:

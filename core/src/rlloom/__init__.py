@@ -3,7 +3,8 @@
 Importing this package is cheap: it imports pluggy only. The names below that need torch
 (``Batch``, ``RewardResult``, ``dispatch``, …) are imported when first used (``from rlloom import
 Batch`` works as usual), so the command line can compose and check a config, and report an error,
-before torch loads. It never imports ray, vllm, sglang, megatron or transformers.
+before torch loads. It never imports ray, vllm, sglang, megatron or transformers. The training loop and
+``rlloom train`` are the rlloom-trainer distribution's (:func:`rlloom_trainer.train` from Python).
 """
 
 from rlloom.lazy import lazy_exports
@@ -30,16 +31,5 @@ __all__ = [
     "SyncStats",
     "dispatch",
     "hookimpl",
-    "train",
 ]
 
-
-def train(overrides: list[str] | None = None) -> dict[str, float]:
-    """Run ``rlloom train`` in this process and return the run's final metrics.
-
-    ``overrides`` are the same strings the command line takes (``["preset=tiny", "algorithm=grpo"]``).
-    A bad config raises :class:`rlloom.config.ConfigError` with the same message the CLI prints.
-    """
-    from rlloom.trainer import run_training
-
-    return run_training(list(overrides or []))

@@ -7,9 +7,6 @@ from rlloom.config.schema import TrainerConfig
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
-from rlloom.trackers.console import ConsoleTracker
-from rlloom.trackers.jsonl import JsonlTracker
-
 
 BUILTIN_MODES = {  # dispatch mode -> its factory in rlloom.controller.dispatch (imported when first used)
     "one_to_all": "OneToAll",
@@ -35,12 +32,6 @@ def register_dispatch_modes(register):
 @hookimpl
 def register_resharders(register):
     register("in_process", InProcessResharder, config=InProcessResharderConfig)
-
-
-@hookimpl
-def register_trackers(register):
-    register("console", ConsoleTracker)
-    register("jsonl", JsonlTracker)
 
 
 @hookimpl

@@ -1,6 +1,7 @@
-"""``rlloom`` command line: ``train`` a run from Hydra overrides, list ``plugins``, and the commands plugins
-register (``eval``, ``generate``, ``chat``, ``export``, ``plot`` from rlloom-commands; ``serve`` from
-rlloom-server). A known command whose distribution is not installed says what to install (exit status 2).
+"""``rlloom`` command line: list ``plugins``, print the ``--version`` of rlloom and its plugins, and the
+commands plugins register (``train`` from rlloom-trainer; ``eval``, ``generate``, ``chat``, ``export``, ``plot``
+from rlloom-commands; ``serve`` from rlloom-server). A known command whose distribution is not installed
+says what to install (exit status 2).
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
 cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
@@ -8,7 +9,7 @@ the traceback of an engine that cannot start). A run that stops itself (too many
 cannot write a checkpoint prints why and exits with status 1; a role whose worker fails mid-run (raises,
 dies, stops answering) is named in one paragraph, exit status 3. Ctrl-C ends any command with status 130 and
 one line, no traceback (for ``train``: the step, the last checkpoint and the command that resumes,
-:mod:`rlloom.interrupt`).
+:mod:`rlloom_trainer.interrupt`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ import json
 import os
 import sys
 
-from rlloom.checkpoint import CheckpointError
 from rlloom.config import ConfigError
-from rlloom.config.files import compose_with_file
-from rlloom.config.record import record_yaml
 from rlloom.controller.local import RoleFailedError, RoleStartError
-from rlloom.guards import TrainingAborted
-from rlloom.interrupt import INTERRUPTED, interrupt_message
+from rlloom.errors import RunFailedError
 from rlloom.plugins.registry import KINDS, KNOWN_PACKAGES, UnknownPluginError, get_registry
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
 ROLE_FAILED = 3
+INTERRUPTED = 130
+"""The exit status of a command stopped by Ctrl-C, as a shell reports a process killed by SIGINT."""
 
 
 def plugin_rows() -> list[dict[str, str]]:
@@ -69,26 +68,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    resolved = compose_with_file(args.config, args.overrides)  # a config error is reported before torch loads
-    for line in get_registry().load_warnings():
-        print(f"rlloom: warning: {line} (rlloom plugins shows every plugin)", file=sys.stderr)
-    if args.print_config:
-        print(record_yaml(resolved, get_registry()))
-        return 0
-    from rlloom.trainer import fit_run
-
-    try:
-        metrics = fit_run(resolved)
-    except KeyboardInterrupt as interrupt:
-        command = ["rlloom", "train", *(["--config", args.config] if args.config else []), *args.overrides]
-        print(interrupt_message(resolved, getattr(interrupt, "step", None), command), file=sys.stderr)
-        return INTERRUPTED
-    summary = {k: v for k, v in metrics.items() if k.startswith("val-") or k == "critic/score/mean"}
-    print(json.dumps(summary, indent=1, sort_keys=True))
-    return 0
-
-
 class PrintVersion(argparse.Action):
     """``--version``: print :func:`rlloom.provenance.version_text` and exit."""
 
@@ -106,19 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom", description="RL post-training for language models.")
     parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser(
-        "train",
-        help="run training",
-        description="Run training. Overrides are Hydra syntax: group=option (algorithm=grpo, rollout=hf, "
-        "train_engine=fsdp, reward=..., data=..., model=..., launcher=local, preset=tiny) and key=value "
-        "(trainer.total_steps=20, algorithm.n=8, sampling.max_new_tokens=16).",
-    )
-    train.add_argument("overrides", nargs="*", help="Hydra overrides")
-    train.add_argument("--config", metavar="FILE", help="a YAML of group choices and keys (choices: {algorithm: grpo}, "
-                       "trainer: {total_steps: 30}; a run's own config.yaml is one); the overrides win")
-    train.add_argument("--print-config", action="store_true",
-                       help="print the composed config (with its choices and plugin versions) and exit")
-    train.set_defaults(func=cmd_train)
     plugins = sub.add_parser("plugins", help="list installed plugins")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=cmd_plugins)
@@ -161,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rlloom: error: {error.summary()} (set RLLOOM_DEBUG=1 for the worker's traceback)", file=sys.stderr)
         return ROLE_FAILED
-    except (TrainingAborted, CheckpointError, FileNotFoundError) as error:
+    except (RunFailedError, FileNotFoundError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return RUN_FAILED
-    except KeyboardInterrupt:  # rlloom train says more (interrupt_message)
+    except KeyboardInterrupt:  # rlloom train says more (rlloom_trainer.interrupt)
         print("rlloom: interrupted", file=sys.stderr)
         return INTERRUPTED
 

@@ -9,8 +9,8 @@ import os
 
 import pytest
 import torch
-from rlloom import testing
 from rlloom.cli import main
+from rlloom_trainer import testing
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +60,8 @@ def test_generate_samples_what_the_rollout_engine_samples(run_dir, tmp_path, mon
     from rlloom.config import compose_config
     from rlloom.data import PromptEncoder, PromptRecord
     from rlloom.plugins.registry import get_registry
-    from rlloom.trainer import sampling_params
     from rlloom.types import EngineSpec
+    from rlloom_trainer.trainer import sampling_params
     from transformers import AutoTokenizer
 
     prompts = tmp_path / "prompts.txt"

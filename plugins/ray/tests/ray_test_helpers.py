@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rlloom.testing import train_tiny
+from rlloom_trainer.testing import train_tiny
 
 
 def run_tiny(run_dir: str, cache_dir: str, *overrides: str, steps: int = 2) -> list[dict]:

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from ray_test_helpers import run_tiny
-from rlloom.testing import comparable_rows
-from rlloom.testing import metric_rows
+from rlloom_trainer.testing import comparable_rows, metric_rows
 
 pytest.importorskip("ray")
 
@@ -136,7 +135,7 @@ def test_run_attaches_to_a_running_cluster_and_leaves_it_running(head, tmp_path)
     overrides = ["preset=tiny", f"trainer.total_steps={STEPS}", f"trainer.run_dir={run_dir}",
                  f"model.cache_dir={tmp_path / 'cache'}", "trainer.trackers=[jsonl]", "launcher=ray",
                  f"launcher.address={head.address}"]
-    driver = subprocess.Popen([sys.executable, "-c", f"import rlloom; rlloom.train({overrides!r})"],
+    driver = subprocess.Popen([sys.executable, "-c", f"import rlloom_trainer; rlloom_trainer.train({overrides!r})"],
                               env=head.env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, output[-3000:]

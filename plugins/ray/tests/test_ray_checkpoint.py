@@ -12,14 +12,14 @@ import time
 import pytest
 import torch
 from ray_test_helpers import cpus_freed, run_tiny
-from rlloom.testing import comparable_rows
+from rlloom_trainer.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
-from rlloom.checkpoint import MANIFEST, Checkpoint, CheckpointManager, read_step  # noqa: E402
-from rlloom.testing import metric_rows  # noqa: E402
 from rlloom_ray import WorkerError  # noqa: E402
+from rlloom_trainer.checkpoint import MANIFEST, Checkpoint, CheckpointManager, read_step  # noqa: E402
+from rlloom_trainer.testing import metric_rows  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # noqa: E402

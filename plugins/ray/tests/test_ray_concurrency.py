@@ -9,15 +9,15 @@ import os
 import pytest
 import torch
 from ray_test_helpers import run_tiny
-from rlloom.testing import comparable_rows
+from rlloom_trainer.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from rlloom import Batch, EngineSpec, SamplingParams  # noqa: E402
 from rlloom.controller.futures import submit  # noqa: E402
-from rlloom.types import RoleSpec  # noqa: E402
 from rlloom.plugins.registry import get_registry  # noqa: E402
+from rlloom.types import RoleSpec  # noqa: E402
 from rlloom_fsdp.config import FSDPConfig  # noqa: E402
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine  # noqa: E402
 from rlloom_models.config import TinyModelConfig  # noqa: E402

@@ -8,7 +8,7 @@ import os
 
 import pytest
 from ray_test_helpers import cpus_freed, run_tiny
-from rlloom.testing import comparable_rows
+from rlloom_trainer.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")

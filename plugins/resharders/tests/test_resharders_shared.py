@@ -13,7 +13,6 @@ from rlloom.plugins.registry import Registry
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine
-
 from rlloom_resharders.config import SharedResharderConfig
 from rlloom_resharders.shared import SharedResharder
 
@@ -89,7 +88,7 @@ def test_a_dtype_mismatch_is_refused_naming_the_setting(tiny_model_path):
 @pytest.mark.slow
 def test_a_tiny_run_with_shared_weights_logs_what_a_copying_sync_logs(tmp_path):
     """``resharder=shared`` is a config change: the same seed gives the same rollouts, losses and rewards."""
-    from rlloom.testing import comparable_rows, train_tiny
+    from rlloom_trainer.testing import comparable_rows, train_tiny
 
     steps = ["trainer.total_steps=3", "trainer.test_freq=3"]
     copied = train_tiny(tmp_path / "copied", *steps, cache_dir=tmp_path / "models")

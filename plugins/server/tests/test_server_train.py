@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rlloom.testing import comparable_rows, train_tiny, training_rows
+from rlloom_trainer.testing import comparable_rows, train_tiny, training_rows
 
 # The client's own counters, and the rollout-vs-trainer log-prob gap: the servers batch other prompts
 # together than the in-process engine, which moves that gap in the tenth decimal (asserted < 1e-3).

@@ -25,6 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
 from rlloom.choices import DeviceError
 from rlloom.config.errors import ConfigError
+from rlloom.config.run_name import name_run, run_dir_of
 from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
 from rlloom.protocols import ConstrainsCost, PlansOptimizerSteps
@@ -185,8 +186,6 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     _reject_added_keys(cfg, options, choices)
     sections = {group: _section(cfg, group, choice) if choice else None for group, choice in choices.items()}
     sections["sampling"] = _section(cfg, "sampling", None)
-    from rlloom.run_name import name_run  # here: importing it imports this package
-
     name_run(cfg, sections, choices)
     resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)
     check_consistency(resolved, registry)
@@ -259,8 +258,6 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
     (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names, the
     cost choice, and the device on this machine."""
-    from rlloom.run_name import run_dir_of
-
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     if registry is not None:

@@ -1,6 +1,6 @@
 """``rlloom eval MODEL [overrides]``: the validation of a run, without training.
 
-The run is built by :class:`rlloom.trainer.Trainer` from the checkpoint's own config (for a checkpoint or run
+The run is built by :class:`rlloom_trainer.trainer.Trainer` from the checkpoint's own config (for a checkpoint or run
 folder; the defaults for a Hugging Face folder) with ``model=hf`` pointing at the model's weights and the user's
 overrides last, and :meth:`Trainer.validate` runs at the checkpoint's step: the same prompts, sampling seeds and
 metrics (``val-core/<source>/acc/mean@k``, ``val-aux/...``) as the in-training validation of that step.
@@ -27,7 +27,7 @@ def default_out(target: Target) -> str:
 def evaluate(path: str, overrides: list[str]) -> tuple[Target, dict[str, float]]:
     """The validation metrics of the model ``path`` names (see :func:`~rlloom_commands.targets.resolve_target`)."""
     from rlloom.config import compose_config
-    from rlloom.trainer import Trainer
+    from rlloom_trainer.trainer import Trainer
 
     target = resolve_target(path)
     base = saved_overrides(target, overrides)

@@ -21,13 +21,12 @@ class RolloutSession:
     """A rollout engine on one model, its tokenizer and the run's sampling settings."""
 
     def __init__(self, resolved: Any) -> None:
-        from transformers import AutoTokenizer
-
         from rlloom.controller.local import build_role
         from rlloom.data import PromptEncoder
         from rlloom.plugins.registry import get_registry
-        from rlloom.trainer import sampling_params
         from rlloom.types import EngineSpec, RoleSpec
+        from rlloom_trainer.trainer import sampling_params
+        from transformers import AutoTokenizer
 
         registry, sections, trainer = get_registry(), resolved.sections, resolved.sections["trainer"]
         model_path = registry.build("model", resolved.choices["model"], sections["model"])

@@ -12,16 +12,15 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
 
     The checkpoint is loaded into a fresh train engine of the kind that wrote it (its saved
     ``train_engine`` choice and config), in this one process, whose full weights are then saved
-    with :func:`rlloom.export.save_hf_folder` over the run's base model folder (config, tokenizer),
+    with :func:`rlloom_trainer.export.save_hf_folder` over the run's base model folder (config, tokenizer),
     which must still exist. An engine config class may name the settings one process needs
     (:class:`rlloom.protocols.LoadsInOneProcess`); they replace the saved ones."""
     from omegaconf import OmegaConf
-
-    from rlloom.export import save_hf_folder
     from rlloom.plugins.registry import get_registry
     from rlloom.protocols import LoadsInOneProcess
-    from rlloom.run_state import TrainerState
     from rlloom.types import EngineSpec
+    from rlloom_trainer.export import save_hf_folder
+    from rlloom_trainer.run_state import TrainerState
 
     state = TrainerState.read(checkpoint_dir)
     model_path = state.model_path

@@ -11,9 +11,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rlloom.checkpoint import CHECKPOINTS_DIR, LATEST, MANIFEST, CheckpointError, CheckpointManager, read_step
 from rlloom.config import ConfigError
-from rlloom.config.files import hydra_value
+from rlloom_trainer.checkpoint import CHECKPOINTS_DIR, LATEST, MANIFEST, CheckpointError, CheckpointManager, read_step
+from rlloom_trainer.config_files import hydra_value
 
 # trainer keys a command sets itself, never taken from the run that wrote a checkpoint
 OWN_TRAINER_KEYS = ("run_dir", "resume", "trackers")
@@ -77,7 +77,7 @@ def model_folder(target: Target) -> Iterator[str]:
         yield target.hf_folder
         return
     from rlloom.controller.local import quiet_transformers
-    from rlloom.progress import phase
+    from rlloom_trainer.progress import phase
 
     from rlloom_commands.hf_folder import export_checkpoint
 
@@ -94,7 +94,7 @@ def saved_overrides(target: Target, overrides: list[str]) -> list[str]:
     settings of groups that ``overrides`` choose anew; none for a Hugging Face folder."""
     if target.checkpoint is None:
         return []
-    from rlloom.run_state import TrainerState
+    from rlloom_trainer.run_state import TrainerState
 
     state = TrainerState.read(target.checkpoint)
     rechosen = {item.split("=", 1)[0] for item in overrides if "=" in item and "." not in item.split("=", 1)[0]}

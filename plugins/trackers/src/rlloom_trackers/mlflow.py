@@ -12,7 +12,8 @@ import os
 import re
 import time
 
-from rlloom.run_state import flatten_config
+from rlloom_trainer.run_state import flatten_config
+
 from rlloom_trackers.common import finite_scalars, run_name
 
 EXPERIMENT = "rlloom"

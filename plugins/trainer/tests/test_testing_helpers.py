@@ -1,4 +1,4 @@
-"""``rlloom.testing``: metric rows of a hand-written ``metrics.jsonl``, and ``entry_point_registry``
+"""``rlloom_trainer.testing``: metric rows of a hand-written ``metrics.jsonl``, and ``entry_point_registry``
 on real installed distributions (the core's own, and ones written to a folder on ``sys.path``)."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import subprocess
 import sys
 
 import pytest
-
-from rlloom.testing import comparable_rows, entry_point_registry, metric_rows, training_rows
+from rlloom_trainer.testing import comparable_rows, entry_point_registry, metric_rows, training_rows
 
 ROWS = [
     {"step": 0, "critic/score/mean": 0.5, "val-core/digits/acc/mean@2": 0.1},  # validation before training
@@ -55,7 +54,7 @@ def test_a_torn_line_is_an_error_naming_the_line(tmp_path):
 def test_entry_point_registry_loads_that_entry_point_alone():
     registry = entry_point_registry("core")
     assert [(s.entry_point, s.distribution, s.status) for s in registry.statuses] == [("core", "rlloom", "loaded")]
-    assert registry.choices("tracker") == ["console", "jsonl"] and registry.choices("launcher") == ["local"]
+    assert registry.choices("resharder") == ["in_process"] and registry.choices("launcher") == ["local"]
 
 
 def test_a_missing_entry_point_fails_naming_it():
@@ -84,12 +83,12 @@ def test_an_entry_point_two_distributions_provide_fails_naming_both(tmp_path, mo
         entry_point_registry("core")
 
 
-def test_importing_it_imports_no_package_rlloom_does_not():
+def test_importing_it_imports_no_package_beyond_rlloom_and_itself():
     code = ("import json, sys, rlloom\n"
             "before = set(sys.modules)\n"
-            "import rlloom.testing\n"
+            "import rlloom_trainer.testing\n"
             "new = {name.split('.')[0] for name in set(sys.modules) - before}\n"
             "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {n for n in new if n.startswith('_')})))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.splitlines()[-1]) == ["rlloom"]
+    assert json.loads(result.stdout.splitlines()[-1]) == ["rlloom", "rlloom_trainer"]

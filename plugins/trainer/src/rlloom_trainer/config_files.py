@@ -6,7 +6,7 @@ A config file is a YAML mapping of
 - ``preset``: a preset's name, i.e. ``preset=<name>``;
 - ``<section>``: a mapping of that section's keys (``trainer: {total_steps: 30}``), i.e.
   ``trainer.total_steps=30``; a value may be a list or a mapping (``launcher: {resource_pools: {global: 2}}``);
-- ``provenance``: ignored (a run's recorded ``config.yaml`` holds it, :mod:`rlloom.config.record`).
+- ``provenance``: ignored (a run's recorded ``config.yaml`` holds it, :mod:`rlloom_trainer.record`).
 
 The file stands for those overrides, placed before the command line's, so the command line wins. Every
 error is a :class:`ConfigError` naming the file: a missing file, bad YAML, a top-level key that is none of
@@ -19,12 +19,12 @@ import dataclasses
 from typing import Any
 
 import yaml
-
 from rlloom.config.compose import ResolvedConfig, compose_config
 from rlloom.config.errors import ConfigError
-from rlloom.config.record import CHOICES, PROVENANCE
 from rlloom.config.schema import RunConfig
 from rlloom.suggest import did_you_mean
+
+from rlloom_trainer.record import CHOICES, PROVENANCE
 
 PRESET = "preset"
 SECTIONS = [field.name for field in dataclasses.fields(RunConfig) if field.name != "defaults"]

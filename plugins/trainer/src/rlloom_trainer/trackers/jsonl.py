@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-from rlloom.checkpoint import write_atomic
+from rlloom_trainer.checkpoint import write_atomic
 
 
 class JsonlTracker:

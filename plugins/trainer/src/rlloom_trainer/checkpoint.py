@@ -4,7 +4,7 @@ Layout under ``<run_dir>/checkpoints/``::
 
     global_step_<N>/            one complete checkpoint (written as global_step_<N>.tmp, then renamed)
         actor/  critic/         what each train engine's ``save`` wrote
-        trainer_state.pt        the run's state (rlloom.run_state.TrainerState)
+        trainer_state.pt        the run's state (rlloom_trainer.run_state.TrainerState)
         config.yaml             the resolved run config
         manifest.json           written LAST: {"step": N, "files": {relative path: size in bytes}}
     latest                      the name of the newest complete checkpoint (written last, atomically)
@@ -30,6 +30,8 @@ import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from rlloom.errors import RunFailedError
 
 RESUME_MARKER = "training/resumed_from_step"
 """The metric the first row logged after a resume carries: the step the run resumed from."""
@@ -66,7 +68,7 @@ def disk_was_full(error: BaseException, folder: str) -> bool:
         return False
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunFailedError):
     """A checkpoint could not be written or read; the message names the folder and the cause."""
 
 

@@ -10,13 +10,12 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from rlloom.batch import Batch
 from rlloom.controller.step import derive_seed
-from rlloom.dumps import dump_rollouts
-from rlloom.guards import NonFiniteGuard, TrainingAborted, is_nonfinite_step
-from rlloom.run_state import config_changes, rng_state, set_rng_state
-from rlloom.trackers.jsonl import JsonlTracker
+from rlloom_trainer.dumps import dump_rollouts
+from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted, is_nonfinite_step
+from rlloom_trainer.run_state import config_changes, rng_state, set_rng_state
+from rlloom_trainer.trackers.jsonl import JsonlTracker
 
 
 def draws() -> tuple:

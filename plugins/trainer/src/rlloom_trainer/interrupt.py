@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import shlex
 
-from rlloom.checkpoint import CheckpointManager
 from rlloom.config import ResolvedConfig
-from rlloom.run_name import run_dir_of
+from rlloom.config.run_name import run_dir_of
 
-INTERRUPTED = 130
-"""The exit status of a run stopped by Ctrl-C, as a shell reports a process killed by SIGINT."""
+from rlloom_trainer.checkpoint import CheckpointManager
 
 
 class RunInterrupted(KeyboardInterrupt):

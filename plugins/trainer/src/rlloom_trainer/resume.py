@@ -14,12 +14,12 @@ import os
 import sys
 
 from omegaconf import OmegaConf
-
-from rlloom.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step
 from rlloom.config import ConfigError, ResolvedConfig
+from rlloom.config.run_name import run_dir_of
 from rlloom.config.schema import NO_COST
-from rlloom.run_name import run_dir_of
-from rlloom.run_state import TrainerState, config_changes
+
+from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step
+from rlloom_trainer.run_state import TrainerState, config_changes
 
 FINAL_METRICS = "final_metrics.json"
 
@@ -28,7 +28,7 @@ def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
     """The checkpoint ``trainer.resume`` points at for a run in ``run_dir``, or None for a fresh start.
     ConfigError when ``resume=never`` meets existing checkpoints, when ``resume`` names no complete
     checkpoint, or when the checkpoint's config differs in a key that cannot change on resume
-    (:func:`rlloom.run_state.config_changes`)."""
+    (:func:`rlloom_trainer.run_state.config_changes`)."""
     mode = resolved.sections["trainer"].resume
     checkpoints = CheckpointManager(run_dir)
     if mode == "never":

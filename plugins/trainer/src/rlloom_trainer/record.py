@@ -4,7 +4,7 @@
 The record holds ``choices`` (group → chosen option), ``provenance`` (:func:`rlloom.provenance.run_provenance`:
 rlloom's version, the git commit of its source tree, each chosen option's distribution and version), then
 every section of the composed config with its values resolved. It is a config file
-(:mod:`rlloom.config.files`): ``rlloom train --config <run_dir>/config.yaml`` composes the same config again
+(:mod:`rlloom_trainer.config_files`): ``rlloom train --config <run_dir>/config.yaml`` composes the same config again
 (``provenance`` is ignored on load).
 """
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-
 from rlloom.config.compose import ResolvedConfig
 from rlloom.plugins.registry import Registry
 from rlloom.provenance import run_provenance

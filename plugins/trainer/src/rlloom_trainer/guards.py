@@ -13,11 +13,13 @@ import json
 import math
 import os
 
+from rlloom.errors import RunFailedError
+
 SKIP_KEYS = ("actor/skipped_update", "critic/skipped_update")
 LOSS_KEYS = ("actor/pg_loss", "critic/vf_loss")
 
 
-class TrainingAborted(RuntimeError):
+class TrainingAborted(RunFailedError):
     """The run stopped itself (e.g. too many non-finite steps); the message says why and where the
     diagnostics are."""
 

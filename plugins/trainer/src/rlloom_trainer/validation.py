@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlloom.progress import phase
+from rlloom_trainer.progress import phase
 
 if TYPE_CHECKING:
     from rlloom.batch import Batch

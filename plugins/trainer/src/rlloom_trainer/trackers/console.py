@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
-from rlloom.progress import show_on_bar
+from rlloom_trainer.progress import show_on_bar
 
 
 class ConsoleTracker:

@@ -21,20 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-
 from rlloom.batch import Batch
-from rlloom.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
-from rlloom.config.record import record_yaml
+from rlloom.config.run_name import run_dir_of
 from rlloom.controller.local import RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
-from rlloom.dumps import dump_rollouts
-from rlloom.export import save_hf_folder
-from rlloom.guards import NonFiniteGuard, TrainingAborted
-from rlloom.interrupt import RunInterrupted
 from rlloom.plugins.registry import Registry, get_registry
-from rlloom.progress import phase
 from rlloom.protocols import (
     ChecksModel,
     ConstrainsCost,
@@ -43,11 +36,18 @@ from rlloom.protocols import (
     RewindsRecord,
     StatefulAlgorithm,
 )
-from rlloom.resume import FINAL_METRICS, finished_run, resume_target
-from rlloom.run_name import run_dir_of
-from rlloom.run_state import TrainerState, rng_state, set_rng_state
 from rlloom.types import EngineSpec, RoleSpec, SamplingParams
-from rlloom.validation import validate
+
+from rlloom_trainer.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
+from rlloom_trainer.dumps import dump_rollouts
+from rlloom_trainer.export import save_hf_folder
+from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
+from rlloom_trainer.interrupt import RunInterrupted
+from rlloom_trainer.progress import phase
+from rlloom_trainer.record import record_yaml
+from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
+from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
+from rlloom_trainer.validation import validate
 
 
 def seed_everything(seed: int) -> None:
@@ -190,7 +190,7 @@ class Trainer:
         set_rng_state(state.rng)
 
     def save_checkpoint(self) -> Checkpoint:
-        """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom.checkpoint`)."""
+        """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom_trainer.checkpoint`)."""
 
         def write(folder: str) -> None:
             for role, engine in self.roles.trained().items():
@@ -292,7 +292,7 @@ class Trainer:
         """Send ``metrics`` (plus ``training/wall_clock_s``, seconds since the run started building) to
         every tracker. A tracker that cannot write its files (an ``OSError`` whose errno is in
         :data:`DISK_FULL_ERRNOS`: a full disk, a quota, a file too large) stops the run with
-        :class:`~rlloom.guards.TrainingAborted` — losing the run's record silently is worse; the last
+        :class:`~rlloom_trainer.guards.TrainingAborted` — losing the run's record silently is worse; the last
         checkpoint is where a re-run resumes. A tracker failing otherwise (a service that is down, a
         ``ConnectionError``) is dropped with a warning."""
         metrics["training/wall_clock_s"] = time.perf_counter() - self.started
@@ -334,14 +334,14 @@ class Trainer:
         return prompts
 
     def validate(self) -> dict[str, float]:
-        """Sampled and greedy accuracy on the validation prompts (:func:`rlloom.validation.validate`)."""
+        """Sampled and greedy accuracy on the validation prompts (:func:`rlloom_trainer.validation.validate`)."""
         prompts = self.encode(self.val_records, f"val{self.step}")
         return validate(self.context(), prompts, self.sampling, self.cfg)
 
     def fit(self) -> dict[str, float]:
         """Run steps up to ``trainer.total_steps`` (from the resumed step, if any); returns the last
         step's metrics with the final validation. Checkpoints every ``trainer.save_freq`` steps and
-        after the last; stops with :class:`~rlloom.guards.TrainingAborted` after
+        after the last; stops with :class:`~rlloom_trainer.guards.TrainingAborted` after
         ``trainer.max_nonfinite_steps`` non-finite steps in a row."""
         final_path = os.path.join(self.run_dir, FINAL_METRICS)
         if self.step >= self.cfg.total_steps and os.path.isfile(final_path):
@@ -399,8 +399,9 @@ def run_training(overrides: list[str]) -> dict[str, float]:
 
 def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     """Run the validated config ``resolved`` to its end; return the final metrics (those of the run's
-    folder, building nothing, when that run has already finished: :func:`rlloom.resume.finished_run`).
-    Ctrl-C during the run closes it and raises :class:`~rlloom.interrupt.RunInterrupted` (the step it was in)."""
+    folder, building nothing, when that run has already finished: :func:`rlloom_trainer.resume.finished_run`).
+    Ctrl-C during the run closes it and raises :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it
+    was in)."""
     finished = finished_run(resolved)
     if finished is not None:
         return finished

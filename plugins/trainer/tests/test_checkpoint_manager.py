@@ -10,8 +10,7 @@ import sys
 import textwrap
 
 import pytest
-
-from rlloom.checkpoint import KILL_ENV, CheckpointError, CheckpointManager, is_complete, read_step, write_atomic
+from rlloom_trainer.checkpoint import KILL_ENV, CheckpointError, CheckpointManager, is_complete, read_step, write_atomic
 
 
 def write_files(sizes: dict[str, int]):
@@ -88,7 +87,7 @@ def test_write_atomic_replaces_the_whole_file(tmp_path):
 
 SAVE_TWICE = textwrap.dedent("""
     import sys
-    from rlloom.checkpoint import CheckpointManager
+    from rlloom_trainer.checkpoint import CheckpointManager
 
     def write(folder):
         open(folder + "/a.bin", "wb").write(b"x" * 10)

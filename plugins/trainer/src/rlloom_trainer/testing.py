@@ -17,12 +17,13 @@ import importlib.metadata
 import json
 import os
 
-import rlloom
-from rlloom.checkpoint import RESUME_MARKER
 from rlloom.plugins.registry import Registry
 
-__all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "entry_point_registry", "metric_rows",
-           "train_tiny", "training_rows"]
+import rlloom_trainer
+from rlloom_trainer.checkpoint import RESUME_MARKER
+
+__all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "entry_point_registry",
+           "metric_rows", "train_tiny", "training_rows"]
 
 
 def device_params(what: str) -> list:
@@ -71,14 +72,14 @@ def training_rows(rows: list[dict], key: str = "critic/score/mean") -> list[dict
 
 def train_tiny(run_dir: str | os.PathLike[str], *overrides: str, cache_dir: str | os.PathLike[str] | None = None
                ) -> list[dict]:
-    """Run ``rlloom.train(["preset=tiny", "trainer.run_dir=<run_dir>", "model.cache_dir=<cache_dir>",
+    """Run ``rlloom_trainer.train(["preset=tiny", "trainer.run_dir=<run_dir>", "model.cache_dir=<cache_dir>",
     *overrides])`` in this process (the cache override only when ``cache_dir`` is given) and return
     :func:`metric_rows` of ``run_dir``.
 
     ``overrides`` must not set ``trainer.run_dir``: the rows are read from ``run_dir``.
     """
     cache = [f"model.cache_dir={cache_dir}"] if cache_dir is not None else []
-    rlloom.train(["preset=tiny", f"trainer.run_dir={run_dir}", *cache, *overrides])
+    rlloom_trainer.train(["preset=tiny", f"trainer.run_dir={run_dir}", *cache, *overrides])
     return metric_rows(run_dir)
 
 

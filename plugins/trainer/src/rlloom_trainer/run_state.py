@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlloom.checkpoint import read_step
+from rlloom_trainer.checkpoint import read_step
 
 TRAINER_STATE = "trainer_state.pt"
 """The file of a checkpoint folder that holds its :class:`TrainerState`."""
@@ -30,7 +30,7 @@ class TrainerState:
 
     - ``step``: training steps done; ``draws``: training-prompt batches drawn (a step may draw several);
     - ``data``: the prompt iterator's position (:meth:`rlloom.data.PromptIterator.state`);
-    - ``nonfinite_in_a_row``: the non-finite guard's count (:class:`rlloom.guards.NonFiniteGuard`);
+    - ``nonfinite_in_a_row``: the non-finite guard's count (:class:`rlloom_trainer.guards.NonFiniteGuard`);
     - ``algorithm``: the algorithm's ``state_dict()`` (:class:`~rlloom.protocols.StatefulAlgorithm`), or None;
     - ``rng``: :func:`rng_state`;
     - ``choices`` (group → option) and ``config`` (the composed config, resolved, as plain dicts);
@@ -58,7 +58,7 @@ class TrainerState:
     @classmethod
     def read(cls, folder: str) -> TrainerState:
         """The state of the complete checkpoint ``folder``
-        (:class:`~rlloom.checkpoint.CheckpointError` when it is not one)."""
+        (:class:`~rlloom_trainer.checkpoint.CheckpointError` when it is not one)."""
         read_step(folder)
         # Our own file, holding Python and NumPy RNG states (tuples, arrays): not a weights-only pickle.
         values = torch.load(os.path.join(folder, TRAINER_STATE), weights_only=False)
