@@ -7,7 +7,15 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config, Qwen2ForCausalLM
 
-from rlloom_megatron.convert import ModelLayout, hf_to_megatron, megatron_to_hf, shard, unshard
+from rlloom_megatron.convert import (
+    ModelLayout,
+    hf_to_megatron,
+    is_tensor_parallel,
+    local_spec_name,
+    megatron_to_hf,
+    shard,
+    unshard,
+)
 
 
 def qwen2(tie: bool, **fields) -> Qwen2ForCausalLM:
@@ -39,6 +47,39 @@ def test_round_trip_through_tp_shards_is_exact(tie, tp):
     expected = {name: t for name, t in hf.items() if not (tie and name == "lm_head.weight")}
     assert sorted(restored) == sorted(expected)
     for name, tensor in expected.items():
+        assert torch.equal(restored[name], tensor), name
+
+
+def te_spec_names(local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The parameters as TransformerEngine's layer spec names them, by megatron-core's own map from its
+    local spec's names to the TE spec's (``sharded_state_dict_keys_map`` of the local layer spec, which
+    megatron-core uses to load one spec's checkpoint into the other)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    keys_map = get_gpt_layer_local_spec(normalization="RMSNorm").submodules.sharded_state_dict_keys_map
+    renamed = {}
+    for name, tensor in local.items():
+        for local_prefix, te_prefix in keys_map.items():
+            name = name.replace(f".{local_prefix}", f".{te_prefix}")
+        renamed[name] = tensor
+    return renamed
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_transformer_engine_names_convert_through_their_local_names(tp):
+    model = qwen2(tie=False)
+    layout = ModelLayout.from_hf_config(model.config, tp)
+    full = hf_to_megatron(model.state_dict(), layout)
+    te = te_spec_names(full)
+    assert "decoder.layers.1.self_attention.linear_qkv.layer_norm_weight" in te
+    assert "decoder.layers.1.input_layernorm.weight" not in te
+    assert {local_spec_name(name) for name in te} == set(full)  # each TE name finds its converted weight
+    for name, tensor in te.items():
+        assert torch.equal(full[local_spec_name(name)], tensor), name
+        if name.endswith("layer_norm_weight"):  # a norm is replicated, though it lives in a TP-split layer
+            assert not is_tensor_parallel(name) and shard(name, tensor, tp - 1, tp) is tensor
+    restored = back_to_hf({local_spec_name(name): tensor for name, tensor in te.items()}, layout)
+    for name, tensor in model.state_dict().items():
         assert torch.equal(restored[name], tensor), name
 
 

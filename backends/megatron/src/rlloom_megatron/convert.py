@@ -88,9 +88,24 @@ _RENAMED = {  # megatron suffix -> HF suffix, per layer
     "input_layernorm.weight": "input_layernorm.weight",
     "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
 }
+TE_FUSED_NORMS = {  # TransformerEngine layer spec's name -> the local spec's, per layer
+    "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+    "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
+}
 COLUMN_PARALLEL = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
                    "output_layer.weight")
 ROW_PARALLEL = ("linear_proj.weight", "linear_fc2.weight")
+
+
+def local_spec_name(name: str) -> str:
+    """The local layer spec's name of Megatron parameter ``name``: TransformerEngine's spec folds the
+    input norm into ``linear_qkv`` and the pre-MLP norm into ``linear_fc1`` (:data:`TE_FUSED_NORMS`);
+    the conversions here are written for the local names. Every other name is returned as it is."""
+    if name.startswith("decoder.layers."):
+        layer, suffix = name.removeprefix("decoder.layers.").split(".", 1)
+        if suffix in TE_FUSED_NORMS:
+            return f"decoder.layers.{layer}.{TE_FUSED_NORMS[suffix]}"
+    return name
 
 
 def is_tensor_parallel(name: str) -> bool:

@@ -49,6 +49,7 @@ from rlloom_megatron.convert import (
     ModelLayout,
     hf_to_megatron,
     is_tensor_parallel,
+    local_spec_name,
     megatron_to_hf,
     pad_vocab,
     shard,
@@ -160,7 +161,7 @@ class MegatronTrainEngine:
         with torch.no_grad():
             for name, param in self.model.named_parameters():
                 if not name.startswith("value_head."):
-                    param.copy_(shard(name, full[name], self.tp_rank, self.tp_size))
+                    param.copy_(shard(name, full[local_spec_name(name)], self.tp_rank, self.tp_size))
 
     # ------------------------------------------------------------------------------ helpers
     @property
@@ -375,7 +376,7 @@ class MegatronTrainEngine:
                 full = unshard(name, parts)
             else:
                 full = local
-            yield from megatron_to_hf(name, full, self.layout)
+            yield from megatron_to_hf(local_spec_name(name), full, self.layout)
 
     def save(self, path: str) -> None:
         """Each TP rank of DP group 0 writes its slices and AdamW state to ``tp<rank>.pt`` under

@@ -3,7 +3,10 @@
 The model is RMSNorm + SwiGLU + RoPE (non-interleaved halves, as Hugging Face) + grouped-query
 attention, without biases except Qwen2's q/k/v ones, with the input embedding shared as LM head
 when the config ties them. It uses megatron-core's local layer spec, or TransformerEngine's when
-``transformer_engine`` is importable and the model is on CUDA. Fusions that need CUDA kernels
+megatron-core can use ``transformer_engine`` and the model is on CUDA (that spec folds each layer's two
+norms into the next linear layer: :data:`rlloom_megatron.convert.TE_FUSED_NORMS`). The final norm is
+always torch's RMSNorm (``WrappedTorchNorm``), whatever megatron-core would pick from the installed
+extensions (apex's fused LayerNorm refuses RMSNorm; TE's would change the numerics). Fusions that need CUDA kernels
 (bias-dropout, masked softmax, RoPE, gradient-accumulation) are off; dropout is off (RL
 checkpoints have none, and the policy must be the same in train and eval mode).
 """
@@ -30,12 +33,24 @@ def rope_base(config) -> float:
     return float(theta or getattr(config, "rope_theta", 10000.0))
 
 
+def uses_transformer_engine() -> bool:
+    """Whether megatron-core can build TransformerEngine layers here: ``transformer_engine`` is
+    installed and megatron-core's own import of it succeeded (``HAVE_TE``)."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return False
+    from megatron.core.extensions import transformer_engine as te_extension
+
+    return bool(te_extension.HAVE_TE)
+
+
 def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False):
     """A ``GPTModel`` with ``layout``'s shapes, its parameters float32 on the CPU and uninitialised
     (the engine loads converted weights into them and moves the model to its device). ``cuda``:
     the model will run on a GPU (TransformerEngine's layer spec when it is installed)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     text = hf_config.get_text_config()
@@ -50,14 +65,15 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
         masked_softmax_fusion=False, persist_layer_norm=False, bias_activation_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False,
     )
-    if cuda and importlib.util.find_spec("transformer_engine") is not None:
+    if cuda and uses_transformer_engine():
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
 
         spec = get_gpt_layer_with_transformer_engine_spec()
     else:
         spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    block = TransformerBlockSubmodules(layer_specs=[spec] * layout.num_layers, layer_norm=WrappedTorchNorm)
     return GPTModel(
-        config, spec, vocab_size=layout.padded_vocab, max_sequence_length=text.max_position_embeddings,
+        config, block, vocab_size=layout.padded_vocab, max_sequence_length=text.max_position_embeddings,
         position_embedding_type="rope", rotary_base=rope_base(hf_config),
         share_embeddings_and_output_weights=layout.tied, parallel_output=True,
     )
