@@ -203,10 +203,17 @@ def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp:
     result = {"log_probs": engine.compute_log_probs(mine, entropy=True)}
     result["metrics"] = engine.train_step(mine, pg_loss)
     result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    result["params_with_adam_state"] = len(engine._local_optimizer.state)
+    result["params"] = len(list(engine.model.parameters()))
     engine.save(os.path.join(out_dir, "checkpoint"))
     engine.train_step(mine, pg_loss)  # a second step, to compare with one resumed at TP = 1
     result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
     engine.close()
+    resumed = megatron_engine(path, tp=tp)  # the same layout resumed: the same second step
+    resumed.load(os.path.join(out_dir, "checkpoint"))
+    resumed.train_step(mine, pg_loss)
+    result["resumed_second_step"] = {name: tensor.clone() for name, tensor in resumed.named_weights()}
+    resumed.close()
     critic = megatron_engine(path, tp=tp, role="critic")
     result["critic"] = critic_run(critic, mine)
     critic.close()
@@ -230,6 +237,13 @@ def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
         assert abs(r["metrics"]["loss"] - fsdp_metrics["loss"]) < 1e-6
         assert abs(r["metrics"]["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
         assert_same_weights(r["weights"], fsdp_weights, atol=1e-4)
+    for r in ranks:
+        assert_same_weights(r["resumed_second_step"], r["second_step"], atol=1e-6)
+    if tp == 1:  # two DP replicas: AdamW's state is sharded between them (use_distributed_optimizer)
+        held = [r["params_with_adam_state"] for r in ranks]
+        assert sum(held) == ranks[0]["params"] and min(held) > 0, held
+    else:
+        assert [r["params_with_adam_state"] for r in ranks] == [r["params"] for r in ranks]
     want_critic = fsdp_critic(model_dir, batch)
     for r in ranks:
         assert_same_critic({**r["critic"], "values": torch.cat([x["critic"]["values"] for x in ranks])}, want_critic)
@@ -248,6 +262,23 @@ def test_a_tp2_checkpoint_resumes_at_tp1(tmp_path, model_dir):
         assert engine.step == 1
         engine.train_step(batch, pg_loss)
         assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["second_step"], atol=1e-5)
+    finally:
+        engine.close()
+
+
+def test_a_dp2_checkpoint_with_sharded_adam_state_resumes_in_one_process(tmp_path, model_dir):
+    """The DP = 2 engines' AdamW moments, each held by one replica, are gathered into the checkpoint:
+    one process resuming from it takes the same second step as the two replicas did."""
+    batch = make_batch()
+    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), 1), nprocs=2)
+    dp2 = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
+    engine = megatron_engine(model_dir)
+    try:
+        engine.load(str(tmp_path / "checkpoint"))
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, dp2["weights"], atol=1e-30)
+        assert len(engine.optimizer.state) == dp2["params"]  # every parameter's moments came back
+        engine.train_step(batch, pg_loss)
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, dp2["second_step"], atol=1e-5)
     finally:
         engine.close()
 

@@ -18,9 +18,16 @@ class MegatronConfig(TrainEngineConfig):
     engine's ranks (the launcher's world) are TP groups of that size, and the groups split the
     batch (data parallelism). It must divide the world size and the model's numbers of attention
     and key/value heads. Pipeline parallelism is not offered (see docs/megatron.md).
+
+    ``use_distributed_optimizer``: with more than one data-parallel replica, shard AdamW's state over
+    the DP group (ZeRO stage 1: each rank keeps and updates the moments of its share of the
+    parameters and broadcasts them), as Megatron's ``--use-distributed-optimizer`` and verl's
+    ``megatron.use_distributed_optimizer``; false keeps a full copy on every replica. The update is
+    the same either way.
     """
 
     tensor_parallel_size: int = 1
+    use_distributed_optimizer: bool = True
 
     # A checkpoint loads at any TP size, so one process (``rlloom export``) reads it at TP = 1.
     single_process_overrides: ClassVar[dict] = {"tensor_parallel_size": 1}

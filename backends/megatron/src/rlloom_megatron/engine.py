@@ -15,12 +15,16 @@ is predicted at position p + j - 1, as in the Hugging Face model with left paddi
 ids. Log-probs and entropy come from the vocabulary-split logits without gathering them
 (:mod:`rlloom_megatron.vocab_parallel`).
 
-Optimizer. Float32 parameters on every rank's slice; ``torch.optim.AdamW`` over the slices;
-gradients summed over the DP group (``all_reduce``) after the micro-batches; the global gradient
-norm counts each TP-split parameter's slices once and each replicated parameter once. On CUDA
-the forward and backward run under ``torch.autocast`` in ``train_engine.dtype`` (bf16 by default)
-with float32 master weights. megatron-core's own DDP and distributed optimizer are not used: they
-allocate on ``"cuda"`` by name, which no CPU run can exercise (docs/megatron.md).
+Optimizer. Float32 parameters on every rank's slice; AdamW over the slices; gradients summed over
+the DP group (``all_reduce``) after the micro-batches; the global gradient norm counts each TP-split
+parameter's slices once and each replicated parameter once. With ``train_engine.use_distributed_optimizer``
+(the default) and more than one DP replica, AdamW's state is sharded over the DP group (ZeRO stage 1,
+torch's ``ZeroRedundancyOptimizer``): each parameter's moments live on one DP rank, which updates it
+and broadcasts it to the others, so the optimizer state per rank shrinks by the DP size, as with
+Megatron's distributed optimizer. On CUDA the forward and backward run under ``torch.autocast`` in
+``train_engine.dtype`` (bf16 by default) with float32 master weights. megatron-core's own DDP and
+distributed optimizer are not used: they allocate on ``"cuda"`` by name and check parameters by CUDA
+type name, which no CPU run can exercise (docs/megatron.md).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
@@ -146,13 +151,28 @@ class MegatronTrainEngine:
         except BaseException:
             self.close()
             raise
-        self.optimizer = (
-            torch.optim.AdamW(self.model.parameters(), lr=cfg.lr_at(1, spec.role, spec.total_train_steps),
-                              betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
-            if self.trainable else None
-        )
+        self.optimizer = self._build_optimizer() if self.trainable else None
         self.step = 0
         self._offloaded = False
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over this rank's parameters, its state sharded over the DP group (ZeRO-1) when
+        ``cfg.use_distributed_optimizer`` and there is more than one DP replica."""
+        cfg = self.cfg
+        settings = dict(lr=cfg.lr_at(1, self.spec.role, self.spec.total_train_steps),
+                        betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
+        params = list(self.model.parameters())
+        if cfg.use_distributed_optimizer and self.dp_size > 1:
+            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=self.dp_group,
+                                           **settings)
+        return torch.optim.AdamW(params, **settings)
+
+    @property
+    def _local_optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer that holds this rank's AdamW state (a sharded optimizer's local one)."""
+        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
+            return self.optimizer.optim
+        return self.optimizer
 
     def _load_hf_weights(self, path: str) -> None:
         """Convert the folder's weights and copy this TP rank's slices into the model (a critic's
@@ -380,10 +400,12 @@ class MegatronTrainEngine:
 
     def save(self, path: str) -> None:
         """Each TP rank of DP group 0 writes its slices and AdamW state to ``tp<rank>.pt`` under
-        ``path``, rank 0 ``engine_state.json`` (step, role, TP size); :meth:`load` reads it at any
-        TP size."""
+        ``path`` (a sharded optimizer's state gathered from its DP group first), rank 0
+        ``engine_state.json`` (step, role, TP size); :meth:`load` reads it at any TP and DP size."""
         self._ready()
         os.makedirs(path, exist_ok=True)
+        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
+            self.optimizer.consolidate_state_dict(to=0)  # every rank of the DP group takes part
         if dist.get_rank(self.dp_group) == 0:
             state = {"model": self.model.state_dict()}
             if self.optimizer is not None:
@@ -397,7 +419,8 @@ class MegatronTrainEngine:
     def load(self, path: str) -> None:
         """Restore what :meth:`save` wrote, at any TP size: a checkpoint of another TP size is
         joined (:func:`~rlloom_megatron.convert.unshard`) and cut again for this engine's ranks,
-        parameters and AdamW moments alike. A reference may load an actor's weights."""
+        parameters and AdamW moments alike; a sharded optimizer keeps the moments of its own
+        parameters. A reference may load an actor's weights."""
         state_file = os.path.join(path, ENGINE_STATE_FILE)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(f"{path!r} is not a megatron engine checkpoint: {ENGINE_STATE_FILE} is missing")
@@ -443,14 +466,14 @@ class MegatronTrainEngine:
         """Move parameters and AdamW state to host memory (no-op on CPU)."""
         if self.device.type == "cpu" or self._offloaded:
             return
-        move_train_state(self.model, self.optimizer, torch.device("cpu"))
+        move_train_state(self.model, self._local_optimizer, torch.device("cpu"))
         self._offloaded = True
 
     def onload(self) -> None:
         """Undo :meth:`offload`."""
         if not self._offloaded:
             return
-        move_train_state(self.model, self.optimizer, self.device)
+        move_train_state(self.model, self._local_optimizer, self.device)
         self._offloaded = False
 
     def close(self) -> None:
