@@ -149,3 +149,61 @@ def test_a_library_filling_a_real_disk_is_a_checkpoint_error_and_leaves_nothing(
     assert f"the previous checkpoint {previous.path!r} is intact" in message
     assert sorted(os.listdir(small_tmpfs / "checkpoints")) == ["global_step_1", "latest"]
     assert manager.latest() == previous and is_complete(previous.path)
+
+
+class InterruptedWhilePickled:
+    """An object whose serialisation is interrupted: Ctrl-C arriving while a library writes it."""
+
+    def __reduce__(self):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_a_library_save_is_an_interrupt_not_a_failed_save(tmp_path):
+    """DCP catches the KeyboardInterrupt of a Ctrl-C inside its save and raises its own
+    CheckpointException: the manager raises KeyboardInterrupt again (the command then reports an
+    interrupt, exit 130), and the earlier checkpoint stays the latest."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(2, lambda folder: dcp_save(folder))
+
+    def interrupted(folder: str) -> None:
+        dcp.save({"weights": torch.zeros(4), "extra": InterruptedWhilePickled()},
+                 checkpoint_id=os.path.join(folder, "actor"))
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        manager.save(4, interrupted)
+    assert type(info.value.__cause__).__name__ == "CheckpointException"  # what DCP raised
+    assert manager.latest().step == 2
+
+
+def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_path):
+    """A real SIGINT inside a save whose library catches the KeyboardInterrupt and fails with another
+    error (as torch's zip writer does when a write is interrupted: "unexpected pos"): inside the run's
+    recording_interrupts block the manager raises KeyboardInterrupt; afterwards the same error is a
+    failed save again, and Python's own SIGINT handler is back."""
+    import signal
+
+    from rlloom_trainer.sigint import received, recording_interrupts
+
+    def loses_the_interrupt(folder: str) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            fails(folder)
+
+    def fails(folder: str) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    manager = CheckpointManager(str(tmp_path))
+    with recording_interrupts():
+        with pytest.raises(KeyboardInterrupt):
+            manager.save(2, loses_the_interrupt)
+        assert received()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with recording_interrupts():  # a new block forgets the last interrupt
+        assert not received()
+        with pytest.raises(CheckpointError, match="unexpected pos"):
+            manager.save(2, fails)
+    assert manager.latest() is None

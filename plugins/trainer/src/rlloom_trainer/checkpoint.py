@@ -28,10 +28,12 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rlloom.errors import RunFailedError
+
+from rlloom_trainer import sigint
 
 RESUME_MARKER = "training/resumed_from_step"
 """The metric the first row logged after a resume carries: the step the run resumed from."""
@@ -45,23 +47,30 @@ _NAME = re.compile(rf"^{PREFIX}(\d+)$")
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def disk_was_full(error: BaseException, folder: str) -> bool:
-    """Whether a failed write into ``folder`` ran out of space: an ``OSError`` with ENOSPC (or
-    EDQUOT, EFBIG) in the error's chain (its causes, and DCP's per-rank ``failures``), a message
-    saying so (safetensors reports "No space left on device (os error 28)"), or less than 1 MiB left
-    on the filesystem (torch's zip writer reports a full disk as "unexpected pos")."""
+def error_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every error behind it: its causes and contexts, and the per-rank ``failures``
+    DCP's ``CheckpointException`` collects (``{rank: (exception, traceback)}``), each once."""
     pending, seen = [error], set()
     while pending:
         current = pending.pop()
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        pending += [current.__cause__, current.__context__]
+        pending += [failure[0] for failure in getattr(current, "failures", {}).values()]
+
+
+def disk_was_full(error: BaseException, folder: str) -> bool:
+    """Whether a failed write into ``folder`` ran out of space: an ``OSError`` with ENOSPC (or
+    EDQUOT, EFBIG) in the error's chain (:func:`error_chain`), a message saying so (safetensors
+    reports "No space left on device (os error 28)"), or less than 1 MiB left on the filesystem
+    (torch's zip writer reports a full disk as "unexpected pos")."""
+    for current in error_chain(error):
         if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
             return True
         if "No space left on device" in str(current):
             return True
-        pending += [current.__cause__, current.__context__]
-        pending += [failure[0] for failure in getattr(current, "failures", {}).values()]
     try:
         return shutil.disk_usage(folder).free < 2**20
     except OSError:
@@ -174,7 +183,9 @@ class CheckpointManager:
         library's own error (DCP's ``CheckpointException``, a ``BaseException``; safetensors'
         ``SafetensorError``) — the temporary folder is removed, earlier checkpoints are untouched and
         :class:`CheckpointError` says what failed (and whether the disk was full, see
-        :func:`disk_was_full`). An interrupt (Ctrl-C) propagates as it is."""
+        :func:`disk_was_full`). An interrupt (Ctrl-C) propagates as a ``KeyboardInterrupt``, also when
+        a library caught it and raised an error of its own (DCP wraps it; :mod:`rlloom_trainer.sigint`
+        remembers it when the library loses it), leaving the temporary folder to the next save."""
         os.makedirs(self.root, exist_ok=True)
         for name in os.listdir(self.root):
             if name.endswith(".tmp"):
@@ -198,6 +209,8 @@ class CheckpointManager:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as error:  # noqa: BLE001 - DCP's CheckpointException derives from BaseException
+            if sigint.received() or any(isinstance(cause, KeyboardInterrupt) for cause in error_chain(error)):
+                raise KeyboardInterrupt from error
             full = disk_was_full(error, self.root)
             shutil.rmtree(tmp, ignore_errors=True)
             previous = self.latest()

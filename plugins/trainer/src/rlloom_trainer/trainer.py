@@ -47,6 +47,7 @@ from rlloom_trainer.progress import phase
 from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
+from rlloom_trainer.sigint import recording_interrupts
 from rlloom_trainer.validation import validate
 
 
@@ -407,7 +408,8 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
         return finished
     trainer = Trainer(resolved)
     try:
-        return trainer.fit()
+        with recording_interrupts():
+            return trainer.fit()
     except KeyboardInterrupt:
         raise RunInterrupted(trainer.step) from None
     finally:
