@@ -32,7 +32,7 @@ def test_every_plugin_registers_without_heavy_imports():
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["failed"] == {}, report["failed"]
-    assert {"core", "grpo", "ppo", "fsdp", "hf", "tasks", "models"} <= set(report["loaded"])
+    assert {"core", "trainer", "grpo", "ppo", "fsdp", "hf", "tasks", "models"} <= set(report["loaded"])
 
 
 @pytest.mark.parametrize("override", ["trainer.seed=-1", "algorithm.adv_estimator=grpo_passkk"])
