@@ -249,36 +249,21 @@ def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
         assert_same_critic({**r["critic"], "values": torch.cat([x["critic"]["values"] for x in ranks])}, want_critic)
 
 
-def test_a_tp2_checkpoint_resumes_at_tp1(tmp_path, model_dir):
-    """Parameters and AdamW moments are recut for another TP size: the step after resuming at TP = 1
-    equals the one the TP = 2 engine took after saving."""
+@pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
+def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp):
+    """TP = 2: parameters and AdamW moments are recut for TP = 1. DP = 2: the moments, each held by one
+    replica (use_distributed_optimizer), are gathered into the checkpoint. Either way one process
+    resuming from it has every parameter's moments and takes the second step the two processes took."""
     batch = make_batch()
-    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), 2), nprocs=2)
-    tp2 = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
+    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
+    saved = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
     engine = megatron_engine(model_dir)
     try:
         engine.load(str(tmp_path / "checkpoint"))
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["weights"], atol=1e-30)
-        assert engine.step == 1
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["weights"], atol=1e-30)
+        assert engine.step == 1 and len(engine.optimizer.state) == len(list(engine.model.parameters()))
         engine.train_step(batch, pg_loss)
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, tp2["second_step"], atol=1e-5)
-    finally:
-        engine.close()
-
-
-def test_a_dp2_checkpoint_with_sharded_adam_state_resumes_in_one_process(tmp_path, model_dir):
-    """The DP = 2 engines' AdamW moments, each held by one replica, are gathered into the checkpoint:
-    one process resuming from it takes the same second step as the two replicas did."""
-    batch = make_batch()
-    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), 1), nprocs=2)
-    dp2 = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
-    engine = megatron_engine(model_dir)
-    try:
-        engine.load(str(tmp_path / "checkpoint"))
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, dp2["weights"], atol=1e-30)
-        assert len(engine.optimizer.state) == dp2["params"]  # every parameter's moments came back
-        engine.train_step(batch, pg_loss)
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, dp2["second_step"], atol=1e-5)
+        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["second_step"], atol=1e-5)
     finally:
         engine.close()
 
