@@ -22,7 +22,7 @@ def _remember_and_interrupt(signum, frame) -> None:
 @contextlib.contextmanager
 def recording_interrupts() -> Iterator[None]:
     """Inside the block SIGINT raises ``KeyboardInterrupt`` as Python's own handler does, and is
-    remembered for :func:`received` (forgotten when the block starts). It changes nothing where
+    remembered for :func:`received` until the block ends. It changes nothing where
     Python's handler is not the one installed (SIGINT ignored, a handler of the caller's) or off the
     main thread, where no handler can be set."""
     _received.clear()
@@ -35,8 +35,9 @@ def recording_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        _received.clear()
 
 
 def received() -> bool:
-    """Whether SIGINT arrived inside the current (or last) :func:`recording_interrupts` block."""
+    """Whether SIGINT arrived inside the current :func:`recording_interrupts` block (False outside one)."""
     return _received.is_set()
