@@ -102,9 +102,9 @@ def local_spec_name(name: str) -> str:
     input norm into ``linear_qkv`` and the pre-MLP norm into ``linear_fc1`` (:data:`TE_FUSED_NORMS`);
     the conversions here are written for the local names. Every other name is returned as it is."""
     if name.startswith("decoder.layers."):
-        layer, suffix = name.removeprefix("decoder.layers.").split(".", 1)
+        layer, suffix = _split_layer_name(name)
         if suffix in TE_FUSED_NORMS:
-            return f"decoder.layers.{layer}.{TE_FUSED_NORMS[suffix]}"
+            return _mg_layer(layer) + TE_FUSED_NORMS[suffix]
     return name
 
 
