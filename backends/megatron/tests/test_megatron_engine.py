@@ -13,6 +13,8 @@ import pickle
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
@@ -257,6 +259,17 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
     batch = make_batch()
     mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
     saved = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
+    stored = dcp.FileSystemReader(str(tmp_path / "checkpoint")).read_metadata().state_dict_metadata
+    for key, tensor in stored.items():  # every value written once: its chunks (one per TP box) cover it exactly
+        if hasattr(tensor, "chunks"):
+            assert sum(math.prod(chunk.sizes) for chunk in tensor.chunks) == math.prod(tensor.size), key
+    assert sum(key.endswith(".exp_avg") for key in stored) == saved["params"]  # each moment from one replica
+    dcp_to_torch_save(str(tmp_path / "checkpoint"), str(tmp_path / "whole.pt"))  # torch's own reader joins the boxes
+    whole = torch.load(tmp_path / "whole.pt", weights_only=True)
+    assert torch.equal(whole["model.embedding.word_embeddings.weight"], saved["weights"]["model.embed_tokens.weight"])
+    fc1 = whole["model.decoder.layers.1.mlp.linear_fc1.weight"]
+    assert torch.equal(fc1[0], saved["weights"]["model.layers.1.mlp.gate_proj.weight"])
+    assert torch.equal(fc1[1], saved["weights"]["model.layers.1.mlp.up_proj.weight"])
     engine = megatron_engine(model_dir)
     try:
         engine.load(str(tmp_path / "checkpoint"))
@@ -264,6 +277,54 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
         assert engine.step == 1 and len(engine.optimizer.state) == len(list(engine.model.parameters()))
         engine.train_step(batch, pg_loss)
         assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["second_step"], atol=1e-5)
+    finally:
+        engine.close()
+
+
+def _resume_at_tp2(rank: int, store: str, path: str, batch: Batch, checkpoint: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    engine = megatron_engine(path, tp=2)
+    engine.load(checkpoint)
+    half = len(batch) // 2
+    engine.train_step(batch.slice(rank * half, (rank + 1) * half), pg_loss)
+    result = {"step": engine.step, "weights": {name: tensor.clone() for name, tensor in engine.named_weights()}}
+    engine.close()
+    with open(os.path.join(out_dir, f"tp2_rank{rank}.pkl"), "wb") as handle:
+        pickle.dump(result, handle)
+    dist.destroy_process_group()
+
+
+def test_a_one_process_checkpoint_resumes_at_tp2(tmp_path, model_dir):
+    """A TP = 1 checkpoint read by a TP = 2 group (each rank reading its boxes of the stored tensors):
+    the same second step as the one process took; the stored tensors have the real vocabulary."""
+    batch = make_batch()
+    engine = megatron_engine(model_dir)
+    try:
+        engine.train_step(batch, pg_loss)
+        engine.save(str(tmp_path / "checkpoint"))
+        engine.train_step(batch, pg_loss)
+        want = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    finally:
+        engine.close()
+    stored = dcp.FileSystemReader(str(tmp_path / "checkpoint")).read_metadata().state_dict_metadata
+    assert tuple(stored["model.embedding.word_embeddings.weight"].size) == (VOCAB, 64)
+    assert tuple(stored["optimizer.decoder.layers.0.mlp.linear_fc1.weight.exp_avg"].size) == (2, 128, 64)
+    mp.spawn(_resume_at_tp2, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path / "checkpoint"),
+                                   str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        got = pickle.load(open(tmp_path / f"tp2_rank{rank}.pkl", "rb"))
+        assert got["step"] == 2
+        assert_same_weights(got["weights"], want, atol=1e-5)
+
+
+def test_a_checkpoint_of_the_earlier_per_rank_format_is_named(tmp_path, model_dir):
+    (tmp_path / "engine_state.json").write_text('{"step": 3, "role": "actor", "tensor_parallel_size": 1}')
+    torch.save({}, tmp_path / "tp0.pt")
+    engine = megatron_engine(model_dir)
+    try:
+        with pytest.raises(ValueError, match=r"per-rank tp<rank>.pt files, .* reads only DCP checkpoints"):
+            engine.load(str(tmp_path))
     finally:
         engine.close()
 

@@ -47,16 +47,14 @@ from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
-from rlloom_megatron import cpu_compat, parallel
+from rlloom_megatron import checkpoint, cpu_compat, parallel
 from rlloom_megatron.config import MegatronConfig
 from rlloom_megatron.convert import (
-    VOCAB_ROWS,
     ModelLayout,
     hf_to_megatron,
     is_tensor_parallel,
     local_spec_name,
     megatron_to_hf,
-    pad_vocab,
     shard,
     unshard,
 )
@@ -142,6 +140,7 @@ class MegatronTrainEngine:
             self.tp_size = cfg.tensor_parallel_size
             self.dp_group = parallel_state.get_data_parallel_group()
             self.dp_size = dist.get_world_size(self.dp_group)
+            self._shards = checkpoint.ShardLayout(self.layout, self.tp_group)
             build = build_critic if self.is_critic else build_gpt_model
             self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
             self.model.output_layer.register_forward_pre_hook(self._select_response_positions, with_kwargs=True)
@@ -399,68 +398,35 @@ class MegatronTrainEngine:
             yield from megatron_to_hf(local_spec_name(name), full, self.layout)
 
     def save(self, path: str) -> None:
-        """Each TP rank of DP group 0 writes its slices and AdamW state to ``tp<rank>.pt`` under
-        ``path`` (a sharded optimizer's state gathered from its DP group first), rank 0
-        ``engine_state.json`` (step, role, TP size); :meth:`load` reads it at any TP and DP size."""
+        """Write a DCP checkpoint of every rank's slices and AdamW state (a sharded optimizer's
+        replicas each their own share) in a layout independent of the TP size
+        (:mod:`rlloom_megatron.checkpoint`), and from rank 0 ``engine_state.json`` (step, role, TP
+        size); :meth:`load` reads it at any TP and DP size. Every rank takes part."""
         self._ready()
         os.makedirs(path, exist_ok=True)
-        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
-            self.optimizer.consolidate_state_dict(to=0)  # every rank of the DP group takes part
-        if dist.get_rank(self.dp_group) == 0:
-            state = {"model": self.model.state_dict()}
-            if self.optimizer is not None:
-                state["optimizer"] = self.optimizer.state_dict()
-            torch.save(state, os.path.join(path, f"tp{self.tp_rank}.pt"))
+        checkpoint.save(path, self.model, self._local_optimizer, self._shards)
         if dist.get_rank() == 0:
             with open(os.path.join(path, ENGINE_STATE_FILE), "w") as handle:
                 json.dump({"step": self.step, "role": self.spec.role, "tensor_parallel_size": self.tp_size}, handle)
         dist.barrier()
 
     def load(self, path: str) -> None:
-        """Restore what :meth:`save` wrote, at any TP size: a checkpoint of another TP size is
-        joined (:func:`~rlloom_megatron.convert.unshard`) and cut again for this engine's ranks,
-        parameters and AdamW moments alike; a sharded optimizer keeps the moments of its own
-        parameters. A reference may load an actor's weights."""
+        """Restore what :meth:`save` wrote, at any TP and DP size: each rank reads its slices and the
+        AdamW state of the parameters it updates. A reference may load an actor's weights."""
         state_file = os.path.join(path, ENGINE_STATE_FILE)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(f"{path!r} is not a megatron engine checkpoint: {ENGINE_STATE_FILE} is missing")
+        if os.path.isfile(os.path.join(path, "tp0.pt")):
+            raise ValueError(f"{path!r} holds per-rank tp<rank>.pt files, the format of rlloom-megatron before its "
+                             f"DCP checkpoints; this version reads only DCP checkpoints")
         with open(state_file) as handle:
             engine_state = json.load(handle)
         if self.trainable and engine_state["role"] != self.spec.role:
             raise ValueError(f"{path!r} was saved by an engine with role {engine_state['role']!r}; an engine with "
                              f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint")
         self._ready()
-        saved_tp = int(engine_state["tensor_parallel_size"])
-        ranks = [self.tp_rank] if saved_tp == self.tp_size else range(saved_tp)
-        saved = [torch.load(os.path.join(path, f"tp{rank}.pt"), map_location=self.device, weights_only=True)
-                 for rank in ranks]
-        model_state, optimizer_state = saved[0]["model"], saved[0].get("optimizer")
-        if saved_tp != self.tp_size:
-            model_state = {name: self._recut(name, [s["model"][name] for s in saved]) if torch.is_tensor(value)
-                           else value for name, value in model_state.items()}
-            if optimizer_state is not None and self.optimizer is not None:
-                optimizer_state = self._recut_optimizer([s["optimizer"] for s in saved])
-        self.model.load_state_dict(model_state)
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(optimizer_state)
+        checkpoint.load(path, self.model, self._local_optimizer, self._shards)
         self.step = int(engine_state["step"])
-
-    def _recut(self, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
-        """This rank's slice of parameter ``name`` from another TP size's slices of it (the vocabulary
-        padding, which depends on the TP size, redone)."""
-        full = unshard(name, parts)
-        if name.endswith(VOCAB_ROWS):
-            full = pad_vocab(full, self.layout)
-        return shard(name, full, self.tp_rank, self.tp_size).clone()
-
-    def _recut_optimizer(self, states: list[dict]) -> dict:
-        """AdamW's state dict recut like the parameters (its entries are in parameter order)."""
-        names = [name for name, _ in self.model.named_parameters()]
-        state = {}
-        for index, entry in states[0]["state"].items():
-            state[index] = {key: self._recut(names[int(index)], [s["state"][index][key] for s in states])
-                            if torch.is_tensor(value) and value.dim() > 0 else value for key, value in entry.items()}
-        return {"state": state, "param_groups": states[0]["param_groups"]}
 
     def offload(self) -> None:
         """Move parameters and AdamW state to host memory (no-op on CPU)."""
