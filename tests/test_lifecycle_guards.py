@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import textwrap
 
 import pytest
 from lifecycle_helpers import RLLOOM, run, run_env
-from rlloom_trainer.testing import metric_rows
+from rlloom_trainer.testing import metric_rows, mounted_tmpfs
 
 PLUGIN = """
 from dataclasses import dataclass
@@ -160,15 +159,9 @@ def test_algorithm_state_survives_a_kill_and_resume(tmp_path, plugin_env):
 def test_a_full_disk_under_metrics_jsonl_stops_the_run_with_one_paragraph(tmp_path):
     # A 12 KiB tmpfs holds config.yaml and a few rows of metrics.jsonl; then the record cannot grow.
     disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(disk, "12k"):
         result = run([str(RLLOOM), "train", "preset=tiny", f"trainer.run_dir={disk / 'run'}", "trainer.total_steps=30",
                       "trainer.trackers=[jsonl]", f"model.cache_dir={tmp_path / 'cache'}"], env=run_env())
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
     assert result.returncode == 1, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("rlloom: error: tracker JsonlTracker could not record step "), result.stderr[-2000:]

@@ -173,9 +173,12 @@ def test_train_without_the_trainer_plugin_says_what_to_install(defaults_only):
                              "installed: pip install rlloom-trainer\n")
 
 
-def test_plugin_commands_are_listed_in_the_help():
+def test_plugin_commands_are_listed_in_the_help_the_main_job_first():
     result = run_rlloom("--help")
     assert result.returncode == 0 and "serve" in result.stdout
+    listed = result.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert listed[0] == "train" and listed[-1] == "plugins"
+    assert listed[1:-1] == sorted(listed[1:-1]) and {"eval", "serve"} <= set(listed)
 
 
 def test_importing_rlloom_pulls_no_heavy_backend():

@@ -29,6 +29,7 @@ RUN_FAILED = 1
 ROLE_FAILED = 3
 INTERRUPTED = 130
 """The exit status of a command stopped by Ctrl-C, as a shell reports a process killed by SIGINT."""
+MAIN_COMMAND = "train"  # listed first by ``rlloom --help`` when installed (it comes with rlloom-trainer)
 
 
 def plugin_rows() -> list[dict[str, str]]:
@@ -85,13 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom", description="RL post-training for language models.")
     parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
-    plugins = sub.add_parser("plugins", help="list installed plugins")
-    plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    plugins.set_defaults(func=cmd_plugins)
-    for name, component in sorted(get_registry().components["command"].items()):
+    # The main job first, then the plugins' other commands by name, then the core's own.
+    for name, component in sorted(get_registry().components["command"].items(),
+                                  key=lambda item: (item[0] != MAIN_COMMAND, item[0])):
         doc = (component.factory.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None)
         command.set_defaults(func=component.factory(command))
+    plugins = sub.add_parser("plugins", help="list installed plugins")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(func=cmd_plugins)
     return parser
 
 

@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from rlloom_trainer.checkpoint import KILL_ENV, CheckpointError, CheckpointManager, is_complete, read_step, write_atomic
+from rlloom_trainer.testing import mounted_tmpfs
 
 
 def write_files(sizes: dict[str, int]):
@@ -113,14 +115,9 @@ def test_sigkill_inside_a_save_never_leaves_a_complete_looking_partial(tmp_path,
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A 1 MiB tmpfs mounted for the test (needs the right to mount: root, as on this project's machines)."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+    """A 1 MiB disk mounted for the test."""
+    with mounted_tmpfs(tmp_path / "small", "1m") as folder:
+        yield Path(folder)
 
 
 def dcp_save(folder: str) -> None:

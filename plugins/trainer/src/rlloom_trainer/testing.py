@@ -6,16 +6,20 @@
 - :func:`entry_point_registry` loads one installed plugin on its own and fails the test, with the
   plugin's traceback, if it does not load;
 - :func:`device_params` parametrizes a test over ``cpu`` and ``cuda``, the CUDA case skipped with
-  its reason on a machine without a GPU.
+  its reason on a machine without a GPU;
+- :func:`mounted_tmpfs` mounts a small real disk for a test that fills one.
 
 Importing this module is as cheap as importing :mod:`rlloom`: it imports nothing heavier.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
+import subprocess
+from collections.abc import Iterator
 
 from rlloom.plugins.registry import Registry
 
@@ -23,7 +27,7 @@ import rlloom_trainer
 from rlloom_trainer.checkpoint import RESUME_MARKER
 
 __all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "entry_point_registry",
-           "metric_rows", "train_tiny", "training_rows"]
+           "metric_rows", "mounted_tmpfs", "train_tiny", "training_rows"]
 
 
 def device_params(what: str) -> list:
@@ -34,6 +38,24 @@ def device_params(what: str) -> list:
 
     needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=f"needs a CUDA GPU: {what}")
     return ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: str | os.PathLike[str], size: str) -> Iterator[str]:
+    """A tmpfs of ``size`` (``mount -o size=``: ``12k``, ``1m``) mounted on the new folder ``folder``
+    while the block runs, then unmounted: a real disk that fills up. Mounting needs root (as on this
+    project's machines); elsewhere the test is skipped with mount's message."""
+    import pytest
+
+    os.makedirs(folder)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", os.fspath(folder)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield os.fspath(folder)
+    finally:
+        subprocess.run(["umount", os.fspath(folder)], check=True)
 
 
 def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict]:
