@@ -1,12 +1,16 @@
 """``rlloom_trainer.train`` with ``train_engine=megatron``: the tiny GRPO run in this process (TP = 1), and
 GRPO and PPO over Ray with tensor parallelism 2 (a pool of two workers, actor, reference, critic
 and rollout colocated), each learning and syncing its weights into the rollout engine (hf, and
-vLLM); the TP = 2 checkpoint exports to a Hugging Face folder."""
+vLLM); the TP = 2 checkpoint exports to a Hugging Face folder; a megatron run killed with SIGKILL
+resumes from its checkpoint as if it had never stopped."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from lifecycle_helpers import metric_rows, run, run_env, train_command
 from rlloom_commands.hf_folder import export_checkpoint
 from rlloom_trainer.testing import train_tiny, training_rows
 from safetensors.torch import load_file
@@ -68,3 +72,24 @@ def test_tp2_trainer_syncs_into_a_rollout_on_its_own_pool(tmp_path):
     split = ["launcher.num_cpus=4", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
              "resharder=broadcast"]
     assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, *split, cache_dir=tmp_path / "cache")))
+
+
+@pytest.mark.slow
+def test_a_killed_megatron_run_resumes_as_if_never_stopped(tmp_path):
+    """SIGKILL after global_step_4 was written (before the ``latest`` pointer moved); the re-run
+    resumes from that DCP checkpoint (weights, AdamW moments, RNG and data position) and ends with
+    the uninterrupted run's records and final weights, bitwise (CPU, one thread)."""
+    cache = str(tmp_path / "cache")
+    reference, run_dir = str(tmp_path / "reference"), str(tmp_path / "run")
+    assert run(train_command(reference, cache, *MEGATRON)).returncode == 0
+    command = train_command(run_dir, cache, *MEGATRON)
+    assert run(command, run_env(RLLOOM_TEST_KILL_AT="before_latest:4")).returncode == -9
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = os.path.join(run_dir, "checkpoints", "global_step_4")
+    assert f"rlloom: resumed from {checkpoint} (step 4)" in result.stderr
+    assert os.path.isfile(os.path.join(checkpoint, "actor", ".metadata"))  # the engine's DCP folder
+    assert metric_rows(run_dir) == metric_rows(reference)
+    ours = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
+    theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in theirs)
