@@ -58,7 +58,7 @@ from rlloom_megatron.convert import (
     shard,
     unshard,
 )
-from rlloom_megatron.model import build_critic, build_gpt_model
+from rlloom_megatron.model import build_critic, build_gpt_model, megatron_notices_silenced
 from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs
 
 ROLES = ("actor", "ref", "critic")
@@ -116,7 +116,8 @@ class MegatronTrainEngine:
         if spec.role not in ROLES:
             raise ValueError(f"EngineSpec.role {spec.role!r} is not supported by the megatron train engine; "
                              f"choose one of {list(ROLES)}")
-        parallel_state = import_megatron()
+        with megatron_notices_silenced():
+            parallel_state = import_megatron()
         self.cfg = cfg
         self.spec = spec
         self.trainable = spec.role in TRAINABLE_ROLES
@@ -142,7 +143,8 @@ class MegatronTrainEngine:
             self.dp_size = dist.get_world_size(self.dp_group)
             self._shards = checkpoint.ShardLayout(self.layout, self.tp_group)
             build = build_critic if self.is_critic else build_gpt_model
-            self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
+            with megatron_notices_silenced():
+                self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
             self.model.output_layer.register_forward_pre_hook(self._select_response_positions, with_kwargs=True)
             self._load_hf_weights(spec.model_path)
             self.model.to(self.device)

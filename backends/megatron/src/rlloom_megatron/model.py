@@ -13,13 +13,33 @@ checkpoints have none, and the policy must be the same in train and eval mode).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import re
+import warnings
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rlloom_megatron.convert import ModelLayout
+
+
+# What megatron-core prints while it is imported and a model is built, none of it about this engine's
+# run: it falls back from TransformerEngine / apex kernels the engine does not ask for (the layer spec
+# and the norms are chosen here), and one of its own TransformerConfig defaults is deprecated.
+MEGATRON_NOTICES = ("Transformer Engine and Apex are not installed", "Apex is not installed",
+                    "full scope is deprecated")
+
+
+@contextlib.contextmanager
+def megatron_notices_silenced() -> Iterator[None]:
+    """Inside the block, :data:`MEGATRON_NOTICES` are not printed; every other warning is."""
+    with warnings.catch_warnings():
+        for notice in MEGATRON_NOTICES:
+            warnings.filterwarnings("ignore", message=re.escape(notice), category=UserWarning)
+        yield
 
 
 def rope_base(config) -> float:
