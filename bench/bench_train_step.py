@@ -10,13 +10,14 @@ response tokens (logits only for the response slice), a token-mean policy-gradie
 distinct prompt once); ``--layout padded`` measures its overhead on the same work as the baseline
 instead. ``--ragged``: response lengths drawn uniformly from 1 … R (the rest padding), as sampled
 responses are. ``--engine megatron``:
-the megatron-core engine at tensor-parallel size 1 (no prompt sharing). ``--device cuda``:
+the megatron-core engine at tensor-parallel size 1 (no prompt sharing). ``--gradient-checkpointing``: the
+engine recomputes each layer's activations in backward (the baseline does not). ``--device cuda``:
 both on the GPU in the engine's default precision there (bf16 compute; the baseline autocasts to
 bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
 
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
     python bench/bench_train_step.py --device cuda --model smollm2-135m
-    python bench/bench_train_step.py --engine megatron --model smollm2-135m
+    python bench/bench_train_step.py --engine megatron --model smollm2-135m [--gradient-checkpointing]
 """
 
 from __future__ import annotations
@@ -69,20 +70,21 @@ def pg_loss(micro, outputs, stats):
     return -(micro["advantages"] * outputs["log_probs"] * mask).sum() / stats.num_tokens, {}
 
 
-def build_engine(name: str, path: str, micro_batch_size: int, layout: str, repeats: int, device: torch.device):
+def build_engine(name: str, path: str, micro_batch_size: int, layout: str, repeats: int, device: torch.device,
+                 recompute: bool):
     spec = EngineSpec(path, "actor", 0, repeats + 1, str(device))
+    settings = dict(micro_batch_size=micro_batch_size, train_entropy=False, gradient_checkpointing=recompute)
     if name == "megatron":
         from rlloom_megatron.config import MegatronConfig
         from rlloom_megatron.engine import MegatronTrainEngine
 
-        return MegatronTrainEngine(MegatronConfig(micro_batch_size=micro_batch_size, train_entropy=False), spec)
-    config = FSDPConfig(micro_batch_size=micro_batch_size, train_entropy=False, sequence_layout=layout)
-    return FSDPTrainEngine(config, spec)
+        return MegatronTrainEngine(MegatronConfig(**settings), spec)
+    return FSDPTrainEngine(FSDPConfig(**settings, sequence_layout=layout), spec)
 
 
 def time_engine(name: str, path: str, batch: Batch, micro_batch_size: int, layout: str, repeats: int,
-                device: torch.device) -> list[float]:
-    engine = build_engine(name, path, micro_batch_size, layout, repeats, device)
+                device: torch.device, recompute: bool) -> list[float]:
+    engine = build_engine(name, path, micro_batch_size, layout, repeats, device, recompute)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
@@ -130,6 +132,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="the engine recomputes activations")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device, "--device")
@@ -138,10 +141,11 @@ def main() -> None:
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab, args.ragged)
     plain = statistics.median(time_plain(path, batch, args.repeats, device))
     engine = statistics.median(time_engine(args.engine, path, batch, args.micro_batch_size, args.layout,
-                                           args.repeats, device))
+                                           args.repeats, device, args.gradient_checkpointing))
     tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
     print(f"model={args.model} device={device} rows={args.rows} n={args.n} real tokens/step={tokens} "
-          f"threads={args.threads} engine={args.engine} layout={args.layout if args.engine == 'fsdp' else 'padded'}")
+          f"threads={args.threads} engine={args.engine} layout={args.layout if args.engine == 'fsdp' else 'padded'} "
+          f"gradient_checkpointing={args.gradient_checkpointing}")
     print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
     print(f"rlloom {args.engine} train engine: {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
     print(f"ratio engine / plain       : {engine / plain:.2f}")

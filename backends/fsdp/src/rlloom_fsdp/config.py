@@ -29,8 +29,7 @@ class FSDPConfig(TrainEngineConfig):
     """The FSDP2 train engine: the settings every train engine has (optimizer, LR schedule,
     micro-batching, device, dtype: :class:`rlloom_enginekit.engine_config.TrainEngineConfig`) and its own.
 
-    ``gradient_checkpointing``: recompute decoder-layer activations in backward (less memory, about
-    one more forward of compute). ``reshard_after_forward``: free the gathered parameters of each
+    ``reshard_after_forward``: free the gathered parameters of each
     decoder layer after its forward (FSDP2's ZeRO-3 behaviour; ``False`` keeps them until backward,
     like ZeRO-2). ``sequence_layout``: how a micro-batch's rows enter the model
     (:mod:`rlloom_enginekit.packing`): ``shared_prompt`` (default) drops padding and runs each distinct prompt
@@ -43,7 +42,6 @@ class FSDPConfig(TrainEngineConfig):
     (:func:`rlloom_fsdp.head.chunked_log_probs`; 0: :func:`rlloom_fsdp.head.default_chunk_rows`).
     """
 
-    gradient_checkpointing: bool = False
     reshard_after_forward: bool = True
     sequence_layout: str = "shared_prompt"
     head_chunk_rows: int = 0

@@ -37,6 +37,9 @@ class TrainEngineConfig:
     either way, so the update does not depend on the cut.
     ``train_entropy``: also hand ``outputs["entropy"]`` (with grad) to the loss function in
     ``train_step`` (it costs memory in backward; turn it off when the loss does not use entropy).
+    ``gradient_checkpointing``: keep only each decoder layer's input in the training forward and
+    recompute the layer in backward (less memory, about one more forward of compute; the step is
+    the same).
 
     ``device``: where the engine runs (``cpu``, ``cuda``, ``cuda:N``, ``auto``); ``None`` follows
     the run's ``trainer.device``. ``dtype``: the compute dtype of forward and backward (``auto``:
@@ -59,6 +62,7 @@ class TrainEngineConfig:
     log_prob_micro_batch_size: int | None = None
     max_tokens_per_micro_batch: int | None = None
     train_entropy: bool = True
+    gradient_checkpointing: bool = False
     device: str | None = None
     dtype: str = "auto"
 

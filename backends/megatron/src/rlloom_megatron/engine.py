@@ -144,7 +144,8 @@ class MegatronTrainEngine:
             self._shards = checkpoint.ShardLayout(self.layout, self.tp_group)
             build = build_critic if self.is_critic else build_gpt_model
             with megatron_notices_silenced():
-                self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda")
+                self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda",
+                                   recompute=cfg.gradient_checkpointing and self.trainable)
             self.model.output_layer.register_forward_pre_hook(self._select_response_positions, with_kwargs=True)
             self._load_hf_weights(spec.model_path)
             self.model.to(self.device)

@@ -63,10 +63,14 @@ def uses_transformer_engine() -> bool:
     return bool(te_extension.HAVE_TE)
 
 
-def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False):
+def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False,
+                    recompute: bool = False):
     """A ``GPTModel`` with ``layout``'s shapes, its parameters float32 on the CPU and uninitialised
     (the engine loads converted weights into them and moves the model to its device). ``cuda``:
-    the model will run on a GPU (TransformerEngine's layer spec when it is installed)."""
+    the model will run on a GPU (TransformerEngine's layer spec when it is installed). ``recompute``:
+    keep only each layer's input in the forward and run the layer again in backward (megatron-core's
+    full recompute, one layer at a time: ``recompute_granularity="full"``, ``recompute_method="uniform"``,
+    ``recompute_num_layers=1``)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
@@ -84,6 +88,7 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
         use_cpu_initialization=True, perform_initialization=False, bias_dropout_fusion=False,
         masked_softmax_fusion=False, persist_layer_norm=False, bias_activation_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False,
+        **(dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1) if recompute else {}),
     )
     if cuda and uses_transformer_engine():
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
@@ -108,11 +113,12 @@ class _HiddenStates(nn.Module):
         return hidden, None
 
 
-def build_critic(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False):
+def build_critic(hf_config, layout: ModelLayout, tensor_parallel_size: int, cuda: bool = False,
+                 recompute: bool = False):
     """:func:`build_gpt_model` as a value model: no LM head (:class:`_HiddenStates` in its place)
     and ``value_head``, a ``Linear(hidden, 1)`` replicated on every TP rank and initialised to zero
     (as the fsdp critic: the first values are 0, every rank starts from the same head)."""
-    model = build_gpt_model(hf_config, layout, tensor_parallel_size, cuda)
+    model = build_gpt_model(hf_config, layout, tensor_parallel_size, cuda, recompute)
     model.output_layer = _HiddenStates()
     model.value_head = nn.Linear(layout.hidden, 1, dtype=torch.float32)
     nn.init.zeros_(model.value_head.weight)
