@@ -120,8 +120,9 @@ def fsdp_after_one_step(path: str, batch: Batch) -> tuple[dict[str, float], dict
         engine.close()
 
 
-def megatron_engine(path: str, tp: int = 1, role: str = "actor", device: str = "cpu") -> MegatronTrainEngine:
-    return MegatronTrainEngine(MegatronConfig(**SETTINGS, tensor_parallel_size=tp),
+def megatron_engine(path: str, tp: int = 1, role: str = "actor", device: str = "cpu",
+                    **settings) -> MegatronTrainEngine:
+    return MegatronTrainEngine(MegatronConfig(**SETTINGS, **settings, tensor_parallel_size=tp),
                                EngineSpec(path, role, seed=0, total_train_steps=10, device=device))
 
 
@@ -197,8 +198,7 @@ def test_tp1_gradient_checkpointing_keeps_less_and_takes_the_same_step(model_dir
     batch = make_batch()
     results = []
     for recompute in (False, True):
-        engine = MegatronTrainEngine(MegatronConfig(**SETTINGS, gradient_checkpointing=recompute),
-                                     EngineSpec(model_dir, "actor", seed=0, total_train_steps=10))
+        engine = megatron_engine(model_dir, gradient_checkpointing=recompute)
         try:
             kept = saved_for_backward_bytes(engine, batch)
             metrics = engine.train_step(batch, pg_loss)
@@ -254,6 +254,10 @@ def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp:
     critic = megatron_engine(path, tp=tp, role="critic")
     result["critic"] = critic_run(critic, mine)
     critic.close()
+    recomputing = megatron_engine(path, tp=tp, gradient_checkpointing=True)
+    recomputing.train_step(mine, pg_loss)
+    result["recomputed_step"] = {name: tensor.clone() for name, tensor in recomputing.named_weights()}
+    recomputing.close()
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as handle:
         pickle.dump(result, handle)
     dist.destroy_process_group()
@@ -276,6 +280,7 @@ def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
         assert_same_weights(r["weights"], fsdp_weights, atol=1e-4)
     for r in ranks:
         assert_same_weights(r["resumed_second_step"], r["second_step"], atol=1e-6)
+        assert_same_weights(r["recomputed_step"], r["weights"], atol=1e-30)  # gradient_checkpointing: the same step
     if tp == 1:  # two DP replicas: AdamW's state is sharded between them (use_distributed_optimizer)
         held = [r["params_with_adam_state"] for r in ranks]
         assert sum(held) == ranks[0]["params"] and min(held) > 0, held
