@@ -39,7 +39,7 @@ from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
 from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
-from rlloom_megatron.convert import ROW_PARALLEL, VOCAB_ROWS, ModelLayout, is_tensor_parallel, local_spec_name
+from rlloom_megatron.convert import GATE_UP, ROW_PARALLEL, VOCAB_ROWS, ModelLayout, is_tensor_parallel, local_spec_name
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (offsets, sizes) in the stored global tensor
@@ -52,7 +52,7 @@ def boxes(name: str, local_shape: torch.Size, layout: ModelLayout, tp_size: int)
     shape = tuple(local_shape)
     if not is_tensor_parallel(name):
         return shape, [((0,) * len(shape), shape)] * tp_size
-    if name.endswith("linear_fc1.weight"):
+    if name.endswith(GATE_UP):
         part = shape[0] // 2
         return (2, part * tp_size, shape[1]), [((0, r * part, 0), (2, part, shape[1])) for r in range(tp_size)]
     dim = 1 if name.endswith(ROW_PARALLEL) else 0
@@ -71,7 +71,7 @@ def boxes(name: str, local_shape: torch.Size, layout: ModelLayout, tp_size: int)
 
 def _stored_view(name: str, tensor: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
     """The part of this rank's slice ``tensor`` that its box ``sizes`` covers, as a view."""
-    if name.endswith("linear_fc1.weight"):
+    if name.endswith(GATE_UP):
         return tensor.view(sizes)
     return tensor[: sizes[0]] if name.endswith(VOCAB_ROWS) else tensor
 
@@ -86,11 +86,10 @@ class ShardLayout:
         self.global_ranks = [dist.get_global_rank(tp_group, rank) for rank in range(self.tp_size)]
 
     def stored(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` (this rank's slice of parameter ``name``, or of one of its moments) as the
-        DCP value to write or read into: a ShardedTensor with this rank's box as its local shard, or
-        the tensor itself for a replicated parameter. Reading into it fills ``tensor`` (shared
-        storage), vocabulary padding excepted."""
-        name = local_spec_name(name)
+        """``tensor`` (this rank's slice of parameter ``name``, its local spec name, or of one of its
+        moments) as the DCP value to write or read into: a ShardedTensor with this rank's box as its
+        local shard, or the tensor itself for a replicated parameter. Reading into it fills ``tensor``
+        (shared storage), vocabulary padding excepted."""
         if not is_tensor_parallel(name):
             return tensor
         global_shape, all_boxes = boxes(name, tensor.shape, self.layout, self.tp_size)
@@ -111,17 +110,21 @@ def _sharded_tensor_warnings_silenced() -> Iterator[None]:
         yield
 
 
+def _parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """``model``'s parameters under their local spec names, the names the checkpoint keys use."""
+    return [(local_spec_name(name), param) for name, param in model.named_parameters()]
+
+
 def engine_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, shards: ShardLayout) -> dict:
     """The DCP state of this rank: its parameters, and the AdamW state ``optimizer`` (the local
     optimizer of a sharded one) holds, each as :meth:`ShardLayout.stored` gives it."""
-    state = {f"model.{local_spec_name(name)}": shards.stored(name, param.detach())
-             for name, param in model.named_parameters()}
     held = optimizer.state if optimizer is not None else {}
-    for name, param in model.named_parameters():
+    state = {}
+    for name, param in _parameters(model):
+        state[f"model.{name}"] = shards.stored(name, param.detach())
         if param in held:
-            key = f"optimizer.{local_spec_name(name)}"
-            state[f"{key}.step"] = held[param]["step"]
-            state.update({f"{key}.{moment}": shards.stored(name, held[param][moment]) for moment in MOMENTS})
+            state[f"optimizer.{name}.step"] = held[param]["step"]
+            state.update({f"optimizer.{name}.{moment}": shards.stored(name, held[param][moment]) for moment in MOMENTS})
     return state
 
 
@@ -137,14 +140,14 @@ def load(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | N
     their AdamW state; vocabulary padding rows are set to 0. Every rank of the default group takes part."""
     saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     owned = {param for group in (optimizer.param_groups if optimizer is not None else []) for param in group["params"]}
+    parameters = _parameters(model)
     targets: dict[str, torch.Tensor] = {}  # the fresh tensors DCP fills, by key
     state: dict[str, object] = {}
-    for name, param in model.named_parameters():
-        key = local_spec_name(name)
-        wanted = [f"model.{key}"]
-        if param in owned and f"optimizer.{key}.exp_avg" in saved:
-            wanted += [f"optimizer.{key}.{moment}" for moment in MOMENTS]
-            state[f"optimizer.{key}.step"] = torch.zeros((), dtype=torch.float32)
+    for name, param in parameters:
+        wanted = [f"model.{name}"]
+        if param in owned and f"optimizer.{name}.exp_avg" in saved:
+            wanted += [f"optimizer.{name}.{moment}" for moment in MOMENTS]
+            state[f"optimizer.{name}.step"] = torch.zeros((), dtype=torch.float32)
         for item in wanted:
             targets[item] = torch.zeros_like(param)
             state[item] = shards.stored(name, targets[item])
@@ -154,9 +157,8 @@ def load(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | N
     with _sharded_tensor_warnings_silenced():
         dcp.load(state, checkpoint_id=path)
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            key = local_spec_name(name)
-            param.copy_(targets[f"model.{key}"])
-            if f"optimizer.{key}.exp_avg" in targets:
-                optimizer.state[param] = {"step": state[f"optimizer.{key}.step"]} | {
-                    moment: targets[f"optimizer.{key}.{moment}"] for moment in MOMENTS}
+        for name, param in parameters:
+            param.copy_(targets[f"model.{name}"])
+            if f"optimizer.{name}.exp_avg" in targets:
+                optimizer.state[param] = {"step": state[f"optimizer.{name}.step"]} | {
+                    moment: targets[f"optimizer.{name}.{moment}"] for moment in MOMENTS}

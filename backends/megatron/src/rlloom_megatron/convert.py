@@ -92,7 +92,8 @@ TE_FUSED_NORMS = {  # TransformerEngine layer spec's name -> the local spec's, p
     "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
     "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
 }
-COLUMN_PARALLEL = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
+GATE_UP = "linear_fc1.weight"  # [gate; up]: each TP rank holds its slice of gate and its slice of up
+COLUMN_PARALLEL = ("linear_qkv.weight", "linear_qkv.bias", GATE_UP, "word_embeddings.weight",
                    "output_layer.weight")
 ROW_PARALLEL = ("linear_proj.weight", "linear_fc2.weight")
 
@@ -196,7 +197,7 @@ def shard(name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tensor:
     """TP rank ``rank``'s part (of ``size``) of the full Megatron parameter ``name`` (a view)."""
     if size == 1 or not is_tensor_parallel(name):
         return full
-    if name.endswith("linear_fc1.weight"):  # [gate; up]: the rank's slice of each
+    if name.endswith(GATE_UP):  # the rank's slice of gate and of up
         return full.reshape(2, size, -1, full.shape[1])[:, rank].reshape(-1, full.shape[1])
     return full.chunk(size, dim=1 if name.endswith(ROW_PARALLEL) else 0)[rank]
 
@@ -205,7 +206,7 @@ def unshard(name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     """The full Megatron parameter ``name`` from every TP rank's part, in rank order."""
     if len(parts) == 1 or not is_tensor_parallel(name):
         return parts[0]
-    if name.endswith("linear_fc1.weight"):
+    if name.endswith(GATE_UP):
         halves = [part.chunk(2) for part in parts]
         return torch.cat([half[0] for half in halves] + [half[1] for half in halves])
     return torch.cat(parts, dim=1 if name.endswith(ROW_PARALLEL) else 0)
