@@ -6,11 +6,12 @@ resumes from its checkpoint as if it had never stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 import torch
-from lifecycle_helpers import metric_rows, run, run_env, train_command
+from lifecycle_helpers import RLLOOM, metric_rows, run, run_env, train_command
 from rlloom_commands.hf_folder import export_checkpoint
 from rlloom_trainer.testing import train_tiny, training_rows
 from safetensors.torch import load_file
@@ -102,3 +103,30 @@ def test_a_megatron_run_prints_no_notices_of_megatron_core(tmp_path):
     result = run(train_command(str(tmp_path / "run"), str(tmp_path / "cache"), *MEGATRON, "trainer.total_steps=1"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Warning" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_in_the_earlier_per_rank_format_is_refused_in_one_paragraph(tmp_path):
+    """A run dir whose checkpoint holds the per-rank tp<rank>.pt files megatron wrote before its DCP
+    checkpoints (a complete checkpoint by its manifest): resuming and exporting it end with exit 2 and
+    the one-paragraph reason, no traceback."""
+    run_dir, cache = tmp_path / "run", str(tmp_path / "cache")
+    assert run(train_command(str(run_dir), cache, *MEGATRON, "trainer.total_steps=2")).returncode == 0
+    checkpoint = run_dir / "checkpoints" / "global_step_2"
+    for written in (checkpoint / "actor").glob("*.distcp"):
+        written.unlink()
+    (checkpoint / "actor" / ".metadata").unlink()
+    old_file = checkpoint / "actor" / "tp0.pt"
+    torch.save({}, old_file)
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    kept = {name: size for name, size in manifest["files"].items()
+            if not name.startswith("actor/") or name == "actor/engine_state.json"}
+    manifest["files"] = kept | {"actor/tp0.pt": old_file.stat().st_size}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    for command in (train_command(str(run_dir), cache, *MEGATRON, "trainer.total_steps=4"),
+                    [str(RLLOOM), "export", str(checkpoint), "--out", str(tmp_path / "hf")]):
+        result = run(command)
+        assert result.returncode == 2, result.stderr[-3000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("rlloom: error: ") and "per-rank tp<rank>.pt files" in last, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr

@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
+from rlloom.config import ConfigError
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 from rlloom_megatron import MegatronConfig
 from rlloom_megatron.engine import MegatronTrainEngine
@@ -363,7 +364,8 @@ def test_a_checkpoint_of_the_earlier_per_rank_format_is_named(tmp_path, model_di
     torch.save({}, tmp_path / "tp0.pt")
     engine = megatron_engine(model_dir)
     try:
-        with pytest.raises(ValueError, match=r"per-rank tp<rank>.pt files, .* reads only DCP checkpoints"):
+        with pytest.raises(ConfigError, match=r"per-rank tp<rank>.pt files, .* reads only DCP checkpoints: .*"
+                                              r"start the run again in a new trainer.run_dir"):
             engine.load(str(tmp_path))
     finally:
         engine.close()

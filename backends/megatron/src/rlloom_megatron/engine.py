@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom.config import ConfigError
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
@@ -420,8 +421,10 @@ class MegatronTrainEngine:
         if not os.path.isfile(state_file):
             raise FileNotFoundError(f"{path!r} is not a megatron engine checkpoint: {ENGINE_STATE_FILE} is missing")
         if os.path.isfile(os.path.join(path, "tp0.pt")):
-            raise ValueError(f"{path!r} holds per-rank tp<rank>.pt files, the format of rlloom-megatron before its "
-                             f"DCP checkpoints; this version reads only DCP checkpoints")
+            raise ConfigError(f"{path!r} holds per-rank tp<rank>.pt files, the format of rlloom-megatron before its "
+                              f"DCP checkpoints (commit 9b6a6ff); this version reads only DCP checkpoints: resume or "
+                              f"export it with the rlloom-megatron that wrote it, or start the run again in a new "
+                              f"trainer.run_dir")
         with open(state_file) as handle:
             engine_state = json.load(handle)
         if self.trainable and engine_state["role"] != self.spec.role:
