@@ -13,24 +13,33 @@ its step count). A TP rank contributes its slice as a box (offsets and sizes) of
 - the vocabulary rows (embedding, output layer) unpadded, [vocab, h]: rank r holds rows
   [r·V/tp, (r+1)·V/tp) of the padded vocabulary V (:class:`~rlloom_megatron.convert.ModelLayout`),
   and its box is the part of them below ``vocab`` (padding is never written);
-- replicated parameters (norms, a critic's value head) whole: every rank offers the same tensor and
-  DCP writes one copy, as it does for the boxes of data-parallel replicas.
+- replicated parameters (norms, a critic's value head) whole.
 
-Loading gives every rank the boxes of its own TP size; DCP reads each from the saved boxes that
-overlap it, so a checkpoint resumes at any TP and DP size, and in one process (``rlloom export``).
-With a sharded optimizer (ZeRO-1) each DP replica writes and reads only the moments it holds.
+Data-parallel replicas offer the same boxes and DCP writes one copy. The AdamW moments of megatron-core's
+distributed optimizer are held in contiguous ranges of each parameter's flattened slice, one range
+per DP rank (:class:`rlloom_megatron.optimizer.AdamHolding`); a range is written as the few boxes that
+cover it exactly (:func:`flat_boxes`: a partial first row, whole rows, a partial last row, and so on
+down the dimensions), each placed inside the rank's TP box. So every rank writes, and on load
+reads, only what it holds; nothing is gathered on one rank.
 
-The boxes are torch ``ShardedTensor`` s (each lists every TP rank's box): DTensor, which torch
-recommends instead, splits a dimension in ``torch.chunk`` pieces and cannot describe the vocabulary
-boxes (the padding, and so each rank's share, depends on the TP size). torch's deprecation warning
-for ``ShardedTensor`` is silenced around the DCP calls here only.
+Loading gives every rank the boxes of its own TP and DP layout; DCP reads each from the saved boxes
+that overlap it, so a checkpoint resumes at any TP and DP size, with or without the distributed
+optimizer, and in one process (``rlloom export``).
+
+The boxes are torch ``ShardedTensor`` s, whose metadata lists every rank's boxes (gathered once per
+save or load): DTensor, which torch recommends instead, splits a dimension in ``torch.chunk`` pieces
+and cannot describe the vocabulary boxes (the padding, and so each rank's share, depends on the TP
+size) nor the optimizer's ranges. torch's deprecation warning for ``ShardedTensor`` is silenced
+around the DCP calls here only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -40,6 +49,7 @@ from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
 from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
 from rlloom_megatron.convert import GATE_UP, ROW_PARALLEL, VOCAB_ROWS, ModelLayout, is_tensor_parallel, local_spec_name
+from rlloom_megatron.optimizer import AdamHolding
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (offsets, sizes) in the stored global tensor
@@ -69,38 +79,103 @@ def boxes(name: str, local_shape: torch.Size, layout: ModelLayout, tp_size: int)
     return tuple(global_shape), result
 
 
-def _stored_view(name: str, tensor: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
-    """The part of this rank's slice ``tensor`` that its box ``sizes`` covers, as a view."""
-    if name.endswith(GATE_UP):
-        return tensor.view(sizes)
-    return tensor[: sizes[0]] if name.endswith(VOCAB_ROWS) else tensor
+def stored_shape(name: str, local_shape: torch.Size) -> tuple[int, ...]:
+    """The shape of a rank's slice of parameter ``name`` as its box holds it: ``linear_fc1``'s
+    [2·f/tp, h] as [2, f/tp, h] (gate, up); any other slice as it is."""
+    if is_tensor_parallel(name) and name.endswith(GATE_UP):
+        return (2, local_shape[0] // 2, local_shape[1])
+    return tuple(local_shape)
+
+
+def flat_boxes(shape: tuple[int, ...], start: int, stop: int) -> list[Box]:
+    """Boxes that together cover exactly the elements ``[start, stop)`` of a row-major tensor of
+    ``shape``, in memory order; in each, the dimensions after its first non-unit one are whole, so
+    each box is itself a contiguous range of elements."""
+    if start >= stop:
+        return []
+    if len(shape) == 1:
+        return [((start,), (stop - start,))]
+    inner = math.prod(shape[1:])
+
+    def within_row(row: int, first: int, last: int) -> list[Box]:
+        return [((row, *offsets), (1, *sizes)) for offsets, sizes in flat_boxes(shape[1:], first, last)]
+
+    whole_from, whole_to = -(-start // inner), stop // inner  # the rows [start, stop) covers entirely
+    if whole_from > whole_to:  # inside one row
+        row = start // inner
+        return within_row(row, start - row * inner, stop - row * inner)
+    result = within_row(whole_from - 1, start % inner, inner) if start % inner else []
+    if whole_to > whole_from:
+        result.append(((whole_from, *(0,) * (len(shape) - 1)), (whole_to - whole_from, *shape[1:])))
+    if stop % inner:
+        result += within_row(whole_to, 0, stop % inner)
+    return result
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A box of a stored global tensor and the tensor (a view of this rank's data) that fills it."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    tensor: torch.Tensor
 
 
 class ShardLayout:
-    """How this rank's tensors map to stored boxes: the layout, the TP group and this rank in it."""
+    """How TP rank ``tp_rank`` of ``tp_size`` maps its tensors to boxes of the stored global tensors."""
 
-    def __init__(self, layout: ModelLayout, tp_group: dist.ProcessGroup) -> None:
+    def __init__(self, layout: ModelLayout, tp_size: int, tp_rank: int) -> None:
         self.layout = layout
-        self.tp_size = dist.get_world_size(tp_group)
-        self.tp_rank = dist.get_rank(tp_group)
-        self.global_ranks = [dist.get_global_rank(tp_group, rank) for rank in range(self.tp_size)]
+        self.tp_size = tp_size
+        self.tp_rank = tp_rank
 
-    def stored(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` (this rank's slice of parameter ``name``, its local spec name, or of one of its
-        moments) as the DCP value to write or read into: a ShardedTensor with this rank's box as its
-        local shard, or the tensor itself for a replicated parameter. Reading into it fills ``tensor``
-        (shared storage), vocabulary padding excepted."""
-        if not is_tensor_parallel(name):
-            return tensor
-        global_shape, all_boxes = boxes(name, tensor.shape, self.layout, self.tp_size)
-        shards = {rank: ShardMetadata(list(offsets), list(sizes), f"rank:{self.global_ranks[rank]}/{tensor.device}")
-                  for rank, (offsets, sizes) in enumerate(all_boxes) if sizes[0] > 0}
-        metadata = ShardedTensorMetadata(list(shards.values()), torch.Size(global_shape),
-                                         TensorProperties.create_from_tensor(tensor))
-        local = []
-        if self.tp_rank in shards:
-            local = [Shard(_stored_view(name, tensor, all_boxes[self.tp_rank][1]), shards[self.tp_rank])]
-        return ShardedTensor._init_from_local_shards_and_global_metadata(local, metadata)
+    def pieces(self, name: str, local_shape: torch.Size, flat: torch.Tensor, start: int) -> list[Piece]:
+        """The boxes of parameter ``name``'s stored global tensor that ``flat`` fills: ``flat`` is
+        elements ``[start, start + len(flat))`` of this rank's slice (shape ``local_shape``),
+        flattened — of the parameter or of its AdamW moments. Each box comes with its view of
+        ``flat``; vocabulary padding rows are left out."""
+        _, all_boxes = boxes(name, local_shape, self.layout, self.tp_size)
+        rank_offsets, rank_sizes = all_boxes[self.tp_rank]
+        shape = stored_shape(name, local_shape)
+        result = []
+        for offsets, sizes in flat_boxes(shape, start, start + flat.numel()):
+            rows = min(sizes[0], rank_sizes[0] - offsets[0])  # rows past the rank's box: vocabulary padding
+            if rows <= 0:
+                continue
+            sizes = (rows, *sizes[1:])
+            first = sum(offset * math.prod(shape[dim + 1:]) for dim, offset in enumerate(offsets)) - start
+            view = flat[first: first + math.prod(sizes)].view(sizes)
+            result.append(Piece(tuple(o + r for o, r in zip(offsets, rank_offsets)), sizes, view))
+        return result
+
+    def global_shape(self, name: str, local_shape: torch.Size) -> tuple[int, ...]:
+        return boxes(name, local_shape, self.layout, self.tp_size)[0]
+
+
+def _sharded_tensors(local: dict[str, tuple[tuple[int, ...], list[Piece], TensorProperties]]
+                     ) -> dict[str, ShardedTensor]:
+    """One ShardedTensor per key of ``local`` (``key: (global shape, this rank's pieces, tensor
+    properties)``) with this rank's pieces as its local shards. Its metadata lists every rank's boxes
+    (one ``all_gather_object`` over the default group: every rank calls this); a box several ranks
+    hold (data-parallel replicas) is listed once, as this rank's when it holds it."""
+    me, world = dist.get_rank(), dist.get_world_size()
+    device = next((p.tensor.device for _, pieces, _ in local.values() for p in pieces), torch.device("cpu"))
+    mine = {key: [(p.offsets, p.sizes) for p in pieces] for key, (_, pieces, _) in local.items()}
+    everyone: list[dict | None] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    result = {}
+    for key, (global_shape, pieces, properties) in local.items():
+        holder: dict[tuple, int] = {}
+        for rank in [me] + [r for r in range(world) if r != me]:
+            for box in everyone[rank].get(key, []):
+                holder.setdefault(box, rank)
+        listed = [ShardMetadata(list(offsets), list(sizes), f"rank:{rank}/{device}")
+                  for (offsets, sizes), rank in holder.items()]
+        shards = [Shard(p.tensor, ShardMetadata(list(p.offsets), list(p.sizes), f"rank:{me}/{device}"))
+                  for p in pieces]
+        metadata = ShardedTensorMetadata(listed, torch.Size(global_shape), properties)
+        result[key] = ShardedTensor._init_from_local_shards_and_global_metadata(shards, metadata)
+    return result
 
 
 @contextlib.contextmanager
@@ -115,50 +190,65 @@ def _parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
     return [(local_spec_name(name), param) for name, param in model.named_parameters()]
 
 
-def engine_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, shards: ShardLayout) -> dict:
-    """The DCP state of this rank: its parameters, and the AdamW state ``optimizer`` (the local
-    optimizer of a sharded one) holds, each as :meth:`ShardLayout.stored` gives it."""
-    held = optimizer.state if optimizer is not None else {}
-    state = {}
+def _entry(shards: ShardLayout, name: str, param: torch.Tensor, flat: torch.Tensor, start: int):
+    """``(global shape, pieces, properties)`` of ``flat`` (elements from ``start`` of ``param``'s
+    slice, or of its moments) for :func:`_sharded_tensors`."""
+    return (shards.global_shape(name, param.shape), shards.pieces(name, param.shape, flat, start),
+            TensorProperties.create_from_tensor(flat))
+
+
+def engine_state(model: torch.nn.Module, holdings: dict[torch.nn.Parameter, AdamHolding],
+                 shards: ShardLayout) -> dict:
+    """The DCP state of this rank: its parameters' boxes and the boxes of the AdamW state it
+    holds (``holdings``: :func:`rlloom_megatron.optimizer.adam_holdings`; empty for a frozen model).
+    Every rank of the default group calls it together."""
+    local, steps = {}, {}
     for name, param in _parameters(model):
-        state[f"model.{name}"] = shards.stored(name, param.detach())
-        if param in held:
-            state[f"optimizer.{name}.step"] = held[param]["step"]
-            state.update({f"optimizer.{name}.{moment}": shards.stored(name, held[param][moment]) for moment in MOMENTS})
-    return state
+        local[f"model.{name}"] = _entry(shards, name, param, param.detach().view(-1), 0)
+        holding = holdings.get(param)
+        state = holding.optimizer.state.get(holding.key) if holding else None
+        if state:
+            steps[f"optimizer.{name}.step"] = state["step"]
+            for moment in MOMENTS:
+                local[f"optimizer.{name}.{moment}"] = _entry(shards, name, param, state[moment].view(-1), holding.start)
+    return _sharded_tensors(local) | steps
 
 
-def save(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, shards: ShardLayout) -> None:
+def save(path: str, model: torch.nn.Module, holdings: dict[torch.nn.Parameter, AdamHolding],
+         shards: ShardLayout) -> None:
     """Write :func:`engine_state` to the DCP folder ``path``; every rank of the default group takes part."""
     with _sharded_tensor_warnings_silenced():
-        dcp.save(engine_state(model, optimizer, shards), checkpoint_id=path)
+        dcp.save(engine_state(model, holdings, shards), checkpoint_id=path)
 
 
-def load(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, shards: ShardLayout) -> None:
-    """Read the folder :func:`save` wrote (at any TP and DP size) into ``model``'s parameters and, for
-    the parameters ``optimizer`` updates (a sharded optimizer's local one: this replica's share),
-    their AdamW state; vocabulary padding rows are set to 0. Every rank of the default group takes part."""
+def load(path: str, model: torch.nn.Module, holdings: dict[torch.nn.Parameter, AdamHolding],
+         shards: ShardLayout) -> None:
+    """Read the folder :func:`save` wrote (at any TP and DP size) into ``model``'s parameters and,
+    where ``holdings`` says this rank keeps AdamW state, that state (installed in the optimizer);
+    vocabulary padding rows are set to 0. Every rank of the default group takes part."""
     saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-    owned = {param for group in (optimizer.param_groups if optimizer is not None else []) for param in group["params"]}
     parameters = _parameters(model)
     targets: dict[str, torch.Tensor] = {}  # the fresh tensors DCP fills, by key
-    state: dict[str, object] = {}
+    local, steps = {}, {}
     for name, param in parameters:
-        wanted = [f"model.{name}"]
-        if param in owned and f"optimizer.{name}.exp_avg" in saved:
-            wanted += [f"optimizer.{name}.{moment}" for moment in MOMENTS]
-            state[f"optimizer.{name}.step"] = torch.zeros((), dtype=torch.float32)
-        for item in wanted:
-            targets[item] = torch.zeros_like(param)
-            state[item] = shards.stored(name, targets[item])
-    missing = [key for key in state if key not in saved]
+        targets[f"model.{name}"] = torch.zeros_like(param)
+        local[f"model.{name}"] = _entry(shards, name, param, targets[f"model.{name}"].view(-1), 0)
+        holding = holdings.get(param)
+        if holding and f"optimizer.{name}.exp_avg" in saved:
+            steps[f"optimizer.{name}.step"] = torch.zeros((), dtype=torch.float32)
+            for moment in MOMENTS:
+                key = f"optimizer.{name}.{moment}"
+                targets[key] = torch.zeros_like(holding.key)
+                local[key] = _entry(shards, name, param, targets[key].view(-1), holding.start)
+    missing = [key for key in [*local, *steps] if key not in saved]
     if missing:
         raise KeyError(f"{path!r} has no {missing[0]!r}: it was not written by a megatron engine for this model")
     with _sharded_tensor_warnings_silenced():
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(_sharded_tensors(local) | steps, checkpoint_id=path)
     with torch.no_grad():
         for name, param in parameters:
             param.copy_(targets[f"model.{name}"])
-            if f"optimizer.{name}.exp_avg" in targets:
-                optimizer.state[param] = {"step": state[f"optimizer.{name}.step"]} | {
+            if f"optimizer.{name}.step" in steps:
+                holding = holdings[param]
+                holding.optimizer.state[holding.key] = {"step": steps[f"optimizer.{name}.step"]} | {
                     moment: targets[f"optimizer.{name}.{moment}"] for moment in MOMENTS}

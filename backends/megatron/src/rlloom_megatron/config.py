@@ -19,11 +19,12 @@ class MegatronConfig(TrainEngineConfig):
     batch (data parallelism). It must divide the world size and the model's numbers of attention
     and key/value heads. Pipeline parallelism is not offered (see docs/megatron.md).
 
-    ``use_distributed_optimizer``: with more than one data-parallel replica, shard AdamW's state over
-    the DP group (ZeRO stage 1: each rank keeps and updates the moments of its share of the
-    parameters and broadcasts them), as Megatron's ``--use-distributed-optimizer`` and verl's
-    ``megatron.use_distributed_optimizer``; false keeps a full copy on every replica. The update is
-    the same either way.
+    ``use_distributed_optimizer``: megatron-core's ``DistributedOptimizer`` (Megatron-LM's
+    ``--use-distributed-optimizer``, verl's ``megatron.use_distributed_optimizer``): gradients are
+    reduce-scattered over the data-parallel group and each DP rank keeps AdamW's state for, and
+    updates, its 1/DP share of the parameters, which are then all-gathered (ZeRO stage 1); false:
+    megatron-core's plain optimizer, gradients all-reduced and the whole state on every replica. The
+    update is the same either way (:mod:`rlloom_megatron.optimizer`).
     """
 
     tensor_parallel_size: int = 1

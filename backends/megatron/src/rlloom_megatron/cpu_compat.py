@@ -1,28 +1,38 @@
 """Running megatron-core on CPU (gloo), applied only when no CUDA device is usable.
 
 megatron-core assumes a GPU in a few places that a CPU run reaches: tensors allocated with
-``device=torch.cuda.current_device()`` (RoPE's inverse frequencies, the global memory buffer used
-by tensor-parallel gathers, a few attention buffers) and the model-parallel RNG tracker, which
-saves and restores the *CUDA* generator's state around dropout and initialisation.
+``device=torch.cuda.current_device()`` or ``device="cuda"`` (RoPE's inverse frequencies, the global
+memory buffer used by tensor-parallel gathers, attention buffers, the DDP gradient buffers, the
+optimizer's scalars and gradient-norm sums), the model-parallel RNG tracker, which saves and restores
+the *CUDA* generator's state around dropout and initialisation, and its optimizers' checks that a
+parameter's ``Tensor.type()`` is ``torch.cuda.FloatTensor`` (or the half types).
 
-:func:`enable` redirects exactly those, and only inside the megatron modules listed in
+:func:`enable` redirects the first two, and only inside the megatron modules listed in
 :data:`PATCHED_MODULES`: each gets a module-level ``torch`` whose ``torch.cuda.current_device()``
-is ``"cpu"`` and whose CUDA RNG calls act on the CPU generator (everything else forwards to the
-real ``torch``), and ``tensor_parallel.random``'s two private RNG-state helpers act on the CPU
-generator. Nothing outside megatron changes, no installed file is edited, and on a machine with
-CUDA :func:`enable` does nothing. ``tests/test_megatron_cpu_compat.py`` fails loudly when a
-megatron-core release moves these calls (a listed module no longer uses them, or a forward and
-backward on CPU breaks), so an upgrade cannot silently bypass the layer.
+is ``"cpu"``, whose tensor factories (:data:`FACTORIES`) put a tensor asked for on ``"cuda"`` on the
+CPU, and whose CUDA RNG calls act on the CPU generator (everything else forwards to the real
+``torch``); and ``tensor_parallel.random``'s two private RNG-state helpers act on the CPU generator.
+The type checks are met by :func:`cuda_type_names`, a block (the engine wraps building and stepping
+megatron-core's optimizer in it) inside which ``Tensor.type()`` names a CPU tensor's type as its
+CUDA twin. Nothing outside megatron changes, no installed file is edited, and on a machine with
+CUDA :func:`enable` does nothing and :func:`cuda_type_names` is an empty block.
+``tests/test_megatron_cpu_compat.py`` fails loudly when a megatron-core release moves these calls (a
+listed module no longer makes them, or a forward, backward and optimizer step on CPU breaks), so an
+upgrade cannot silently bypass the layer.
 
-Tested with megatron-core 0.16.1 (Python 3.11); 0.19 runs only on GPU machines here (Python 3.12).
+Tested with megatron-core 0.16.1 (Python 3.11) and 0.19.2's Python code; 0.19 installs only on
+Python ≥ 3.12.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import types
+from collections.abc import Iterator
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 # Modules whose functions call torch.cuda.current_device() or the CUDA RNG on paths a CPU run takes.
 PATCHED_MODULES = (
@@ -32,7 +42,14 @@ PATCHED_MODULES = (
     "megatron.core.transformer.attention",
     "megatron.core.transformer.dot_product_attention",
     "megatron.core.utils",
+    "megatron.core.distributed.param_and_grad_buffer",
+    "megatron.core.optimizer.distrib_optimizer",
+    "megatron.core.optimizer.optimizer",
+    "megatron.core.optimizer.clip_grads",
 )
+
+# The tensor factories the patched modules call with a CUDA device.
+FACTORIES = ("tensor", "zeros", "empty", "ones", "full")
 
 _enabled = False
 
@@ -64,15 +81,42 @@ class _CpuCuda(types.ModuleType):
         return getattr(torch.cuda, name)
 
 
+def _on_cpu(factory):
+    """``factory`` with a CUDA ``device`` argument replaced by the CPU."""
+
+    def make(*args, **kwargs):
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":
+            kwargs["device"] = "cpu"
+        return factory(*args, **kwargs)
+
+    return make
+
+
 class _CpuTorch(types.ModuleType):
-    """``torch`` as the patched modules see it: the real module except ``torch.cuda``."""
+    """``torch`` as the patched modules see it: the real module except ``torch.cuda`` and the
+    tensor factories, which allocate on the CPU what they are asked to allocate on CUDA."""
 
     def __init__(self) -> None:
         super().__init__("torch (rlloom cpu_compat)")
         self.cuda = _CpuCuda()
+        for name in FACTORIES:
+            setattr(self, name, _on_cpu(getattr(torch, name)))
 
     def __getattr__(self, name: str):
         return getattr(torch, name)
+
+
+class _CudaTypeNames(TorchFunctionMode):
+    """``Tensor.type()`` (no argument) of a CPU tensor answers its CUDA twin's name
+    (``torch.FloatTensor`` → ``torch.cuda.FloatTensor``); every other call is unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
+        return func(*args, **kwargs)
 
 
 def _cpu_rng_state(*args, **kwargs) -> torch.Tensor:
@@ -109,3 +153,15 @@ def enable() -> bool:
     random._set_cuda_rng_state = _set_cpu_rng_state
     _enabled = True
     return True
+
+
+@contextlib.contextmanager
+def cuda_type_names() -> Iterator[None]:
+    """While the layer is active, a block in which ``Tensor.type()`` names CPU tensors as CUDA ones,
+    so that megatron-core's optimizers accept the CPU float32 parameters (they check
+    ``param.type() == "torch.cuda.FloatTensor"``); without the layer, an empty block."""
+    if not _enabled:
+        yield
+        return
+    with _CudaTypeNames():
+        yield

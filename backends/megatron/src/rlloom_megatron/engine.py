@@ -15,16 +15,13 @@ is predicted at position p + j - 1, as in the Hugging Face model with left paddi
 ids. Log-probs and entropy come from the vocabulary-split logits without gathering them
 (:mod:`rlloom_megatron.vocab_parallel`).
 
-Optimizer. Float32 parameters on every rank's slice; AdamW over the slices; gradients summed over
-the DP group (``all_reduce``) after the micro-batches; the global gradient norm counts each TP-split
-parameter's slices once and each replicated parameter once. With ``train_engine.use_distributed_optimizer``
-(the default) and more than one DP replica, AdamW's state is sharded over the DP group (ZeRO stage 1,
-torch's ``ZeroRedundancyOptimizer``): each parameter's moments live on one DP rank, which updates it
-and broadcasts it to the others, so the optimizer state per rank shrinks by the DP size, as with
-Megatron's distributed optimizer. On CUDA the forward and backward run under ``torch.autocast`` in
-``train_engine.dtype`` (bf16 by default) with float32 master weights. megatron-core's own DDP and
-distributed optimizer are not used: they allocate on ``"cuda"`` by name and check parameters by CUDA
-type name, which no CPU run can exercise (docs/megatron.md).
+Optimizer. Float32 parameters on every rank's slice, megatron-core's DDP (gradients accumulated in
+one float32 buffer and summed over the DP group after the micro-batches) and its AdamW optimizer:
+with ``train_engine.use_distributed_optimizer`` (the default) megatron-core's ``DistributedOptimizer``,
+which keeps AdamW's state for 1/DP of the buffer on each DP rank (:mod:`rlloom_megatron.optimizer`).
+The global gradient norm counts each TP-split parameter's slices once and each replicated parameter
+once. On CUDA the forward and backward run under ``torch.autocast`` in ``train_engine.dtype`` (bf16
+by default) with float32 master weights; on CPU the engine runs through :mod:`rlloom_megatron.cpu_compat`.
 """
 
 from __future__ import annotations
@@ -38,17 +35,17 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.config import ConfigError
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
-from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
+from rlloom_enginekit.devices import cuda_memory_metrics, rank_device, resolve_dtype, role_device
 from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
 from rlloom_megatron import checkpoint, cpu_compat, parallel
+from rlloom_megatron.host_memory import ParkedStorages
 from rlloom_megatron.config import MegatronConfig
 from rlloom_megatron.convert import (
     ModelLayout,
@@ -60,6 +57,7 @@ from rlloom_megatron.convert import (
     unshard,
 )
 from rlloom_megatron.model import build_critic, build_gpt_model, megatron_notices_silenced
+from rlloom_megatron.optimizer import AdamHolding, adam_holdings, build_optimizer
 from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs
 
 ROLES = ("actor", "ref", "critic")
@@ -142,7 +140,7 @@ class MegatronTrainEngine:
             self.tp_size = cfg.tensor_parallel_size
             self.dp_group = parallel_state.get_data_parallel_group()
             self.dp_size = dist.get_world_size(self.dp_group)
-            self._shards = checkpoint.ShardLayout(self.layout, self.tp_group)
+            self._shards = checkpoint.ShardLayout(self.layout, self.tp_size, self.tp_rank)
             build = build_critic if self.is_critic else build_gpt_model
             with megatron_notices_silenced():
                 self.model = build(hf_config, self.layout, self.tp_size, cuda=self.device.type == "cuda",
@@ -154,28 +152,17 @@ class MegatronTrainEngine:
         except BaseException:
             self.close()
             raise
-        self.optimizer = self._build_optimizer() if self.trainable else None
+        self.ddp, self.optimizer = None, None  # megatron-core's DDP wrapper and optimizer (trainable roles)
+        if self.trainable:
+            self.ddp, self.optimizer = build_optimizer(self.model, cfg, cfg.lr_at(1, spec.role, spec.total_train_steps),
+                                                       sharded=cfg.use_distributed_optimizer)
         self.step = 0
-        self._offloaded = False
-
-    def _build_optimizer(self) -> torch.optim.Optimizer:
-        """AdamW over this rank's parameters, its state sharded over the DP group (ZeRO-1) when
-        ``cfg.use_distributed_optimizer`` and there is more than one DP replica."""
-        cfg = self.cfg
-        settings = dict(lr=cfg.lr_at(1, self.spec.role, self.spec.total_train_steps),
-                        betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
-        params = list(self.model.parameters())
-        if cfg.use_distributed_optimizer and self.dp_size > 1:
-            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=self.dp_group,
-                                           **settings)
-        return torch.optim.AdamW(params, **settings)
+        self._parked: ParkedStorages | None = None  # what offload() moved to host memory
 
     @property
-    def _local_optimizer(self) -> torch.optim.Optimizer | None:
-        """The optimizer that holds this rank's AdamW state (a sharded optimizer's local one)."""
-        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
-            return self.optimizer.optim
-        return self.optimizer
+    def _adam_holdings(self) -> dict[torch.nn.Parameter, AdamHolding]:
+        """Where this rank keeps AdamW state, by parameter (none for a frozen reference)."""
+        return adam_holdings(self.optimizer) if self.optimizer is not None else {}
 
     def _load_hf_weights(self, path: str) -> None:
         """Convert the folder's weights and copy this TP rank's slices into the model (a critic's
@@ -197,7 +184,7 @@ class MegatronTrainEngine:
         return contextlib.nullcontext()
 
     def _ready(self) -> None:
-        if self._offloaded:
+        if self._parked is not None:
             self.onload()
 
     def _tp_union(self, batch: Batch) -> tuple[Batch, int, int]:
@@ -310,7 +297,7 @@ class MegatronTrainEngine:
 
     @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """One AdamW step on the mini-batch (this rank's rows of it).
+        """One optimizer step on the mini-batch (this rank's rows of it).
 
         The TP group runs the union of its ranks' rows — less those the loss names inert
         (:func:`rlloom_enginekit.packing.rows_to_train`), which count in ``stats`` only — in
@@ -319,10 +306,10 @@ class MegatronTrainEngine:
         ``cfg.train_entropy``, ``entropy``; a critic's: ``values``; all with grad) with ``stats``
         counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
         so the step's gradient is the sum of every micro-batch loss's (each is its share of the
-        mini-batch loss). Then the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at
-        this step's LR; a non-finite norm skips the update but counts the step. Returns the loss
-        metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``, ``skipped_update``, ``skipped_rows``,
-        ``perf/dp_rank_tokens/max|min`` (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
+        mini-batch loss). Then megatron-core's optimizer: the global gradient norm, clipping to
+        ``cfg.grad_clip``, AdamW at this step's LR; a non-finite norm skips the update but counts the
+        step. Returns the loss metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``,
+        ``skipped_update``, ``skipped_rows``, ``perf/dp_rank_tokens/max|min`` (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
         """
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
@@ -334,6 +321,9 @@ class MegatronTrainEngine:
         stats = MiniBatchStats.over_ranks(union["response_mask"], self._reduce_over_dp)
         trained, skipped = rows_to_train(union, loss_fn)
         self.model.train()
+        self.ddp.zero_grad_buffer()
+        with megatron_notices_silenced():
+            self.optimizer.zero_grad()
         sums: dict[str, float] = {}
         micros = self._micro_batches(trained, self.cfg.micro_batch_size)
         for micro in micros:
@@ -348,13 +338,8 @@ class MegatronTrainEngine:
         skipped_rows, rows = self._reduce_over_dp([float(skipped), float(len(union))])
         result["skipped_rows"] = skipped_rows / max(rows, 1.0)
         lr = self.cfg.lr_at(self.step + 1, self.spec.role, self.spec.total_train_steps)
-        grad_norm = self._reduce_and_clip_gradients()
+        grad_norm = self._optimizer_step(lr)
         skipped = not math.isfinite(grad_norm)
-        if not skipped:
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
         result.update(rank_token_metrics(union, self._reduce_over_dp))
@@ -362,26 +347,20 @@ class MegatronTrainEngine:
             result.update(cuda_memory_metrics(self.device))
         return result
 
-    def _reduce_and_clip_gradients(self) -> float:
-        """Sum gradients over the DP group; the global L2 norm (TP-split parameters: the sum of their
-        slices' squares over the TP group; replicated ones once); clip to ``cfg.grad_clip``."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if self.dp_size > 1:
-            for param in params:
-                dist.all_reduce(param.grad, group=self.dp_group)
-        names = {id(p): name for name, p in self.model.named_parameters()}
-        split = [p.grad.float().pow(2).sum() for p in params if is_tensor_parallel(names[id(p)])]
-        replicated = [p.grad.float().pow(2).sum() for p in params if not is_tensor_parallel(names[id(p)])]
-        split_sq = torch.stack(split).sum() if split else torch.zeros((), device=self.device)
-        if self.tp_size > 1:
-            dist.all_reduce(split_sq, group=self.tp_group)
-        total = split_sq + (torch.stack(replicated).sum() if replicated else 0.0)
-        norm = float(total.sqrt())
-        if self.cfg.grad_clip > 0 and math.isfinite(norm) and norm > self.cfg.grad_clip:
-            scale = self.cfg.grad_clip / (norm + 1e-6)
-            for param in params:
-                param.grad.mul_(scale)
-        return norm
+    def _optimizer_step(self, lr: float) -> float:
+        """Sum the gradients over the DP group (megatron-core's DDP), then megatron-core's optimizer
+        step at ``lr``: the global gradient norm, clipping to ``cfg.grad_clip``, AdamW. Returns the
+        norm (before clipping); when it is not finite the update is skipped (weights and AdamW state
+        unchanged)."""
+        with megatron_notices_silenced(), cpu_compat.cuda_type_names():
+            self.ddp.finish_grad_sync()
+            self.optimizer.prepare_grads()
+            grad_norm = float(self.optimizer.get_grad_norm())
+            if math.isfinite(grad_norm):
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.optimizer.step()
+        return grad_norm
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full float32 weights in Hugging Face naming, one Megatron parameter at a time: its TP
@@ -408,7 +387,7 @@ class MegatronTrainEngine:
         size); :meth:`load` reads it at any TP and DP size. Every rank takes part."""
         self._ready()
         os.makedirs(path, exist_ok=True)
-        checkpoint.save(path, self.model, self._local_optimizer, self._shards)
+        checkpoint.save(path, self.model, self._adam_holdings, self._shards)
         if dist.get_rank() == 0:
             with open(os.path.join(path, ENGINE_STATE_FILE), "w") as handle:
                 json.dump({"step": self.step, "role": self.spec.role, "tensor_parallel_size": self.tp_size}, handle)
@@ -431,28 +410,33 @@ class MegatronTrainEngine:
             raise ValueError(f"{path!r} was saved by an engine with role {engine_state['role']!r}; an engine with "
                              f"role {self.spec.role!r} can only resume from a {self.spec.role!r} checkpoint")
         self._ready()
-        checkpoint.load(path, self.model, self._local_optimizer, self._shards)
+        checkpoint.load(path, self.model, self._adam_holdings, self._shards)
         self.step = int(engine_state["step"])
 
     def offload(self) -> None:
-        """Move parameters and AdamW state to host memory (no-op on CPU)."""
-        if self.device.type == "cpu" or self._offloaded:
+        """Free the engine's GPU memory: parameters and AdamW state copied to host memory, the DDP
+        gradient buffers dropped (zero when they come back); every view into them stays valid
+        (:class:`rlloom_megatron.host_memory.ParkedStorages`). No-op on CPU."""
+        if self.device.type == "cpu" or self._parked is not None:
             return
-        move_train_state(self.model, self._local_optimizer, torch.device("cpu"))
-        self._offloaded = True
+        states = [value for holding in self._adam_holdings.values()
+                  for value in holding.optimizer.state.get(holding.key, {}).values()]
+        grads = [buffer.grad_data for buffer in self.ddp.buffers] if self.ddp is not None else []
+        self._parked = ParkedStorages(kept=[*self.model.parameters(), *states], dropped=grads)
+        torch.cuda.empty_cache()
 
     def onload(self) -> None:
         """Undo :meth:`offload`."""
-        if not self._offloaded:
+        if self._parked is None:
             return
-        move_train_state(self.model, self._local_optimizer, self.device)
-        self._offloaded = False
+        self._parked.restore()
+        self._parked = None
 
     def close(self) -> None:
         """Drop the model and optimizer and release Megatron's groups. Calling it again does nothing."""
         if not getattr(self, "_holds_groups", False):
             return
         self.model = None
-        self.optimizer = None
+        self.ddp, self.optimizer = None, None
         self._holds_groups = False
         parallel.release()

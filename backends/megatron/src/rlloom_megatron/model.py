@@ -9,6 +9,8 @@ always torch's RMSNorm (``WrappedTorchNorm``), whatever megatron-core would pick
 extensions (apex's fused LayerNorm refuses RMSNorm; TE's would change the numerics). Fusions that need CUDA kernels
 (bias-dropout, masked softmax, RoPE, gradient-accumulation) are off; dropout is off (RL
 checkpoints have none, and the policy must be the same in train and eval mode).
+``calculate_per_token_loss`` makes megatron-core's DDP sum gradients over data-parallel ranks rather
+than average them (the engine's losses are each micro-batch's share of the mini-batch loss).
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlloom_megatron.convert import ModelLayout
+from rlloom_megatron.convert import ROW_PARALLEL, ModelLayout, is_tensor_parallel, local_spec_name
 
 
-# What megatron-core prints while it is imported and a model is built, none of it about this engine's
-# run: it falls back from TransformerEngine / apex kernels the engine does not ask for (the layer spec
-# and the norms are chosen here), and one of its own TransformerConfig defaults is deprecated.
+# What megatron-core prints while it is imported, a model is built and its DDP and optimizer run,
+# none of it about this engine's run: it falls back from TransformerEngine / apex kernels the engine
+# does not ask for (the layer spec and the norms are chosen here), one of its own TransformerConfig
+# defaults is deprecated, torch deprecates the collectives its DDP and distributed optimizer call,
+# and its optimizer's zero_grad reads .grad of the parameter shards (views, which torch warns about).
 MEGATRON_NOTICES = ("Transformer Engine and Apex are not installed", "Apex is not installed",
-                    "full scope is deprecated")
+                    "full scope is deprecated", "`torch.distributed.reduce_scatter_tensor` is deprecated",
+                    "`torch.distributed.all_gather_into_tensor` is deprecated",
+                    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed")
 
 
 @contextlib.contextmanager
@@ -38,7 +44,7 @@ def megatron_notices_silenced() -> Iterator[None]:
     """Inside the block, :data:`MEGATRON_NOTICES` are not printed; every other warning is."""
     with warnings.catch_warnings():
         for notice in MEGATRON_NOTICES:
-            warnings.filterwarnings("ignore", message=re.escape(notice), category=UserWarning)
+            warnings.filterwarnings("ignore", message=re.escape(notice))
         yield
 
 
@@ -87,7 +93,7 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
         params_dtype=torch.float32,
         use_cpu_initialization=True, perform_initialization=False, bias_dropout_fusion=False,
         masked_softmax_fusion=False, persist_layer_norm=False, bias_activation_fusion=False,
-        apply_rope_fusion=False, gradient_accumulation_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, calculate_per_token_loss=True,
         **(dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1) if recompute else {}),
     )
     if cuda and uses_transformer_engine():
@@ -97,11 +103,27 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
     else:
         spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     block = TransformerBlockSubmodules(layer_specs=[spec] * layout.num_layers, layer_norm=WrappedTorchNorm)
-    return GPTModel(
+    model = GPTModel(
         config, block, vocab_size=layout.padded_vocab, max_sequence_length=text.max_position_embeddings,
         position_embedding_type="rope", rotary_base=rope_base(hf_config),
         share_embeddings_and_output_weights=layout.tied, parallel_output=True,
     )
+    mark_tensor_parallel(model)
+    return model
+
+
+def mark_tensor_parallel(model: nn.Module) -> None:
+    """Give each split parameter megatron-core's tensor-parallel attributes (``tensor_model_parallel``,
+    ``partition_dim``: 1 for ``linear_proj``/``linear_fc2``, else 0; ``partition_stride`` 1) where it has
+    none. megatron-core sets them only while initialising weights, which :func:`build_gpt_model` skips
+    (the engine loads converted ones), and its optimizer needs them: the gradient norm counts a
+    parameter without them once per TP group (from TP rank 0), as a replicated one."""
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    for name, param in model.named_parameters():
+        name = local_spec_name(name)
+        if is_tensor_parallel(name) and not hasattr(param, "tensor_model_parallel"):
+            set_tensor_model_parallel_attributes(param, True, 1 if name.endswith(ROW_PARALLEL) else 0, 1)
 
 
 class _HiddenStates(nn.Module):
