@@ -296,9 +296,10 @@ def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
 
 @pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
 def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp):
-    """TP = 2: parameters and AdamW moments are recut for TP = 1. DP = 2: the moments, each held by one
-    replica (use_distributed_optimizer: each its share of every parameter's elements), are joined in the checkpoint. Either way one process
-    resuming from it has every parameter's moments and takes the second step the two processes took."""
+    """TP = 2: parameters and AdamW moments are recut for TP = 1. DP = 2: the moments, each replica
+    holding its share of the elements (the distributed optimizer), are joined in the checkpoint.
+    Either way one process resuming from it has every parameter's moments and takes the second step
+    the two processes took."""
     batch = make_batch()
     mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
     saved = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
@@ -306,7 +307,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
     for key, tensor in stored.items():  # every value written once: its chunks (one per TP box) cover it exactly
         if hasattr(tensor, "chunks"):
             assert sum(math.prod(chunk.sizes) for chunk in tensor.chunks) == math.prod(tensor.size), key
-    assert sum(key.endswith(".exp_avg") for key in stored) == saved["params"]  # each moment from one replica
+    assert sum(key.endswith(".exp_avg") for key in stored) == saved["params"]  # every parameter's moments
     dcp_to_torch_save(str(tmp_path / "checkpoint"), str(tmp_path / "whole.pt"))  # torch's own reader joins the boxes
     whole = torch.load(tmp_path / "whole.pt", weights_only=True)
     assert torch.equal(whole["model.embedding.word_embeddings.weight"], saved["weights"]["model.embed_tokens.weight"])
@@ -324,6 +325,49 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
         assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["second_step"], atol=1e-5)
     finally:
         engine.close()
+
+
+def _replicated_state(rank: int, store: str, path: str, batch: Batch, out_dir: str) -> None:
+    """DP = 2 with use_distributed_optimizer=false: two steps, a checkpoint after the first, read
+    back by engines with the distributed optimizer."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    half = len(batch) // 2
+    mine = batch.slice(rank * half, (rank + 1) * half)
+    engine = megatron_engine(path, use_distributed_optimizer=False)
+    result = {"metrics": engine.train_step(mine, pg_loss)}
+    result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    holdings = engine._adam_holdings.values()
+    result["adam_elements"] = sum(h.stop - h.start for h in holdings if h.optimizer.state.get(h.key))
+    result["elements"] = sum(param.numel() for param in engine.model.parameters())
+    engine.save(os.path.join(out_dir, "replicated"))
+    engine.train_step(mine, pg_loss)
+    result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    engine.close()
+    sharded = megatron_engine(path)
+    sharded.load(os.path.join(out_dir, "replicated"))
+    sharded.train_step(mine, pg_loss)
+    result["sharded_second_step"] = {name: tensor.clone() for name, tensor in sharded.named_weights()}
+    sharded.close()
+    with open(os.path.join(out_dir, f"replicated{rank}.pkl"), "wb") as handle:
+        pickle.dump(result, handle)
+    dist.destroy_process_group()
+
+
+def test_dp2_without_the_distributed_optimizer_takes_the_same_step_and_resumes_sharded(tmp_path, model_dir):
+    """use_distributed_optimizer=false (megatron-core's plain optimizer, gradients all-reduced): every
+    replica holds the whole AdamW state, the step is fsdp's, and its checkpoint (each replica offering
+    the same boxes) resumes with the distributed optimizer (each replica reading its share) into the
+    same second step."""
+    batch = make_batch()
+    mp.spawn(_replicated_state, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=2)
+    ranks = [pickle.load(open(tmp_path / f"replicated{rank}.pkl", "rb")) for rank in (0, 1)]
+    fsdp_metrics, fsdp_weights = fsdp_after_one_step(model_dir, batch)
+    for r in ranks:
+        assert r["adam_elements"] == r["elements"]
+        assert abs(r["metrics"]["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
+        assert_same_weights(r["weights"], fsdp_weights, atol=1e-4)
+        assert_same_weights(r["sharded_second_step"], r["second_step"], atol=1e-6)
 
 
 def _resume_at_tp2(rank: int, store: str, path: str, batch: Batch, checkpoint: str, out_dir: str) -> None:

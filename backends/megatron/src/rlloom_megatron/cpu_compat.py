@@ -3,15 +3,17 @@
 megatron-core assumes a GPU in a few places that a CPU run reaches: tensors allocated with
 ``device=torch.cuda.current_device()`` or ``device="cuda"`` (RoPE's inverse frequencies, the global
 memory buffer used by tensor-parallel gathers, attention buffers, the DDP gradient buffers, the
-optimizer's scalars and gradient-norm sums), the model-parallel RNG tracker, which saves and restores
-the *CUDA* generator's state around dropout and initialisation, and its optimizers' checks that a
-parameter's ``Tensor.type()`` is ``torch.cuda.FloatTensor`` (or the half types).
+optimizer's scalars and gradient-norm sums), the current CUDA stream (0.19's DDP waits on it), the
+model-parallel RNG tracker, which saves and restores the *CUDA* generator's state around dropout
+and initialisation, and its optimizers' checks that a parameter's ``Tensor.type()`` is
+``torch.cuda.FloatTensor`` (or the half types).
 
-:func:`enable` redirects the first two, and only inside the megatron modules listed in
-:data:`PATCHED_MODULES`: each gets a module-level ``torch`` whose ``torch.cuda.current_device()``
-is ``"cpu"``, whose tensor factories (:data:`FACTORIES`) put a tensor asked for on ``"cuda"`` on the
-CPU, and whose CUDA RNG calls act on the CPU generator (everything else forwards to the real
-``torch``); and ``tensor_parallel.random``'s two private RNG-state helpers act on the CPU generator.
+:func:`enable` redirects all but the last, and only inside the megatron modules listed in
+:data:`PATCHED_MODULES`: each gets a module-level ``torch`` whose ``torch.cuda.current_device()`` is
+``"cpu"`` and ``torch.cuda.current_stream()`` the CPU's, whose tensor factories (:data:`FACTORIES`)
+put a tensor asked for on ``"cuda"`` on the CPU, and whose CUDA RNG calls act on the CPU generator
+(everything else forwards to the real ``torch``); and ``tensor_parallel.random``'s two private
+RNG-state helpers act on the CPU generator.
 The type checks are met by :func:`cuda_type_names`, a block (the engine wraps building and stepping
 megatron-core's optimizer in it) inside which ``Tensor.type()`` names a CPU tensor's type as its
 CUDA twin. Nothing outside megatron changes, no installed file is edited, and on a machine with
@@ -64,6 +66,12 @@ class _CpuCuda(types.ModuleType):
     @staticmethod
     def current_device() -> str:
         return "cpu"
+
+    @staticmethod
+    def current_stream(device=None) -> torch.cpu.Stream:
+        """The CPU's stream (megatron-core 0.19 waits on the current stream's events before a
+        gradient reduction; on the CPU there are none)."""
+        return torch.cpu.current_stream()
 
     @staticmethod
     def get_rng_state(device=None) -> torch.Tensor:

@@ -309,7 +309,8 @@ class MegatronTrainEngine:
         mini-batch loss). Then megatron-core's optimizer: the global gradient norm, clipping to
         ``cfg.grad_clip``, AdamW at this step's LR; a non-finite norm skips the update but counts the
         step. Returns the loss metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``,
-        ``skipped_update``, ``skipped_rows``, ``perf/dp_rank_tokens/max|min`` (and on CUDA ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
+        ``skipped_update``, ``skipped_rows``, ``perf/dp_rank_tokens/max|min`` (and on CUDA
+        ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
         """
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import re
 import warnings
 from collections.abc import Iterator
@@ -31,21 +32,45 @@ from rlloom_megatron.convert import ROW_PARALLEL, ModelLayout, is_tensor_paralle
 # What megatron-core prints while it is imported, a model is built and its DDP and optimizer run,
 # none of it about this engine's run: it falls back from TransformerEngine / apex kernels the engine
 # does not ask for (the layer spec and the norms are chosen here), one of its own TransformerConfig
-# defaults is deprecated, torch deprecates the collectives its DDP and distributed optimizer call,
-# and its optimizer's zero_grad reads .grad of the parameter shards (views, which torch warns about).
+# defaults is deprecated, an experimental config class of 0.19 announces itself on import, torch
+# deprecates the collectives its DDP and distributed optimizer call, and its optimizer's zero_grad
+# reads .grad of the parameter shards (views, which torch warns about).
 MEGATRON_NOTICES = ("Transformer Engine and Apex are not installed", "Apex is not installed",
-                    "full scope is deprecated", "`torch.distributed.reduce_scatter_tensor` is deprecated",
+                    "full scope is deprecated", "MimoModelConfig is experimental",
+                    "`torch.distributed.reduce_scatter_tensor` is deprecated",
                     "`torch.distributed.all_gather_into_tensor` is deprecated",
                     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed")
+# The same kind of notice logged (not warned) by megatron-core 0.19, by logger: GPTModel is deprecated in
+# favour of its HybridModel (0.19 still builds GPTModel as before), and its DDP computes the
+# distributed optimizer's layout itself when not handed one (what 0.16 always did).
+MEGATRON_LOG_NOTICES = {"megatron.core.models.gpt.gpt_model": "GPTModel IS DEPRECATED",
+                        "megatron.core.distributed.distributed_data_parallel": "full_param_layout not provided"}
+
+
+class _DropNotice(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 @contextlib.contextmanager
 def megatron_notices_silenced() -> Iterator[None]:
-    """Inside the block, :data:`MEGATRON_NOTICES` are not printed; every other warning is."""
+    """Inside the block, :data:`MEGATRON_NOTICES` and :data:`MEGATRON_LOG_NOTICES` are not printed;
+    every other warning and log record is."""
+    filters = [(logging.getLogger(name), _DropNotice(text)) for name, text in MEGATRON_LOG_NOTICES.items()]
     with warnings.catch_warnings():
         for notice in MEGATRON_NOTICES:
             warnings.filterwarnings("ignore", message=re.escape(notice))
-        yield
+        for logger, notice_filter in filters:
+            logger.addFilter(notice_filter)
+        try:
+            yield
+        finally:
+            for logger, notice_filter in filters:
+                logger.removeFilter(notice_filter)
 
 
 def rope_base(config) -> float:
