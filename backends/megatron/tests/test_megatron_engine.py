@@ -101,7 +101,7 @@ def critic_run(engine, batch: Batch) -> dict:
     """Two value-loss steps (the first moves only the zero-initialised head), then the values and weights."""
     metrics = [engine.train_step(batch, value_loss) for _ in range(2)]
     return {"metrics": metrics, "values": engine.compute_values(batch)["values"],
-            "weights": {name: tensor.clone() for name, tensor in engine.named_weights()}}
+            "weights": weights_of(engine)}
 
 
 def fsdp_critic(path: str, batch: Batch) -> dict:
@@ -116,7 +116,7 @@ def fsdp_after_one_step(path: str, batch: Batch) -> tuple[dict[str, float], dict
     engine = FSDPTrainEngine(FSDPConfig(**SETTINGS), EngineSpec(path, "actor", seed=0, total_train_steps=10))
     try:
         metrics = engine.train_step(batch, pg_loss)
-        return metrics, {name: tensor.clone() for name, tensor in engine.named_weights()}
+        return metrics, weights_of(engine)
     finally:
         engine.close()
 
@@ -125,6 +125,18 @@ def megatron_engine(path: str, tp: int = 1, role: str = "actor", device: str = "
                     **settings) -> MegatronTrainEngine:
     return MegatronTrainEngine(MegatronConfig(**SETTINGS, **settings, tensor_parallel_size=tp),
                                EngineSpec(path, role, seed=0, total_train_steps=10, device=device))
+
+
+def weights_of(engine: MegatronTrainEngine) -> dict[str, torch.Tensor]:
+    """A copy of the engine's full weights under their Hugging Face names."""
+    return {name: tensor.clone() for name, tensor in engine.named_weights()}
+
+
+def adam_state_size(engine: MegatronTrainEngine) -> tuple[int, int]:
+    """``(elements whose AdamW state this rank holds, elements of its parameters)``."""
+    holdings = engine._adam_holdings.values()
+    held = sum(h.stop - h.start for h in holdings if h.optimizer.state.get(h.key))
+    return held, sum(param.numel() for param in engine.model.parameters())
 
 
 def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:
@@ -138,10 +150,10 @@ def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_di
     want_log_probs, want_entropy = reference(model_dir, batch)
     engine = megatron_engine(model_dir)
     try:
-        initial = {name: tensor.clone() for name, tensor in engine.named_weights()}
+        initial = weights_of(engine)
         out = engine.compute_log_probs(batch, entropy=True)
         metrics = engine.train_step(batch, pg_loss)
-        stepped = {name: tensor.clone() for name, tensor in engine.named_weights()}
+        stepped = weights_of(engine)
     finally:
         engine.close()
     torch.testing.assert_close(out["log_probs"], want_log_probs, atol=1e-5, rtol=0)
@@ -169,7 +181,7 @@ def test_tp1_rows_with_zero_advantages_are_left_out_with_the_same_update(model_d
         try:
             loss_fn = make_policy_loss_fn(PolicyLossConfig(skip_zero_advantage_rows=skip))
             metrics = engine.train_step(batch, loss_fn)
-            results.append((metrics, {name: tensor.clone() for name, tensor in engine.named_weights()}))
+            results.append((metrics, weights_of(engine)))
         finally:
             engine.close()
     (fast_metrics, fast_weights), (full_metrics, full_weights) = results
@@ -203,7 +215,7 @@ def test_tp1_gradient_checkpointing_keeps_less_and_takes_the_same_step(model_dir
         try:
             kept = saved_for_backward_bytes(engine, batch)
             metrics = engine.train_step(batch, pg_loss)
-            results.append((kept, metrics, {name: tensor.clone() for name, tensor in engine.named_weights()}))
+            results.append((kept, metrics, weights_of(engine)))
         finally:
             engine.close()
     (plain_kept, plain_metrics, plain_weights), (kept, metrics, weights) = results
@@ -231,6 +243,13 @@ def test_tp1_critic_matches_the_fsdp_critic(model_dir):
     assert_same_critic(got, fsdp_critic(model_dir, batch))
 
 
+def report(result: dict, path: str) -> None:
+    """The end of a spawned rank: its ``result`` pickled to ``path``, the process group destroyed."""
+    with open(path, "wb") as handle:
+        pickle.dump(result, handle)
+    dist.destroy_process_group()
+
+
 def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp: int) -> None:
     """One of two ranks: TP = 2 (one TP group) or TP = 1 (two data-parallel replicas)."""
     torch.set_num_threads(1)
@@ -240,30 +259,26 @@ def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp:
     mine = batch.slice(rank * half, (rank + 1) * half)  # what dp_split would hand each rank
     result = {"log_probs": engine.compute_log_probs(mine, entropy=True)}
     result["metrics"] = engine.train_step(mine, pg_loss)
-    result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
-    holdings = engine._adam_holdings.values()
-    result["adam_elements"] = sum(h.stop - h.start for h in holdings if h.optimizer.state.get(h.key))
-    result["elements"] = sum(param.numel() for param in engine.model.parameters())
+    result["weights"] = weights_of(engine)
+    result["adam_elements"], result["elements"] = adam_state_size(engine)
     result["params"] = len(list(engine.model.parameters()))
     engine.save(os.path.join(out_dir, "checkpoint"))
     engine.train_step(mine, pg_loss)  # a second step, to compare with one resumed at TP = 1
-    result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    result["second_step"] = weights_of(engine)
     engine.close()
     resumed = megatron_engine(path, tp=tp)  # the same layout resumed: the same second step
     resumed.load(os.path.join(out_dir, "checkpoint"))
     resumed.train_step(mine, pg_loss)
-    result["resumed_second_step"] = {name: tensor.clone() for name, tensor in resumed.named_weights()}
+    result["resumed_second_step"] = weights_of(resumed)
     resumed.close()
     critic = megatron_engine(path, tp=tp, role="critic")
     result["critic"] = critic_run(critic, mine)
     critic.close()
     recomputing = megatron_engine(path, tp=tp, gradient_checkpointing=True)
     recomputing.train_step(mine, pg_loss)
-    result["recomputed_step"] = {name: tensor.clone() for name, tensor in recomputing.named_weights()}
+    result["recomputed_step"] = weights_of(recomputing)
     recomputing.close()
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
-    dist.destroy_process_group()
+    report(result, os.path.join(out_dir, f"rank{rank}.pkl"))
 
 
 @pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
@@ -317,12 +332,12 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
     engine = megatron_engine(model_dir)
     try:
         engine.load(str(tmp_path / "checkpoint"))
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["weights"], atol=1e-30)
+        assert_same_weights(weights_of(engine), saved["weights"], atol=1e-30)
         holdings = engine._adam_holdings
         assert engine.step == 1 and len(holdings) == len(list(engine.model.parameters()))
         assert all(h.optimizer.state[h.key]["exp_avg"].abs().sum() > 0 for h in holdings.values())
         engine.train_step(batch, pg_loss)
-        assert_same_weights({n: t.clone() for n, t in engine.named_weights()}, saved["second_step"], atol=1e-5)
+        assert_same_weights(weights_of(engine), saved["second_step"], atol=1e-5)
     finally:
         engine.close()
 
@@ -336,22 +351,18 @@ def _replicated_state(rank: int, store: str, path: str, batch: Batch, out_dir: s
     mine = batch.slice(rank * half, (rank + 1) * half)
     engine = megatron_engine(path, use_distributed_optimizer=False)
     result = {"metrics": engine.train_step(mine, pg_loss)}
-    result["weights"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
-    holdings = engine._adam_holdings.values()
-    result["adam_elements"] = sum(h.stop - h.start for h in holdings if h.optimizer.state.get(h.key))
-    result["elements"] = sum(param.numel() for param in engine.model.parameters())
+    result["weights"] = weights_of(engine)
+    result["adam_elements"], result["elements"] = adam_state_size(engine)
     engine.save(os.path.join(out_dir, "replicated"))
     engine.train_step(mine, pg_loss)
-    result["second_step"] = {name: tensor.clone() for name, tensor in engine.named_weights()}
+    result["second_step"] = weights_of(engine)
     engine.close()
     sharded = megatron_engine(path)
     sharded.load(os.path.join(out_dir, "replicated"))
     sharded.train_step(mine, pg_loss)
-    result["sharded_second_step"] = {name: tensor.clone() for name, tensor in sharded.named_weights()}
+    result["sharded_second_step"] = weights_of(sharded)
     sharded.close()
-    with open(os.path.join(out_dir, f"replicated{rank}.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
-    dist.destroy_process_group()
+    report(result, os.path.join(out_dir, f"replicated{rank}.pkl"))
 
 
 def test_dp2_without_the_distributed_optimizer_takes_the_same_step_and_resumes_sharded(tmp_path, model_dir):
@@ -377,11 +388,9 @@ def _resume_at_tp2(rank: int, store: str, path: str, batch: Batch, checkpoint: s
     engine.load(checkpoint)
     half = len(batch) // 2
     engine.train_step(batch.slice(rank * half, (rank + 1) * half), pg_loss)
-    result = {"step": engine.step, "weights": {name: tensor.clone() for name, tensor in engine.named_weights()}}
+    result = {"step": engine.step, "weights": weights_of(engine)}
     engine.close()
-    with open(os.path.join(out_dir, f"tp2_rank{rank}.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
-    dist.destroy_process_group()
+    report(result, os.path.join(out_dir, f"tp2_rank{rank}.pkl"))
 
 
 def test_a_one_process_checkpoint_resumes_at_tp2(tmp_path, model_dir):
@@ -393,7 +402,7 @@ def test_a_one_process_checkpoint_resumes_at_tp2(tmp_path, model_dir):
         engine.train_step(batch, pg_loss)
         engine.save(str(tmp_path / "checkpoint"))
         engine.train_step(batch, pg_loss)
-        want = {name: tensor.clone() for name, tensor in engine.named_weights()}
+        want = weights_of(engine)
     finally:
         engine.close()
     stored = dcp.FileSystemReader(str(tmp_path / "checkpoint")).read_metadata().state_dict_metadata
