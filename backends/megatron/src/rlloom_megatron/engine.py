@@ -17,8 +17,9 @@ ids. Log-probs and entropy come from the vocabulary-split logits without gatheri
 
 Optimizer. Float32 parameters on every rank's slice, megatron-core's DDP (gradients accumulated in
 one float32 buffer and summed over the DP group after the micro-batches) and its AdamW optimizer:
-with ``train_engine.use_distributed_optimizer`` (the default) megatron-core's ``DistributedOptimizer``,
-which keeps AdamW's state for 1/DP of the buffer on each DP rank (:mod:`rlloom_megatron.optimizer`).
+with ``train_engine.use_distributed_optimizer`` (the default) and more than one DP replica
+megatron-core's ``DistributedOptimizer``, which keeps AdamW's state for 1/DP of the buffer on each
+DP rank (:mod:`rlloom_megatron.optimizer`).
 The global gradient norm counts each TP-split parameter's slices once and each replicated parameter
 once. On CUDA the forward and backward run under ``torch.autocast`` in ``train_engine.dtype`` (bf16
 by default) with float32 master weights; on CPU the engine runs through :mod:`rlloom_megatron.cpu_compat`.
@@ -155,7 +156,7 @@ class MegatronTrainEngine:
         self.ddp, self.optimizer = None, None  # megatron-core's DDP wrapper and optimizer (trainable roles)
         if self.trainable:
             self.ddp, self.optimizer = build_optimizer(self.model, cfg, cfg.lr_at(1, spec.role, spec.total_train_steps),
-                                                       sharded=cfg.use_distributed_optimizer)
+                                                       sharded=cfg.use_distributed_optimizer and self.dp_size > 1)
         self.step = 0
         self._parked: ParkedStorages | None = None  # what offload() moved to host memory
 
