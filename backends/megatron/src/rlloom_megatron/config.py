@@ -21,10 +21,11 @@ class MegatronConfig(TrainEngineConfig):
 
     ``use_distributed_optimizer``: with more than one data-parallel replica, megatron-core's
     ``DistributedOptimizer`` (Megatron-LM's ``--use-distributed-optimizer``, verl's
-    ``megatron.use_distributed_optimizer``): gradients are reduce-scattered over the data-parallel group and each DP rank keeps AdamW's state for, and
-    updates, its 1/DP share of the parameters, which are then all-gathered (ZeRO stage 1); false:
-    megatron-core's plain optimizer, gradients all-reduced and the whole state on every replica. The
-    update is the same either way (:mod:`rlloom_megatron.optimizer`).
+    ``megatron.use_distributed_optimizer``): gradients are reduce-scattered over the data-parallel
+    group and each DP rank keeps AdamW's state for, and updates, its 1/DP share of the parameters,
+    which are then all-gathered (ZeRO stage 1); false: megatron-core's plain optimizer, gradients
+    all-reduced and the whole state on every replica. The update is the same either way
+    (:mod:`rlloom_megatron.optimizer`).
     """
 
     tensor_parallel_size: int = 1

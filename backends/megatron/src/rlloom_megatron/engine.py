@@ -19,10 +19,10 @@ Optimizer. Float32 parameters on every rank's slice, megatron-core's DDP (gradie
 one float32 buffer and summed over the DP group after the micro-batches) and its AdamW optimizer:
 with ``train_engine.use_distributed_optimizer`` (the default) and more than one DP replica
 megatron-core's ``DistributedOptimizer``, which keeps AdamW's state for 1/DP of the buffer on each
-DP rank (:mod:`rlloom_megatron.optimizer`).
-The global gradient norm counts each TP-split parameter's slices once and each replicated parameter
-once. On CUDA the forward and backward run under ``torch.autocast`` in ``train_engine.dtype`` (bf16
-by default) with float32 master weights; on CPU the engine runs through :mod:`rlloom_megatron.cpu_compat`.
+DP rank (:mod:`rlloom_megatron.optimizer`). The global gradient norm counts each TP-split
+parameter's slices once and each replicated parameter once. On CUDA the forward and backward run
+under ``torch.autocast`` in ``train_engine.dtype`` (bf16 by default) with float32 master weights; on
+CPU the engine runs through :mod:`rlloom_megatron.cpu_compat`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
 
 from rlloom_megatron import checkpoint, cpu_compat, parallel
-from rlloom_megatron.host_memory import ParkedStorages
 from rlloom_megatron.config import MegatronConfig
 from rlloom_megatron.convert import (
     ModelLayout,
@@ -57,6 +56,7 @@ from rlloom_megatron.convert import (
     shard,
     unshard,
 )
+from rlloom_megatron.host_memory import ParkedStorages
 from rlloom_megatron.model import build_critic, build_gpt_model, megatron_notices_silenced
 from rlloom_megatron.optimizer import AdamHolding, adam_holdings, build_optimizer
 from rlloom_megatron.vocab_parallel import vocab_parallel_log_probs

@@ -65,7 +65,9 @@ def build_optimizer(model: torch.nn.Module, cfg, lr: float, sharded: bool):
 
 def adam_holdings(optimizer) -> dict[torch.nn.Parameter, AdamHolding]:
     """For each model parameter whose AdamW state this rank keeps (all of them, or with the
-    distributed optimizer those with elements in its share): where that state lives."""
+    distributed optimizer those with elements in its share): where that state lives. The engine's
+    parameters are float32, so only megatron-core's float32 groups are read (its float16 ones,
+    which keep separate float32 main copies, are empty)."""
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
     holdings = {}
