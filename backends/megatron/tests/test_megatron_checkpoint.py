@@ -13,7 +13,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlloom_megatron.checkpoint import ShardLayout, boxes, flat_boxes
+from rlloom_megatron.checkpoint import ShardLayout, adam_step, boxes, flat_boxes, install_adam_state
+from rlloom_megatron.optimizer import AdamHolding
 from rlloom_megatron.convert import ModelLayout, hf_to_megatron, is_tensor_parallel, shard
 
 
@@ -108,3 +109,38 @@ def test_every_tp_size_writes_the_same_global_tensors(tie):
         for name in stored[1]:
             assert torch.equal(stored[tp][name], stored[1][name]), (name, tp)
     assert stored[1]["embedding.word_embeddings.weight"].shape == (300, 16)
+
+
+class GroupStepAdam(torch.optim.Optimizer):
+    """Keeps its step count per parameter group and its moments per parameter, as TransformerEngine's
+    and apex's FusedAdam do (megatron-core's Adam when either is installed); only the bookkeeping."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    def step(self):
+        for group in self.param_groups:
+            group["step"] = group.get("step", 0) + 1
+            for param in group["params"]:
+                state = self.state[param]
+                state.setdefault("exp_avg", torch.zeros_like(param)).add_(1.0)
+                state.setdefault("exp_avg_sq", torch.zeros_like(param)).add_(2.0)
+
+
+@pytest.mark.parametrize("make", [lambda params: torch.optim.AdamW(params, lr=0.1), GroupStepAdam],
+                         ids=["per-parameter step", "per-group step"])
+def test_adam_step_is_read_and_restored_where_the_optimizer_keeps_it(make):
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = make([param])
+    for _ in range(3):
+        param.grad = torch.ones(3)
+        optimizer.step()
+    holding = AdamHolding(optimizer, param, 0, 3)
+    state = optimizer.state[param]
+    assert float(adam_step(holding, state)) == 3.0
+    fresh = make([param])
+    moments = {"exp_avg": state["exp_avg"].clone(), "exp_avg_sq": state["exp_avg_sq"].clone()}
+    install_adam_state(AdamHolding(fresh, param, 0, 3), torch.tensor(3.0), moments)
+    param.grad = torch.ones(3)
+    fresh.step()  # continues from step 3: step 4 for either kind
+    assert float(adam_step(AdamHolding(fresh, param, 0, 3), fresh.state[param])) == 4.0

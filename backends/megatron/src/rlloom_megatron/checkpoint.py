@@ -197,6 +197,29 @@ def _entry(shards: ShardLayout, name: str, param: torch.Tensor, flat: torch.Tens
             TensorProperties.create_from_tensor(flat))
 
 
+def _group_of(holding: AdamHolding) -> dict:
+    return next(group for group in holding.optimizer.param_groups if any(p is holding.key for p in group["params"]))
+
+
+def adam_step(holding: AdamHolding, state: dict) -> torch.Tensor:
+    """The step count of ``holding``'s AdamW ``state``: torch's Adam and AdamW keep it per parameter
+    (``state["step"]``); TransformerEngine's and apex's ``FusedAdam`` (megatron-core's Adam when
+    either is installed) per parameter group (``group["step"]``)."""
+    if "step" in state:
+        return state["step"]
+    return torch.tensor(float(_group_of(holding)["step"]))
+
+
+def install_adam_state(holding: AdamHolding, step: torch.Tensor, moments: dict[str, torch.Tensor]) -> None:
+    """Make ``moments`` (``exp_avg``, ``exp_avg_sq``) and ``step`` the AdamW state of ``holding``, where
+    its optimizer keeps them (see :func:`adam_step`)."""
+    if isinstance(holding.optimizer, torch.optim.Adam):
+        holding.optimizer.state[holding.key] = {"step": step, **moments}
+    else:
+        holding.optimizer.state[holding.key] = dict(moments)
+        _group_of(holding)["step"] = int(step)
+
+
 def engine_state(model: torch.nn.Module, holdings: dict[torch.nn.Parameter, AdamHolding],
                  shards: ShardLayout) -> dict:
     """The DCP state of this rank: its parameters' boxes and the boxes of the AdamW state it
@@ -208,7 +231,7 @@ def engine_state(model: torch.nn.Module, holdings: dict[torch.nn.Parameter, Adam
         holding = holdings.get(param)
         state = holding.optimizer.state.get(holding.key) if holding else None
         if state:
-            steps[f"optimizer.{name}.step"] = state["step"]
+            steps[f"optimizer.{name}.step"] = adam_step(holding, state)
             for moment in MOMENTS:
                 local[f"optimizer.{name}.{moment}"] = _entry(shards, name, param, state[moment].view(-1), holding.start)
     return _sharded_tensors(local) | steps
@@ -249,6 +272,5 @@ def load(path: str, model: torch.nn.Module, holdings: dict[torch.nn.Parameter, A
         for name, param in parameters:
             param.copy_(targets[f"model.{name}"])
             if f"optimizer.{name}.step" in steps:
-                holding = holdings[param]
-                holding.optimizer.state[holding.key] = {"step": steps[f"optimizer.{name}.step"]} | {
-                    moment: targets[f"optimizer.{name}.{moment}"] for moment in MOMENTS}
+                install_adam_state(holdings[param], steps[f"optimizer.{name}.step"],
+                                   {moment: targets[f"optimizer.{name}.{moment}"] for moment in MOMENTS})
