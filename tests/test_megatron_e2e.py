@@ -98,8 +98,9 @@ def test_a_killed_megatron_run_resumes_as_if_never_stopped(tmp_path):
 
 @pytest.mark.slow
 def test_a_megatron_run_prints_no_notices_of_megatron_core(tmp_path):
-    """megatron-core's import-time notices (no TransformerEngine / apex kernels, a deprecated default of
-    its own) say nothing about the run; the command's output has no warning at all."""
+    """megatron-core's notices (rlloom_megatron.model.MEGATRON_NOTICES and MEGATRON_LOG_NOTICES: no
+    TransformerEngine / apex kernels, deprecations of its own and of the collectives its DDP calls)
+    say nothing about the run; the command's output has no warning at all."""
     result = run(train_command(str(tmp_path / "run"), str(tmp_path / "cache"), *MEGATRON, "trainer.total_steps=1"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Warning" not in result.stderr, result.stderr

@@ -48,7 +48,7 @@ from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
 from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
-from rlloom_megatron.convert import GATE_UP, ROW_PARALLEL, VOCAB_ROWS, ModelLayout, is_tensor_parallel, local_spec_name
+from rlloom_megatron.convert import GATE_UP, VOCAB_ROWS, ModelLayout, is_tensor_parallel, local_spec_name, split_dim
 from rlloom_megatron.optimizer import AdamHolding
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -65,7 +65,7 @@ def boxes(name: str, local_shape: torch.Size, layout: ModelLayout, tp_size: int)
     if name.endswith(GATE_UP):
         part = shape[0] // 2
         return (2, part * tp_size, shape[1]), [((0, r * part, 0), (2, part, shape[1])) for r in range(tp_size)]
-    dim = 1 if name.endswith(ROW_PARALLEL) else 0
+    dim = split_dim(name)
     global_shape = list(shape)
     global_shape[dim] *= tp_size
     if name.endswith(VOCAB_ROWS):

@@ -114,6 +114,12 @@ def is_tensor_parallel(name: str) -> bool:
     return name.endswith(COLUMN_PARALLEL + ROW_PARALLEL)
 
 
+def split_dim(name: str) -> int:
+    """The dimension a tensor-parallel parameter ``name`` is split along: 1 for the row-parallel
+    ``linear_proj``/``linear_fc2`` (their input columns), else 0."""
+    return 1 if name.endswith(ROW_PARALLEL) else 0
+
+
 # ---------------------------------------------------------------------------------- HF -> Megatron
 VOCAB_ROWS = ("word_embeddings.weight", "output_layer.weight")
 
@@ -199,7 +205,7 @@ def shard(name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tensor:
         return full
     if name.endswith(GATE_UP):  # the rank's slice of gate and of up
         return full.reshape(2, size, -1, full.shape[1])[:, rank].reshape(-1, full.shape[1])
-    return full.chunk(size, dim=1 if name.endswith(ROW_PARALLEL) else 0)[rank]
+    return full.chunk(size, dim=split_dim(name))[rank]
 
 
 def unshard(name: str, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -209,4 +215,4 @@ def unshard(name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     if name.endswith(GATE_UP):
         halves = [part.chunk(2) for part in parts]
         return torch.cat([half[0] for half in halves] + [half[1] for half in halves])
-    return torch.cat(parts, dim=1 if name.endswith(ROW_PARALLEL) else 0)
+    return torch.cat(parts, dim=split_dim(name))

@@ -353,7 +353,9 @@ class MegatronTrainEngine:
         """Sum the gradients over the DP group (megatron-core's DDP), then megatron-core's optimizer
         step at ``lr``: the global gradient norm, clipping to ``cfg.grad_clip``, AdamW. Returns the
         norm (before clipping); when it is not finite the update is skipped (weights and AdamW state
-        unchanged)."""
+        unchanged). The norm is asked for before ``step()``, which computes it again: megatron-core's
+        float32 optimizers step on a non-finite norm, and composing ``step()`` from its parts would
+        follow internals that differ between 0.16 and 0.19."""
         with megatron_notices_silenced(), cpu_compat.cuda_type_names():
             self.ddp.finish_grad_sync()
             self.optimizer.prepare_grads()

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlloom_megatron.convert import ROW_PARALLEL, ModelLayout, is_tensor_parallel, local_spec_name
+from rlloom_megatron.convert import ModelLayout, is_tensor_parallel, local_spec_name, split_dim
 
 
 # What megatron-core prints while it is imported, a model is built and its DDP and optimizer run,
@@ -139,7 +139,7 @@ def build_gpt_model(hf_config, layout: ModelLayout, tensor_parallel_size: int, c
 
 def mark_tensor_parallel(model: nn.Module) -> None:
     """Give each split parameter megatron-core's tensor-parallel attributes (``tensor_model_parallel``,
-    ``partition_dim``: 1 for ``linear_proj``/``linear_fc2``, else 0; ``partition_stride`` 1) where it has
+    ``partition_dim``: :func:`~rlloom_megatron.convert.split_dim`; ``partition_stride`` 1) where it has
     none. megatron-core sets them only while initialising weights, which :func:`build_gpt_model` skips
     (the engine loads converted ones), and its optimizer needs them: the gradient norm counts a
     parameter without them once per TP group (from TP rank 0), as a replicated one."""
@@ -148,7 +148,7 @@ def mark_tensor_parallel(model: nn.Module) -> None:
     for name, param in model.named_parameters():
         name = local_spec_name(name)
         if is_tensor_parallel(name) and not hasattr(param, "tensor_model_parallel"):
-            set_tensor_model_parallel_attributes(param, True, 1 if name.endswith(ROW_PARALLEL) else 0, 1)
+            set_tensor_model_parallel_attributes(param, True, split_dim(name), 1)
 
 
 class _HiddenStates(nn.Module):
