@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rlloom_enginekit.sequences import token_entropy, token_log_probs
-from rlloom_fsdp.head import chunked_log_probs, default_chunk_rows
+from rlloom_fsdp.head import Float32Products, TensorCoreProducts, chunked_log_probs, default_chunk_rows, head_products
 from rlloom_trainer.testing import device_params
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -130,6 +130,43 @@ def test_on_each_device_against_the_cpu_reference(device):
     expected_lp, expected_ent = plain(h.detach().cpu().double(), w.detach().cpu().double(), None, t.cpu(), 0.9)
     torch.testing.assert_close(log_probs.cpu().double(), expected_lp, atol=1e-4, rtol=0)
     torch.testing.assert_close(entropy.cpu().double(), expected_ent, atol=1e-4, rtol=0)
+
+
+def test_cpu_and_float32_inputs_take_the_float32_products():
+    """Only 16-bit operands on a CUDA GPU are multiplied in their dtype (the CPU has no float32-output
+    16-bit product); the float32 path's numbers are those the float32 tests above check."""
+    for dtype in (torch.float32, torch.bfloat16):
+        h, w, _, _ = inputs(dtype=dtype)
+        assert isinstance(head_products(h, w, None), Float32Products)
+
+
+@pytest.mark.cuda("bf16 LM head on tensor cores, chunked recompute, vs float32 logits of the bf16 values")
+def test_cuda_bf16_head_through_the_chunked_recompute_matches_the_upcast_reference():
+    """A 131,072-token vocabulary (``default_chunk_rows``: 128 rows per chunk) and 300 rows: three
+    chunks, so backward recomputes each chunk's logits. Reference: the plain computation on the same
+    bf16 values upcast (float64 products, float32 log-softmax), forward and gradients of a policy loss.
+    Tolerances: forward 1e-4 absolute (16-bit products are exact in float32; only the float32 sums of
+    256 terms round, |log p| ~ 12); gradients within 1 % in relative L2 norm (dL/dz enters backward's
+    products rounded to bf16, 2^-9 relative, and the gradients come back in bf16)."""
+    vocab, rows, hidden = 131072, 300, 256
+    chunk = default_chunk_rows(vocab)
+    assert chunk == 128 and rows > 2 * chunk
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    h, w = ((torch.randn(size, device="cuda", generator=generator) / 4).bfloat16().requires_grad_()
+            for size in ((rows, hidden), (vocab, hidden)))
+    t = torch.randint(0, vocab, (rows,), device="cuda", generator=generator)
+    advantages = torch.randn(rows, device="cuda", generator=generator, dtype=torch.float64)
+    assert isinstance(head_products(h, w, None), TensorCoreProducts)
+    log_probs, entropy = chunked_log_probs(h, w, t, 0.9, entropy=True, chunk_rows=chunk)
+    h64, w64 = (x.detach().double().requires_grad_() for x in (h, w))
+    expected_lp, expected_ent = plain(h64, w64, None, t, 0.9)
+    torch.testing.assert_close(log_probs.double(), expected_lp, atol=1e-4, rtol=0)
+    torch.testing.assert_close(entropy.double(), expected_ent, atol=1e-4, rtol=0)
+    got = torch.autograd.grad(consumer_loss(log_probs.double(), entropy.double(), advantages), (h, w))
+    want = torch.autograd.grad(consumer_loss(expected_lp, expected_ent, advantages), (h64, w64))
+    for grad, expected in zip(got, want):
+        assert grad.dtype == torch.bfloat16
+        assert float((grad.double() - expected).norm() / expected.norm()) < 1e-2
 
 
 class MatmulCount(TorchDispatchMode):
