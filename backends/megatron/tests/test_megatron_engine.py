@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
 from rlloom.config import ConfigError
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
-from rlloom_megatron import MegatronConfig
+from rlloom_megatron import MegatronConfig, cpu_compat
 from rlloom_megatron.engine import MegatronTrainEngine
 from rlloom_trainer.testing import device_params
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -451,14 +451,23 @@ def test_settings_megatron_cannot_honour_are_named(model_dir):
 def test_device_default_precision_against_fp32_reference(model_dir, device):
     """dtype=auto: float32 on CPU (exact to 1e-5), bf16 compute over float32 weights on CUDA (within
     bf16's rounding: 0.05 per log-prob on this tiny model); offload frees the GPU memory (CUDA) and
-    the steps after it are those of an engine never offloaded."""
+    the steps after it are those of an engine never offloaded. megatron-core's own allocations (DDP's
+    gradient buffer, RoPE's frequencies) follow the engine's device, through the CPU layer on CPU
+    whatever the host has; on a host with a GPU an engine on the other device is refused meanwhile."""
     batch = make_batch()
     want_log_probs, _ = reference(model_dir, batch)
     engine = megatron_engine(model_dir, device=device)
     steady = megatron_engine(model_dir, device=device)
     try:
+        assert cpu_compat.active() == (device == "cpu")
+        assert {buffer.grad_data.device.type for buffer in engine.ddp.buffers} == {device}
+        if torch.cuda.is_available():  # (without one, an engine on cuda:0 is refused by resolve_device first)
+            other = "cuda:0" if device == "cpu" else "cpu"
+            with pytest.raises(RuntimeError, match=f"a Megatron engine on {other} cannot run beside"):
+                megatron_engine(model_dir, device=other)
         assert next(engine.model.parameters()).dtype == torch.float32
         out = engine.compute_log_probs(batch)
+        assert engine.model.rotary_pos_emb.inv_freq.device.type == device  # megatron-core moves it at the first forward
         tolerance = 1e-5 if device == "cpu" else 0.05
         torch.testing.assert_close(out["log_probs"], want_log_probs, atol=tolerance, rtol=0)
         for _ in range(2):
@@ -476,3 +485,4 @@ def test_device_default_precision_against_fp32_reference(model_dir, device):
     finally:
         engine.close()
         steady.close()
+    assert not cpu_compat.active()  # the last engine gone, the process is free for either device

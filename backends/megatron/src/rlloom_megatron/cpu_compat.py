@@ -1,4 +1,5 @@
-"""Running megatron-core on CPU (gloo), applied only when no CUDA device is usable.
+"""Running megatron-core on CPU (gloo), applied while this process's Megatron engines run on the CPU,
+whether or not the host has a GPU.
 
 megatron-core assumes a GPU in a few places that a CPU run reaches: tensors allocated with
 ``device=torch.cuda.current_device()`` or ``device="cuda"`` (RoPE's inverse frequencies, the global
@@ -6,18 +7,23 @@ memory buffer used by tensor-parallel gathers, attention buffers, the DDP gradie
 optimizer's scalars and gradient-norm sums), the current CUDA stream (0.19's DDP waits on it), the
 model-parallel RNG tracker, which saves and restores the *CUDA* generator's state around dropout
 and initialisation, and its optimizers' checks that a parameter's ``Tensor.type()`` is
-``torch.cuda.FloatTensor`` (or the half types).
+``torch.cuda.FloatTensor`` (or the half types). On a host without CUDA these calls fail; on a host
+with one they put a CPU engine's buffers on ``cuda:0`` beside its CPU parameters.
 
 :func:`enable` redirects all but the last, and only inside the megatron modules listed in
 :data:`PATCHED_MODULES`: each gets a module-level ``torch`` whose ``torch.cuda.current_device()`` is
-``"cpu"`` and ``torch.cuda.current_stream()`` the CPU's, whose tensor factories (:data:`FACTORIES`)
-put a tensor asked for on ``"cuda"`` on the CPU, and whose CUDA RNG calls act on the CPU generator
-(everything else forwards to the real ``torch``); and ``tensor_parallel.random``'s two private
-RNG-state helpers act on the CPU generator.
+``"cpu"``, ``torch.cuda.current_stream()`` the CPU's and ``torch.cuda.is_available()`` false, whose
+tensor factories (:data:`FACTORIES`) put a tensor asked for on ``"cuda"`` on the CPU, and whose CUDA
+RNG calls act on the CPU generator (everything else forwards to the real ``torch``); and
+``tensor_parallel.random``'s two private RNG-state helpers act on the CPU generator. :func:`disable`
+puts the real ones back. The redirections are process-wide (module globals), so a process runs
+its Megatron engines either all on the CPU or all on CUDA: :func:`rlloom_megatron.parallel.acquire`
+turns the layer on for the first engine when :func:`needed` for its device, off after the last,
+and refuses an engine on another device in between.
 The type checks are met by :func:`cuda_type_names`, a block (the engine wraps building and stepping
 megatron-core's optimizer in it) inside which ``Tensor.type()`` names a CPU tensor's type as its
-CUDA twin. Nothing outside megatron changes, no installed file is edited, and on a machine with
-CUDA :func:`enable` does nothing and :func:`cuda_type_names` is an empty block.
+CUDA twin. Nothing outside megatron changes, no installed file is edited, and while the layer is
+off :func:`cuda_type_names` is an empty block.
 ``tests/test_megatron_cpu_compat.py`` fails loudly when a megatron-core release moves these calls (a
 listed module no longer makes them, or a forward, backward and optimizer step on CPU breaks), so an
 upgrade cannot silently bypass the layer.
@@ -53,7 +59,10 @@ PATCHED_MODULES = (
 # The tensor factories the patched modules call with a CUDA device.
 FACTORIES = ("tensor", "zeros", "empty", "ones", "full")
 
-_enabled = False
+# ``tensor_parallel.random``'s private helpers that save and restore the CUDA generator's state.
+RNG_HELPERS = ("_get_cuda_rng_state", "_set_cuda_rng_state")
+# The real RNG helpers while the layer is on (empty while it is off).
+_saved_helpers: dict[str, object] = {}
 
 
 class _CpuCuda(types.ModuleType):
@@ -66,6 +75,11 @@ class _CpuCuda(types.ModuleType):
     @staticmethod
     def current_device() -> str:
         return "cpu"
+
+    @staticmethod
+    def is_available() -> bool:
+        """False: the patched modules see a host whose "CUDA device" is the CPU."""
+        return False
 
     @staticmethod
     def current_stream(device=None) -> torch.cpu.Stream:
@@ -135,32 +149,48 @@ def _set_cpu_rng_state(new_state: torch.Tensor, *args, **kwargs) -> None:
     torch.set_rng_state(new_state)
 
 
-def needed() -> bool:
-    """Whether megatron-core needs the layer here: no usable CUDA device."""
-    return not torch.cuda.is_available()
+def needed(device: torch.device) -> bool:
+    """Whether a Megatron engine on ``device`` needs the layer: it runs on the CPU (whatever the host has)."""
+    return torch.device(device).type == "cpu"
 
 
-def enable() -> bool:
-    """Apply the redirections when :func:`needed` (once per process); whether they are active."""
-    global _enabled
-    if _enabled or not needed():
-        return _enabled
+def active() -> bool:
+    """Whether the redirections are applied now."""
+    return bool(_saved_helpers)
+
+
+def enable() -> None:
+    """Apply the redirections (nothing when they already are)."""
+    if active():
+        return
     cpu_torch = _CpuTorch()
-    for name in PATCHED_MODULES:
-        module = importlib.import_module(name)
+    modules = [importlib.import_module(name) for name in PATCHED_MODULES]
+    for module in modules:
         if getattr(module, "torch", None) is not torch:
-            raise RuntimeError(f"rlloom-megatron's CPU layer expected {name} to import torch as `torch`; this "
-                               f"megatron-core release changed it: update rlloom_megatron.cpu_compat")
-        module.torch = cpu_torch
+            raise RuntimeError(f"rlloom-megatron's CPU layer expected {module.__name__} to import torch as `torch`; "
+                               f"this megatron-core release changed it: update rlloom_megatron.cpu_compat")
     random = importlib.import_module("megatron.core.tensor_parallel.random")
-    for helper in ("_get_cuda_rng_state", "_set_cuda_rng_state"):
+    for helper in RNG_HELPERS:
         if not callable(getattr(random, helper, None)):
             raise RuntimeError(f"rlloom-megatron's CPU layer expected megatron.core.tensor_parallel.random."
                                f"{helper}; this megatron-core release removed it: update rlloom_megatron.cpu_compat")
+    for module in modules:
+        module.torch = cpu_torch
+    _saved_helpers.update({helper: getattr(random, helper) for helper in RNG_HELPERS})
     random._get_cuda_rng_state = _cpu_rng_state
     random._set_cuda_rng_state = _set_cpu_rng_state
-    _enabled = True
-    return True
+
+
+def disable() -> None:
+    """Undo :func:`enable`: the listed modules see the real ``torch`` again (nothing when the layer is off)."""
+    if not active():
+        return
+    for name in PATCHED_MODULES:
+        importlib.import_module(name).torch = torch
+    random = importlib.import_module("megatron.core.tensor_parallel.random")
+    for helper, original in _saved_helpers.items():
+        setattr(random, helper, original)
+    _saved_helpers.clear()
 
 
 @contextlib.contextmanager
@@ -168,7 +198,7 @@ def cuda_type_names() -> Iterator[None]:
     """While the layer is active, a block in which ``Tensor.type()`` names CPU tensors as CUDA ones,
     so that megatron-core's optimizers accept the CPU float32 parameters (they check
     ``param.type() == "torch.cuda.FloatTensor"``); without the layer, an empty block."""
-    if not _enabled:
+    if not active():
         yield
         return
     with _CudaTypeNames():

@@ -22,7 +22,8 @@ megatron-core's ``DistributedOptimizer``, which keeps AdamW's state for 1/DP of 
 DP rank (:mod:`rlloom_megatron.optimizer`). The global gradient norm counts each TP-split
 parameter's slices once and each replicated parameter once. On CUDA the forward and backward run
 under ``torch.autocast`` in ``train_engine.dtype`` (bf16 by default) with float32 master weights; on
-CPU the engine runs through :mod:`rlloom_megatron.cpu_compat`.
+CPU (also on a host with a GPU) the engine runs through :mod:`rlloom_megatron.cpu_compat`. A process's
+Megatron engines share one device (:func:`rlloom_megatron.parallel.acquire`).
 """
 
 from __future__ import annotations
@@ -126,14 +127,11 @@ class MegatronTrainEngine:
             cfg.lr_at(1, spec.role, spec.total_train_steps)  # fail now if the schedule cannot be computed
         self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
         self.compute_dtype = resolve_dtype(cfg.dtype, self.device, "train_engine.dtype")
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        else:
-            cpu_compat.enable()
         hf_config = AutoConfig.from_pretrained(spec.model_path)
         self.layout = ModelLayout.from_hf_config(hf_config, cfg.tensor_parallel_size)
         self._positions: torch.Tensor | None = None  # set by _run for the output layer's pre-hook
-        parallel.acquire(self.device, cfg.tensor_parallel_size, spec.seed)
+        with megatron_notices_silenced():
+            parallel.acquire(self.device, cfg.tensor_parallel_size, spec.seed)  # the CUDA device or the CPU layer
         self._holds_groups = True
         try:
             self.tp_group = parallel_state.get_tensor_model_parallel_group()
