@@ -18,16 +18,28 @@ class HFRolloutConfig:
     - ``max_batch_rows``: most response rows decoded together in one KV-cache loop; a
       ``generate`` call of ``B * n`` rows runs in ``ceil(B * n / max_batch_rows)`` chunks.
     - ``device``: where the model runs (``cpu``, ``cuda``, ``cuda:N``, ``auto``); ``None`` follows
-      the run's ``trainer.device``. Results are returned on the CPU.
+      the run's ``trainer.device``. A plain ``cuda`` is this rank's GPU (``LOCAL_RANK`` under
+      torchrun, else the current one). Results are returned on the CPU.
     - ``dtype``: weight and activation dtype: ``auto`` (bfloat16 on CUDA, float32 on CPU, where the
       half types are many times slower), ``float32``, ``bfloat16``, ``float16``. Sampling math and
-      the reported log-probs are float32 whatever this is.
+      the reported log-probs are float32 whatever this is, from float32 logits (the LM head sums
+      in float32 and does not round to ``dtype``, as the FSDP trainer's head).
     - ``decode``: the decoding loop. ``eager``: a dynamic KV cache, one model call per token
       (:mod:`rlloom_hf.decode`); ``static``: preallocated caches in bucketed shapes
       (:mod:`rlloom_hf.static_decode`), token draws from counter-based streams; ``graphs``:
       ``static`` with each bucket's decode step captured in a CUDA graph (CUDA only); ``auto``:
-      ``graphs`` on CUDA, ``eager`` elsewhere. ``eager`` and ``static`` sample different (equally
-      distributed) tokens for one seed: they draw from different generators.
+      ``graphs`` on CUDA, ``eager`` elsewhere and for models the static decoder cannot run (layer
+      types other than full and sliding-window attention; ``static``/``graphs`` refuse them).
+      ``eager`` and ``static`` sample different (equally distributed) tokens for one seed: they
+      draw from different generators.
+    - ``max_buckets``: with ``static``/``graphs``, how many bucket shapes (rows rounded up to a
+      power of two, prompt + new tokens rounded up to 64) keep their KV cache and captured graph
+      between calls; the least recently used is dropped first and rebuilt (a few hundred ms of
+      capture) when its shape comes back. A bucket's cache takes
+      ``2 · layers · rows · kv_heads · head_dim · length`` elements of ``dtype`` (Qwen2.5-7B in
+      bf16, 64 rows x 2048: 7.5 GB), held while the trainer works unless ``sleep_level`` ≥ 1; the
+      graphs share one memory pool. Calls of one shape (full chunks of ``max_batch_rows`` rows,
+      one ``max_new_tokens``) need one bucket per prompt-length class plus one for a last, partial chunk.
     - ``eos_check_interval``: with ``static``/``graphs``, tokens decoded between two checks whether
       every row has stopped (each check waits for the device); the output does not depend on it.
     - ``sleep_level``: what :meth:`~rlloom_hf.engine.HFRolloutEngine.sleep` frees on an
@@ -41,6 +53,7 @@ class HFRolloutConfig:
     device: str | None = None
     dtype: str = "auto"
     decode: str = "auto"
+    max_buckets: int = 4
     eos_check_interval: int = 8
     sleep_level: int = 0
     attn_implementation: str = "sdpa"
@@ -54,6 +67,8 @@ class HFRolloutConfig:
             raise ValueError(f"rollout.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.decode not in DECODE_MODES:
             raise ValueError(f"rollout.decode must be one of {list(DECODE_MODES)}, got {self.decode!r}")
+        if self.max_buckets < 1:
+            raise ValueError(f"rollout.max_buckets must be >= 1, got {self.max_buckets}")
         if self.eos_check_interval < 1:
             raise ValueError(f"rollout.eos_check_interval must be >= 1, got {self.eos_check_interval}")
         if self.sleep_level not in SLEEP_LEVELS:

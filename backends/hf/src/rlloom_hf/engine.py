@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import BatchingScheduler
-from rlloom_enginekit.devices import resolve_dtype, role_device
+from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
 from rlloom_enginekit.prompts import check_left_padded, pad_token_id, prompt_indices, stop_token_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlloom_hf.config import HFRolloutConfig
+from rlloom_hf.config import DECODE_MODES, HFRolloutConfig
 from rlloom_hf.counter_rng import CounterStreams
 from rlloom_hf.decode import DecodedChunk, decode_chunk
-from rlloom_hf.sampling import ResponseStreams
-from rlloom_hf.static_decode import StaticDecoder
+from rlloom_hf.sampling import ResponseStreams, use_float32_head
+from rlloom_hf.static_decode import StaticDecoder, static_decode_problem
 
 
 def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -35,30 +35,49 @@ def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, tor
             stack([c.log_probs for c in chunks], 0.0))
 
 
+def decode_mode(decode: str, device: torch.device, config) -> str:
+    """The decoding loop ``rollout.decode`` asks for: ``auto`` is ``graphs`` on CUDA and ``eager``
+    elsewhere, or where the static decoder cannot run the model
+    (:func:`~rlloom_hf.static_decode.static_decode_problem`); an explicit ``static``/``graphs`` for
+    such a model is a ValueError naming the setting and the choices."""
+    problem = static_decode_problem(config)
+    if decode == "auto":
+        return "graphs" if device.type == "cuda" and problem is None else "eager"
+    if decode != "eager" and problem is not None:
+        raise ValueError(f"rollout.decode={decode!r} cannot run this model ({problem}): choose 'eager' or 'auto' "
+                         f"(one of {list(DECODE_MODES)})")
+    return decode
+
+
 class HFRolloutEngine:
     """Samples responses with a transformers causal LM; see :meth:`generate` for the contract.
 
     Loads the model and tokenizer from ``spec.model_path`` onto ``cfg.device`` (else the run's
-    device) in ``cfg.dtype``. ``tokenizer`` is public (the controller decodes responses with it).
+    device; a plain ``cuda`` is this rank's GPU, ``LOCAL_RANK`` under torchrun:
+    :func:`~rlloom_enginekit.devices.rank_device`) in ``cfg.dtype``; the LM head returns float32
+    logits (:func:`~rlloom_hf.sampling.use_float32_head`). ``tokenizer`` is public (the controller
+    decodes responses with it).
     The call's seed is drawn from a generator seeded with ``spec.seed`` unless a call gives
     ``sampling.seed``. The decoding loop is ``cfg.decode`` (see :class:`HFRolloutConfig`).
     """
 
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
-        self.device = role_device(cfg.device, spec.device, "rollout.device")
+        self.device = rank_device(role_device(cfg.device, spec.device, "rollout.device"))
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
         model = AutoModelForCausalLM.from_pretrained(
             spec.model_path, dtype=resolve_dtype(cfg.dtype, self.device, "rollout.dtype"),
             attn_implementation=cfg.attn_implementation,
         )
         self.model = model.to(self.device).eval()
+        use_float32_head(self.model)
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.pad_id = pad_token_id(self.model.generation_config, self.tokenizer, self.stop_ids)
         self._generator = torch.Generator().manual_seed(spec.seed)
-        mode = cfg.decode if cfg.decode != "auto" else ("graphs" if self.device.type == "cuda" else "eager")
+        mode = decode_mode(cfg.decode, self.device, self.model.config)
         self._static = None if mode == "eager" else StaticDecoder(
-            self.model, self.device, graphs=mode == "graphs", eos_check_interval=cfg.eos_check_interval)
+            self.model, self.device, graphs=mode == "graphs", eos_check_interval=cfg.eos_check_interval,
+            max_buckets=cfg.max_buckets)
         self._asleep = False
         self._scheduler: BatchingScheduler | None = None
 

@@ -6,6 +6,11 @@ top-k filter left, renormalised), or is the argmax when greedy. The reported log
 ``log_softmax(logits / T)[token]`` of the **unfiltered** policy, the quantity train engines
 recompute.
 
+The logits are float32 whatever the model's dtype: :func:`use_float32_head` makes the LM head
+compute them as the FSDP trainer's head does (:mod:`rlloom_fsdp.head`), from the final hidden
+states and head weight in the model's dtype, products summed and returned in float32, so bf16
+rollouts are not off the trainer's log-probs by a bf16 rounding of every logit.
+
 Randomness is drawn per response (:class:`ResponseStreams`), so a response's tokens depend on the
 call's seed, its prompt's index and its own index only: not on the rows batched with it, the chunk
 size, or the rank a split call put it on.
@@ -14,10 +19,39 @@ size, or the rank a split call put it on.
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from rlloom import SamplingParams
+from torch import nn
+
+
+def float32_linear(head: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``hidden @ W^T + b`` of the linear ``head`` in float32, formed as the FSDP trainer's head
+    forms it (``rlloom_fsdp.head.head_products``): bfloat16 or float16 ``hidden`` and W of one dtype
+    on a CUDA GPU in one product with float32 accumulation and result (``torch.mm(...,
+    out_dtype=torch.float32)``: the exact 16-bit products summed in float32, no float32 copy of
+    W); anything else as ``F.linear(h.float(), W.float(), b.float())``."""
+    weight, bias = head.weight, head.bias
+    if hidden.is_cuda and hidden.dtype == weight.dtype and hidden.dtype in (torch.bfloat16, torch.float16):
+        flat = torch.mm(hidden.reshape(-1, hidden.shape[-1]), weight.t(), out_dtype=torch.float32)
+        logits = flat.reshape(*hidden.shape[:-1], weight.shape[0])
+        return logits if bias is None else logits + bias.float()
+    return F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+
+
+def use_float32_head(model: nn.Module) -> None:
+    """Make ``model``'s LM head (its output embeddings, an ``nn.Linear``) return float32 logits:
+    its ``forward`` becomes :func:`float32_linear`. Parameters and their names are untouched;
+    what the model does after the head (e.g. Gemma 2's final logit soft-capping) then runs in
+    float32. A float32 model computes exactly what it did."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"the rollout needs a causal LM whose output embeddings are an nn.Linear, "
+                         f"not {type(head).__name__}")
+    head.forward = functools.partial(float32_linear, head)
 
 
 def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
