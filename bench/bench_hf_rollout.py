@@ -16,6 +16,7 @@ runs both in bf16 (``--dtype``).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--decode", default="auto", help="the engine's rollout.decode: auto, eager, static, graphs")
+    parser.add_argument("--out", help="write the timings to this JSON file")
     args = parser.parse_args()
     device = resolve_device(args.device, "--device")
     torch.set_num_threads(args.threads)
@@ -120,6 +122,11 @@ def main() -> None:
         print(f"model.generate (reference):        {rows} rows x {args.max_new_tokens} tokens: {hf_wall * 1e3:.0f} ms wall, "
               f"{hf_cpu * 1e3:.0f} ms CPU, {tokens / hf_wall:.0f} tokens/s")
         print(f"speed-up engine / model.generate: {hf_wall / engine_wall:.2f}x")
+        if args.out:
+            with open(args.out, "w") as handle:
+                json.dump(dict(rows=rows, new_tokens=args.max_new_tokens, device=str(device), decode=args.decode,
+                               engine_s=engine_wall, generate_s=hf_wall, engine_tokens_per_s=tokens / engine_wall,
+                               speedup=hf_wall / engine_wall), handle)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ measured there; rlloom runs with its defaults for the device (bf16 compute on CU
     python bench/bench_vs_trl.py --device cuda
     python bench/bench_vs_trl.py --device cpu --workload quickstart --steps 15 --out trl.json
     python bench/bench_vs_trl.py --device cpu --workload quickstart --steps 25 --trl-steps 40   # TRL longer
+    python bench/bench_vs_trl.py --device cuda --workload shape --sides rlloom     # rlloom alone
 """
 
 from __future__ import annotations
@@ -288,17 +289,20 @@ def side(name: str, work: dict, args: argparse.Namespace) -> dict:
 
 
 def report(name: str, work: dict, results: dict[str, dict]) -> None:
-    rl, trl = summary(results["rlloom"], work), summary(results["trl"], work)
+    """Print the sides' summaries (TRL's column is empty when ``--sides rlloom``)."""
+    rl = summary(results["rlloom"], work)
+    trl = summary(results["trl"], work) if "trl" in results else None
     print(f"\n== {name}: {work['prompts']} prompts x {work['n']} samples, {work['new_tokens']} new tokens")
     print(f"{'':24}{'rlloom':>12}{'TRL':>12}{'TRL / rlloom':>14}")
     for key, label in (("median_step_s", "median step (s)"), ("samples_per_s", "samples/s"),
                        ("peak_gb", "peak memory (GB)"), ("time_to_0_9_s", "train s to 0.9 acc")):
-        a, b = rl[key], trl[key]
+        a, b = rl[key], None if trl is None else trl[key]
         ratio = "" if a is None or b is None else f"{(a / b if key == 'samples_per_s' else b / a):14.2f}"
         print(f"{label:24}{'-' if a is None else f'{a:12.3f}':>12}{'-' if b is None else f'{b:12.3f}':>12}{ratio}")
-    print(f"{'mean response length':24}{rl['mean_response_len']:12.1f}{trl['mean_response_len']:12.1f}")
+    print(f"{'mean response length':24}{rl['mean_response_len']:12.1f}"
+          + ("" if trl is None else f"{trl['mean_response_len']:12.1f}"))
     for label, result in (("rlloom", rl), ("TRL", trl)):
-        if result["accuracy"]:
+        if result and result["accuracy"]:
             print(f"{label} sampled accuracy by step: " + ", ".join(f"{s}: {a:.2f}" for s, a in result["accuracy"]))
 
 
@@ -315,6 +319,8 @@ def main() -> None:
     parser.add_argument("--size", default="full", choices=sorted(SHAPES), help="the shape workload's size")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", help="write every number measured to this JSON file")
+    parser.add_argument("--sides", nargs="+", default=["rlloom", "trl"], choices=["rlloom", "trl"],
+                        help="which sides to run (rlloom alone: compare with TRL's numbers in docs/performance.md)")
     parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE",
                         help="an extra override for the rlloom side (repeatable), e.g. --rlloom resharder=shared")
     parser.add_argument("--side", help=argparse.SUPPRESS)
@@ -328,16 +334,20 @@ def main() -> None:
         with open(args.result, "w") as handle:
             json.dump(result, handle)
         return
-    try:
-        import trl  # noqa: F401 - only checked here; it runs in the TRL subprocess
-    except ImportError:
-        sys.exit(f"bench_vs_trl: TRL is not installed (a benchmark-only dependency): {REQUIREMENTS}")
+    if "trl" in args.sides:
+        try:
+            import trl  # noqa: F401 - only checked here; it runs in the TRL subprocess
+        except ImportError:
+            sys.exit(f"bench_vs_trl: TRL is not installed (a benchmark-only dependency): {REQUIREMENTS}; or measure "
+                     f"rlloom alone with --sides rlloom")
     names = ["quickstart", "shape", "varlen"] if args.workload == "all" else [args.workload]
     everything = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "argv": sys.argv[1:]}
     for name in names:
         work = {**workload(name, args), "rlloom_overrides": args.rlloom}
         trl_work = {**work, "steps": args.trl_steps} if name == "quickstart" and args.trl_steps else work
-        results = {"rlloom": side("rlloom", work, args), "trl": side("trl", trl_work, args)}
+        results = {"rlloom": side("rlloom", work, args)}
+        if "trl" in args.sides:
+            results["trl"] = side("trl", trl_work, args)
         report(name, work, results)
         everything[name] = {"work": work, **{k: summary(v, work) for k, v in results.items()}}
     if args.out:

@@ -13,6 +13,7 @@ the rollout's dtype (one ``copy_`` per tensor): the floor a sync cannot beat on 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--rollout-dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", help="write the timings to this JSON file")
     args = parser.parse_args()
     device = resolve_device(args.device, "--device")
     path = model_path(args.model)
@@ -69,6 +71,10 @@ def main() -> None:
     print(f"in_process sync          : {sync * 1e3:8.1f} ms  {gigabytes / sync:7.1f} GB/s")
     print(f"device copy, same bytes  : {copy * 1e3:8.1f} ms  {gigabytes / copy:7.1f} GB/s")
     print(f"ratio sync / copy        : {sync / copy:.2f}")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(dict(model=args.model, device=str(device), bytes=stats[-1].num_bytes, sync_s=sync, copy_s=copy,
+                           sync_gb_per_s=gigabytes / sync, ratio_sync_to_copy=sync / copy), handle)
     actor.close()
     rollout.close()
 

@@ -35,7 +35,7 @@ CASES = [
     (["train_engine.micro_batch_size=0"], "micro_batch_size"), (["train_engine.min_lr_ratio=2"], "min_lr_ratio"),
     (["train_engine.betas=[0.9,1.5]"], "betas"), (["train_engine.lr_schedule=triangle"], "lr_schedule"),
     (["rollout.max_batch_rows=0"], "max_batch_rows"), (["trainer.device=tpu"], "trainer.device"),
-    (["trainer.device=cuda"], "cuda"), (["train_engine.dtype=float8"], "dtype"),
+    (["trainer.device=cuda:99"], "trainer.device=cuda:99"), (["train_engine.dtype=float8"], "dtype"),
     # NaN and infinities
     (["train_engine.lr=nan"], "lr"), (["train_engine.lr=inf"], "lr"), (["sampling.temperature=nan"], "temperature"),
     (["sampling.temperature=inf"], "temperature"), (["train_engine.eps=inf"], "eps"),

@@ -31,10 +31,11 @@ def cuda_vllm_installed() -> bool:
 
 
 def needs_cuda_vllm(what: str):
-    return pytest.mark.skipif(
-        not (torch.cuda.is_available() and cuda_vllm_installed()),
-        reason=f"needs a CUDA GPU and the CUDA vllm distribution (pip install rlloom-vllm[cuda]): {what}",
+    """A CUDA test (the ``cuda`` marker) that also needs the CUDA ``vllm`` distribution."""
+    missing_vllm = pytest.mark.skipif(
+        not cuda_vllm_installed(), reason=f"needs the CUDA vllm distribution (pip install rlloom-vllm[cuda]): {what}"
     )
+    return lambda test: pytest.mark.cuda(what)(missing_vllm(test))
 
 
 # head size 32 (hidden 64 / 2 heads): vLLM's attention kernels have none for the tiny default's 16

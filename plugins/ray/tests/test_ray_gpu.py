@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 from ray_test_helpers import run_tiny
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU: Ray worker reserving one GPU, NCCL pool group"
-)
+pytestmark = pytest.mark.cuda("Ray worker reserving one GPU, NCCL pool group")
 
 
 def test_colocated_on_one_gpu_trains_there(cluster, cache, tmp_path):

@@ -196,9 +196,7 @@ def nccl_member(index: int, port: int, out_dir: str) -> None:
     resharder.close()
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2,
-                    reason="backend=nccl needs 2 CUDA GPUs (one per rank); this machine has "
-                           f"{torch.cuda.device_count()}, so the NCCL path is untested here")
+@pytest.mark.cuda("backend=nccl between two ranks, one GPU each (NCCL refuses two ranks on one GPU)", gpus=2)
 def test_nccl_between_two_gpus(tmp_path):
     run_members(nccl_member, 2, free_port(), str(tmp_path))
     record = torch.load(tmp_path / "nccl.pt", weights_only=False)

@@ -5,8 +5,8 @@
   :func:`comparable_rows` drops what differs between two runs of one seed (timings, memory);
 - :func:`entry_point_registry` loads one installed plugin on its own and fails the test, with the
   plugin's traceback, if it does not load;
-- :func:`device_params` parametrizes a test over ``cpu`` and ``cuda``, the CUDA case skipped with
-  its reason on a machine without a GPU;
+- :func:`device_params` parametrizes a test over ``cpu`` and ``cuda``, the CUDA case marked ``cuda``
+  (skipped with its reason on a machine without a GPU);
 - :func:`mounted_tmpfs` mounts a small real disk for a test that fills one.
 
 Importing this module is as cheap as importing :mod:`rlloom`: it imports nothing heavier.
@@ -31,13 +31,12 @@ __all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_para
 
 
 def device_params(what: str) -> list:
-    """``["cpu", pytest.param("cuda", marks=skipif(no CUDA))]`` for ``@pytest.mark.parametrize``
-    and parametrized fixtures; ``what`` says what the CUDA case checks, for the skip reason."""
+    """``["cpu", pytest.param("cuda", marks=pytest.mark.cuda(what))]`` for ``@pytest.mark.parametrize``
+    and parametrized fixtures; ``what`` says what the CUDA case checks (the skip reason without a GPU:
+    :mod:`rlloom_trainer.pytest_plugin`)."""
     import pytest
-    import torch
 
-    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=f"needs a CUDA GPU: {what}")
-    return ["cpu", pytest.param("cuda", marks=needs_cuda)]
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.cuda(what))]
 
 
 @contextlib.contextmanager
