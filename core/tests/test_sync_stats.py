@@ -41,3 +41,19 @@ def test_cuda_peak_is_none_without_a_cuda_context():
     with CudaPeak() as peak:
         torch.ones(1000)
     assert peak.extra_bytes is None
+
+
+@pytest.mark.cuda("a sync's peak measurement resets torch's peak statistics; the process peak survives it")
+def test_the_process_peak_survives_a_sync_measurement():
+    from rlloom.devices import cuda_peak_bytes
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    big = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)  # 256 MiB, freed at once
+    held = torch.cuda.memory_allocated(device)
+    del big
+    with CudaPeak() as peak:
+        torch.ones(1000, device=device)
+    assert torch.cuda.max_memory_allocated(device) < held  # torch's own peak was reset by the block
+    assert peak.extra_bytes < 2**20
+    allocated, reserved = cuda_peak_bytes(device)
+    assert allocated >= held and reserved >= held

@@ -14,7 +14,7 @@ import os
 import torch
 
 from rlloom.choices import DeviceError
-from rlloom.devices import resolve_device
+from rlloom.devices import cuda_peak_bytes, resolve_device
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
 DTYPES: dict[str, torch.dtype] = {  # every name of DTYPE_CHOICES but auto
@@ -67,11 +67,10 @@ def peak_bf16_flops(device: torch.device) -> float | None:
 
 def cuda_memory_metrics(device: torch.device) -> dict[str, float]:
     """``perf/max_memory_allocated_gb`` and ``perf/max_memory_reserved_gb``: this process's peak
-    CUDA memory held by tensors and by PyTorch's caching allocator so far, in GB (1e9 bytes)."""
-    return {
-        "perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 1e9,
-        "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved(device) / 1e9,
-    }
+    CUDA memory held by tensors and by PyTorch's caching allocator so far, in GB (1e9 bytes); a
+    weight sync's peak measurement (:class:`rlloom.devices.CudaPeak`) does not lower them."""
+    allocated, reserved = cuda_peak_bytes(device)
+    return {"perf/max_memory_allocated_gb": allocated / 1e9, "perf/max_memory_reserved_gb": reserved / 1e9}
 
 
 def rank_device(device: torch.device) -> torch.device:
