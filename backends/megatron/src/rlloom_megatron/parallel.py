@@ -8,8 +8,9 @@ an engine on another device while any engine holds it: megatron-core allocates o
 devices would get each other's buffers. Then it uses the default process group when one exists
 (set up by a launcher: Ray, torchrun), else creates a single-rank one in-process (an in-memory
 ``HashStore``: no port, no file left behind; gloo on CPU, ``cpu:gloo,cuda:nccl`` on CUDA); then
-megatron-core's groups for the requested tensor-parallel size (``parallel_state.initialize_model_parallel``) and its model-parallel RNG
-(seeded with the run seed). Engines of one process must agree on the TP size. The last
+megatron-core's groups for the requested tensor-parallel size
+(``parallel_state.initialize_model_parallel``) and its model-parallel RNG (seeded with the run
+seed). Engines of one process must agree on the TP size. The last
 :func:`release` tears down what was created here.
 """
 
