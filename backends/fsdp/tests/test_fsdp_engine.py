@@ -420,6 +420,8 @@ def test_world_size_2_matches_world_size_1(model_dir, engines, tmp_path):
     for result in ranks:
         assert result["metrics"]["grad_norm"] == pytest.approx(expected_metrics["grad_norm"], rel=1e-5)
         assert result["metrics"]["rows"] == pytest.approx((1.5 + 2) / 2)  # rank means (2+1)/2 and 2/1, averaged
+        # The same micro-batches' tokens over the ranks: rank 1's padding pass is not counted.
+        assert result["metrics"]["perf/model_flops/actor"] == expected_metrics["perf/model_flops/actor"]
         assert_weights_close(result["weights"], expected_weights, atol=1e-5)
     log_probs = torch.cat([result["log_probs"] for result in ranks])
     torch.testing.assert_close(log_probs, expected_log_probs, atol=1e-5, rtol=0)

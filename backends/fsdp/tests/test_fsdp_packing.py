@@ -8,7 +8,7 @@ import torch
 
 from rlloom import Batch
 from rlloom_enginekit.packing import pack_rows
-from rlloom_fsdp.scoring import score_responses
+from rlloom_fsdp.scoring import model_input, score_responses
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
     LR,
     adamw_first_step,
@@ -24,7 +24,7 @@ from test_fsdp_engine import (  # the shared fixtures and plain-transformers ref
 )
 
 PACKED = ("shared_prompt", "packed")
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none visible)")
+CUDA = pytest.mark.cuda("packed and shared-prompt layouts on the GPU")
 
 
 def grouped_batch(groups: int = 3, n: int = 3) -> Batch:
@@ -60,10 +60,8 @@ def test_packed_log_probs_entropy_and_gradients_equal_the_padded_forward(attenti
     results = {}
     for layout in ("padded", *PACKED):
         model.zero_grad()
-        log_probs, entropy = score_responses(
-            model, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"],
-            0.7, True, layout, 5,
-        )
+        inputs = model_input(grouped_batch(), layout).to(torch.device(device))  # laid out on the CPU
+        log_probs, entropy = score_responses(model, inputs, 0.7, True, 5)
         ((-batch["advantages"] * log_probs - 0.01 * entropy).sum() / batch["response_mask"].sum()).backward()
         results[layout] = (log_probs.detach(), entropy.detach(),
                            {name: p.grad.clone() for name, p in model.named_parameters()})
@@ -126,8 +124,7 @@ def test_a_model_without_a_4d_mask_attention_is_told_to_use_the_padded_layout(mo
     model = reference_model(model_dir)
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="sequence_layout=padded"):
-        score_responses(model, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"],
-                        1.0, False, "shared_prompt", 5)
+        score_responses(model, model_input(batch, "shared_prompt"), 1.0, False, 5)
 
 
 @pytest.mark.parametrize(("asked", "layout", "refused"), [

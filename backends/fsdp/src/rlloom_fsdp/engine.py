@@ -29,20 +29,22 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
 from rlloom.controller.dispatch import rank_token_metrics
-from rlloom.batch import row_tokens
 from rlloom.protocols import LossFn
-from rlloom_enginekit.devices import cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device
+from rlloom_enginekit.devices import (
+    cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device, synchronize,
+)
 from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
@@ -50,7 +52,7 @@ from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.head import default_chunk_rows
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
-from rlloom_fsdp.scoring import attach_scorer
+from rlloom_fsdp.scoring import ModelInput, attach_scorer, model_input
 
 ROLES = ("actor", "ref", "critic")
 TRAINABLE_ROLES = ("actor", "critic")
@@ -96,7 +98,8 @@ class FSDPTrainEngine:
                     spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
                 )
             self.vocab_size = None if self.is_critic else self.model.config.get_text_config().vocab_size
-            self.flops_per_token = train_flops(self.model)
+            head = self.model.value_head if self.is_critic else self.model.get_output_embeddings()
+            self.flops_per_token = train_flops(self.model, head)
             shard_model(self.model, mesh, reshard_after_forward=cfg.reshard_after_forward,
                         compute_dtype=self.compute_dtype)
             attach_scorer(self.model, critic=self.is_critic)
@@ -146,46 +149,56 @@ class FSDPTrainEngine:
         if self._offloaded:
             self.onload()
 
-    def _micro_batches(self, batch: Batch, rows: int) -> tuple[list[Batch], int]:
+    def _micro_batches(self, batch: Batch, rows: int) -> tuple[list[tuple[Batch, ModelInput]], list[ModelInput]]:
         """``batch`` cut into micro-batches (:func:`rlloom_enginekit.packing.micro_batches`: ``rows`` rows
-        each, or by ``cfg.max_tokens_per_micro_batch`` when set) on the engine's device, and how many
-        padding passes this rank must add to match the rank with the most micro-batches."""
-        micros = [micro.to(self.device) for micro in micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)]
-        (most,) = self._all_reduce([len(micros)], dist.ReduceOp.MAX)
-        return micros, int(most) - len(micros)
+        each, or by ``cfg.max_tokens_per_micro_batch`` when set), each on the engine's device with its
+        model input (:func:`rlloom_fsdp.scoring.model_input`, laid out on the CPU before any of it is
+        copied, so the passes over them never wait for a value read back from the GPU), and the inputs
+        of the padding passes this rank must add to match the rank with the most micro-batches (the
+        first row, once per missing micro-batch)."""
+        cut = micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)
+        (most,) = self._all_reduce([len(cut)], dist.ReduceOp.MAX)
+        layout = self.cfg.sequence_layout
+        micros = [(micro.to(self.device), model_input(micro, layout).to(self.device)) for micro in cut]
+        missing = int(most) - len(cut)
+        return micros, [model_input(cut[0].slice(0, 1), layout).to(self.device)] * missing if missing else []
 
     def _forward(
-        self, micro: Batch, temperature: float, entropy: bool
+        self, inputs: ModelInput, temperature: float, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Response log-probs [b, R] (and entropy [b, R]) under softmax(logits / T), 0 on padding,
         from :func:`rlloom_fsdp.scoring.score_responses`: one forward in ``cfg.sequence_layout``,
         and only real response tokens go through the LM head, in chunks of ``cfg.head_chunk_rows``
         rows (0: :func:`rlloom_fsdp.head.default_chunk_rows`)."""
         return self.model.score_responses(
-            micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
-            temperature, entropy, self.cfg.sequence_layout,
-            self.cfg.head_chunk_rows or default_chunk_rows(self.vocab_size),
+            inputs, temperature, entropy, self.cfg.head_chunk_rows or default_chunk_rows(self.vocab_size),
         )
 
-    def _values_forward(self, micro: Batch) -> torch.Tensor:
+    def _values_forward(self, inputs: ModelInput) -> torch.Tensor:
         """Critic values [b, R], 0 on padding (:func:`rlloom_fsdp.scoring.score_values`): the value
         for response token t is read at the hidden state that predicts token t, aligned like the
         log-probs, so V_t estimates the return from the state *before* token t is emitted."""
-        return self.model.score_values(
-            micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
-            self.cfg.sequence_layout,
-        )
+        return self.model.score_values(inputs)
 
-    def _train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
+    def _train_outputs(self, inputs: ModelInput, temperature: float) -> dict[str, torch.Tensor]:
         """What ``train_step`` hands the loss: ``values`` for a critic, else ``log_probs`` (and
         ``entropy`` when ``cfg.train_entropy``), all [b, R] with grad."""
         if self.is_critic:
-            return {"values": self._values_forward(micro)}
-        log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+            return {"values": self._values_forward(inputs)}
+        log_probs, entropies = self._forward(inputs, temperature, self.cfg.train_entropy)
         outputs = {"log_probs": log_probs}
         if entropies is not None:
             outputs["entropy"] = entropies
         return outputs
+
+    def _reshard(self) -> None:
+        """Free the parameters a no-grad pass left gathered. FSDP2 keeps the root module's (embeddings,
+        final norm, LM or value head) unsharded after its forward, for the backward that follows in
+        training — and each decoder layer's too with ``reshard_after_forward=False`` — but a no-grad
+        pass has no backward to reshard them: a reference engine would hold them gathered for good."""
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     def _require_trainable(self, method: str) -> None:
         if not self.trainable:
@@ -210,23 +223,25 @@ class FSDPTrainEngine:
 
         Policy softmax(logits / T), T = ``batch.meta["temperature"]`` (default 1). Both are 0 where
         ``response_mask`` is 0. Returns a batch with only these fields (and ``batch.meta``); join it
-        to the input with ``Batch.union``. The model runs in eval mode (no dropout).
+        to the input with ``Batch.union``. The model runs in eval mode (no dropout); afterwards every
+        parameter is sharded again (:meth:`_reshard`).
         """
         self._require_critic("compute_log_probs", wanted=False)
         self._check_inputs(batch, "compute_log_probs")
         self._ready()
         temperature = policy_temperature(batch)
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
-        micros, padding_passes = self._micro_batches(batch, size)
+        micros, padding = self._micro_batches(batch, size)
         self.model.eval()
         log_probs, entropies = [], []
         with torch.no_grad():
-            for micro in micros:
-                micro_log_probs, micro_entropy = self._forward(micro, temperature, entropy)
+            for _, inputs in micros:
+                micro_log_probs, micro_entropy = self._forward(inputs, temperature, entropy)
                 log_probs.append(micro_log_probs)
                 entropies.append(micro_entropy)
-            for _ in range(padding_passes):
-                self._forward(micros[0].slice(0, 1), temperature, False)
+            for inputs in padding:
+                self._forward(inputs, temperature, False)
+        self._reshard()
         fields = {"log_probs": torch.cat(log_probs).cpu()}
         if entropy:
             fields["entropy"] = torch.cat(entropies).cpu()
@@ -239,18 +254,19 @@ class FSDPTrainEngine:
         V_t is the value head at the hidden state that predicts response token t (positions
         P-1 … P+R-2), aligned like log-probs (see :meth:`_values_forward`). Returns a batch with only
         this field (and ``batch.meta``). Micro-batches of ``cfg.log_prob_micro_batch_size`` rows
-        (``None``: ``cfg.micro_batch_size``); eval mode.
+        (``None``: ``cfg.micro_batch_size``); eval mode; every parameter sharded again afterwards.
         """
         self._require_critic("compute_values", wanted=True)
         self._check_inputs(batch, "compute_values")
         self._ready()
         size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
-        micros, padding_passes = self._micro_batches(batch, size)
+        micros, padding = self._micro_batches(batch, size)
         self.model.eval()
         with torch.no_grad():
-            values = [self._values_forward(micro) for micro in micros]
-            for _ in range(padding_passes):
-                self._values_forward(micros[0].slice(0, 1))
+            values = [self._values_forward(inputs) for _, inputs in micros]
+            for inputs in padding:
+                self._values_forward(inputs)
+        self._reshard()
         return Batch({"values": torch.cat(values).cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_tokens")
@@ -275,12 +291,17 @@ class FSDPTrainEngine:
         optimizer state unchanged) but the step still counts for the LR schedule.
 
         Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
-        must report the same metric names), ``grad_norm`` (before clipping), ``lr`` (the LR this
+        must report the same metric names; a metric may be a float or a 0-d tensor, which is summed
+        on its device and read once per step, so the loop never waits for the GPU),
+        ``grad_norm`` (before clipping), ``lr`` (the LR this
         step used), ``skipped_update`` (1.0 when the update was skipped, else 0.0), ``skipped_rows``
-        (the fraction of the mini-batch's rows left out as inert) and
-        ``perf/dp_rank_tokens/max|min`` (:func:`rlloom.controller.dispatch.rank_token_metrics`). On CUDA also
+        (the fraction of the mini-batch's rows left out as inert),
+        ``perf/dp_rank_tokens/max|min`` (:func:`rlloom.controller.dispatch.rank_token_metrics`) and
+        ``perf/model_flops/<role>`` (the step's forward and backward FLOPs over all ranks,
+        :mod:`rlloom_fsdp.perf`). On CUDA also
         ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (this process's peaks so
-        far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu`, when the GPU's peak is known).
+        far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu` of the step's wall time, when the
+        GPU's peak is known).
         """
         self._require_trainable("train_step")
         self._check_inputs(batch, "train_step")
@@ -289,23 +310,26 @@ class FSDPTrainEngine:
         temperature = policy_temperature(batch)
         stats = MiniBatchStats.over_ranks(batch["response_mask"], self._all_reduce)
         trained, skipped = rows_to_train(batch, loss_fn)
-        micros, padding_passes = self._micro_batches(trained, self.cfg.micro_batch_size)
+        micros, padding = self._micro_batches(trained, self.cfg.micro_batch_size)
         self.model.train()
-        metric_sums: dict[str, float] = {}
-        for micro in micros:
-            loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
+        metric_sums: dict[str, float | torch.Tensor] = {}
+        for micro, inputs in micros:
+            loss, metrics = loss_fn(micro, self._train_outputs(inputs, temperature), stats)
             (loss * self.world_size).backward()
-            for name, value in metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + float(value)
-        for _ in range(padding_passes):
-            outputs = self._train_outputs(micros[0].slice(0, 1), temperature)
+            add_metrics(metric_sums, metrics)
+        for inputs in padding:
+            outputs = self._train_outputs(inputs, temperature)
             (sum(output.sum() for output in outputs.values()) * 0.0).backward()
 
         names = sorted(metric_sums)
-        averaged = self._all_reduce([metric_sums[name] / len(micros) for name in names], dist.ReduceOp.SUM)
+        sums = read_metric_sums(metric_sums, names)
+        averaged = self._all_reduce([total / len(micros) for total in sums], dist.ReduceOp.SUM)
         result = {name: value / self.world_size for name, value in zip(names, averaged)}
-        skipped_rows, rows = self._all_reduce([float(skipped), float(len(batch))], dist.ReduceOp.SUM)
+        flops = self.flops_per_token.step(sum(inputs.tokens for _, inputs in micros),
+                                          sum(inputs.targets.numel() for _, inputs in micros))
+        skipped_rows, rows, flops = self._all_reduce([float(skipped), float(len(batch)), flops], dist.ReduceOp.SUM)
         result["skipped_rows"] = skipped_rows / max(rows, 1.0)
+        result[f"perf/model_flops/{self.spec.role}"] = flops
 
         lr = self._lr(self.step + 1)
         grad_norm = self._clip_gradients()
@@ -319,9 +343,9 @@ class FSDPTrainEngine:
         result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
         result.update(rank_token_metrics(batch, self._all_reduce))
         if self.device.type == "cuda":
-            tokens = float(row_tokens(batch).sum())
             result.update(cuda_memory_metrics(self.device))
-            utilisation = mfu(self.flops_per_token * tokens, time.perf_counter() - started, self.device)
+            synchronize(self.device)
+            utilisation = mfu(flops, time.perf_counter() - started, self.device, self.world_size)
             if utilisation is not None:
                 result[f"perf/mfu/{self.spec.role}"] = utilisation
         return result
@@ -441,3 +465,18 @@ class FSDPTrainEngine:
             torch.cuda.empty_cache()
         process_group.release()
 
+
+def add_metrics(sums: dict[str, float | torch.Tensor], metrics: Mapping[str, float | torch.Tensor]) -> None:
+    """Add one micro-batch's ``metrics`` to ``sums``: a float as a Python float, a tensor (0-d) as a
+    float64 tensor on its device, never read back here (float64 sums of float32 values in the same
+    order as Python's, so both give the same numbers)."""
+    for name, value in metrics.items():
+        value = value.detach().double() if isinstance(value, torch.Tensor) else float(value)
+        sums[name] = sums.get(name, 0.0) + value
+
+
+def read_metric_sums(sums: dict[str, float | torch.Tensor], names: list[str]) -> list[float]:
+    """The sums of ``names`` as floats; those held as tensors read back together (one host sync)."""
+    held = [name for name in names if isinstance(sums[name], torch.Tensor)]
+    read = dict(zip(held, torch.stack([sums[name] for name in held]).tolist())) if held else {}
+    return [read.get(name, sums[name]) for name in names]

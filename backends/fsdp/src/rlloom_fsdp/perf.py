@@ -1,16 +1,27 @@
 """Model FLOPs utilisation (MFU) of a training step.
 
-MFU = (6 · N · tokens) / (seconds · peak), the standard estimate: a forward and backward cost
-6 FLOPs per matmul parameter per token (Kaplan et al., 2020). N counts the parameters that take
-part in matrix multiplications: every parameter except an input embedding that is only looked up
-(with tied embeddings the matrix is the LM head's, so it counts once). Attention-score FLOPs
-(about 12 · layers · hidden · context per token) are left out, so the estimate reads a little low
-for long contexts; ``tokens`` are the step's prompt and response tokens (what a plain forward over
-the batch processes), whatever the engine saves with the shared-prompt forward. The peak is the
-GPU's dense bf16 figure (:func:`rlloom_enginekit.devices.peak_bf16_flops`).
+The standard estimate: a forward and backward cost 6 FLOPs per matmul parameter per token (Kaplan et
+al., 2020). The engine runs the transformer over the real tokens of its model input and the LM head
+(or a critic's value head) only over the real response tokens, so for one optimizer step
+
+    FLOPs = 6 · N_body · tokens + 6 · N_head · scored
+    MFU   = FLOPs / (seconds · peak · ranks)
+
+with ``tokens`` the real (non-padding) tokens the forwards ran over — in the ``shared_prompt`` layout
+each distinct prompt of a micro-batch once, in ``packed`` and ``padded`` each row's prompt and
+response, padding slots left out — and ``scored`` the real response tokens, both summed over the
+micro-batches the engine trained, on every rank: rows left out as inert and the padding passes that
+keep the ranks' collectives in step are not counted. ``N_head`` counts the head's parameters (with
+tied embeddings the shared matrix, once); ``N_body`` every other parameter except the input embedding,
+which is only looked up. Attention-score FLOPs (about 12 · layers · hidden · context per token) are
+left out, so the estimate reads a little low for long contexts. ``seconds`` is the step's wall time
+(device work included); the peak is the GPU's dense bf16 figure
+(:func:`rlloom_enginekit.devices.peak_bf16_flops`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -18,21 +29,34 @@ from torch import nn
 from rlloom_enginekit.devices import peak_bf16_flops
 
 
-def train_flops(model: nn.Module) -> float:
-    """6 · N: training FLOPs per token of ``model`` (see the module doc for N). Call before
-    sharding, while parameters have their full shapes."""
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """Training FLOPs per token: ``body`` = 6 · N_body per token through the transformer, ``head`` =
+    6 · N_head per scored response token (module docstring)."""
+
+    body: float
+    head: float
+
+    def step(self, tokens: float, scored: float) -> float:
+        """6 · N_body · tokens + 6 · N_head · scored."""
+        return self.body * tokens + self.head * scored
+
+
+def train_flops(model: nn.Module, head: nn.Module) -> FlopsPerToken:
+    """The :class:`FlopsPerToken` of ``model`` whose output head is ``head`` (its LM head, or a
+    critic's value head). Call before sharding, while parameters have their full shapes."""
     base = getattr(model, model.base_model_prefix, model) if hasattr(model, "base_model_prefix") else model
     embedding = base.get_input_embeddings().weight
-    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    tied = output is not None and output.weight is embedding
-    unique = {id(p): p for p in model.parameters()}
-    matmul = sum(p.numel() for p in unique.values()) - (0 if tied else embedding.numel())
-    return 6.0 * matmul
+    head_parameters = {id(p): p for p in head.parameters()}
+    left_out = {*head_parameters, id(embedding)}
+    body = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values() if id(p) not in left_out)
+    return FlopsPerToken(body=6.0 * body, head=6.0 * sum(p.numel() for p in head_parameters.values()))
 
 
-def mfu(flops: float, seconds: float, device: torch.device) -> float | None:
-    """``flops / (seconds · peak)`` for ``device``; None when its peak is unknown or no time passed."""
+def mfu(flops: float, seconds: float, device: torch.device, ranks: int = 1) -> float | None:
+    """``flops / (seconds · peak · ranks)`` for ``device``'s peak; None when the peak is unknown or no
+    time passed."""
     peak = peak_bf16_flops(device)
     if peak is None or seconds <= 0:
         return None
-    return flops / (seconds * peak)
+    return flops / (seconds * peak * ranks)

@@ -1,13 +1,15 @@
 """Response log-probs and entropy of a causal LM, and a critic's values, each as one FSDP forward of
 the whole model.
 
-:func:`response_states` runs the base transformer once over a micro-batch in the engine's
-``sequence_layout`` (:mod:`rlloom_enginekit.packing`: ``shared_prompt`` and ``packed`` drop padding, the
-first also runs each distinct prompt once; ``padded`` is the plain ``[b, P + R]`` forward) and
-keeps the final hidden states that predict real response tokens. :func:`score_responses` applies
-the LM head to them chunk by chunk with :func:`rlloom_fsdp.head.chunked_log_probs`, so no ``[b, R, V]``
-logits tensor exists, in any dtype, in forward or backward; :func:`score_values` applies a
-critic's value head.
+:func:`model_input` lays a micro-batch out on the CPU in the engine's ``sequence_layout``
+(:mod:`rlloom_enginekit.packing`: ``shared_prompt`` and ``packed`` drop padding, the first also runs
+each distinct prompt once; ``padded`` is the plain ``[b, P + R]`` forward) together with the index of
+the final hidden state that predicts each real response token: everything that depends on the masks'
+values is decided there, so the forward on the GPU never waits to read a value back.
+:func:`response_states` runs the base transformer once on it and keeps those hidden states.
+:func:`score_responses` applies the LM head to them chunk by chunk with
+:func:`rlloom_fsdp.head.chunked_log_probs`, so no ``[b, R, V]`` logits tensor exists, in any dtype,
+in forward or backward; :func:`score_values` applies a critic's value head.
 
 Both are registered on the sharded root module as FSDP forward methods (:func:`attach_scorer`):
 FSDP2 then all-gathers the root's own parameters (embeddings, final norm, LM or value head) around
@@ -17,6 +19,7 @@ layer is its own FSDP unit and gathers itself.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import torch
@@ -24,11 +27,67 @@ from torch import nn
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from rlloom.batch import Batch
-from rlloom_enginekit.packing import pack_rows
-from rlloom_enginekit.sequences import concat_prompt_response, response_logits
+from rlloom_enginekit.packing import Packing, pack_rows
+from rlloom_enginekit.sequences import concat_prompt_response
 
 from rlloom_fsdp.config import PACKED_ATTENTION
 from rlloom_fsdp.head import chunked_log_probs
+
+
+@dataclasses.dataclass
+class ModelInput:
+    """One micro-batch as one base-transformer forward takes it (:func:`model_input`).
+
+    ``input_ids``, ``position_ids`` [k, W]; ``predictors`` [n]: for each real response token, row-major
+    over ``response_mask`` [b, R], the flat index (``row * W + slot``) of the state that predicts it;
+    ``targets`` [n]: those tokens. The attention mask: ``padding_mask`` [b, P + R] (0/1) in the padded
+    layout, else the packing's ``segments`` and ``owners`` [k, W] (:class:`rlloom_enginekit.packing.Packing`).
+    ``tokens``: the real (non-padding) tokens the forward runs over, counted on the CPU.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    predictors: torch.Tensor
+    targets: torch.Tensor
+    response_mask: torch.Tensor
+    tokens: int
+    padding_mask: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+    owners: torch.Tensor | None = None
+
+    def to(self, device: torch.device) -> ModelInput:
+        """The same input on ``device``; copies from the CPU are queued without waiting for them."""
+        return dataclasses.replace(self, **{
+            field.name: value.to(device, non_blocking=True)
+            for field in dataclasses.fields(self)
+            if isinstance(value := getattr(self, field.name), torch.Tensor)
+        })
+
+    def attention_mask(self, base: nn.Module) -> torch.Tensor:
+        """The mask ``base`` takes: the padding mask, or the packing's per-sequence mask
+        (:func:`packed_attention_mask`)."""
+        if self.padding_mask is not None:
+            return self.padding_mask
+        packing = Packing(self.input_ids, self.position_ids, self.segments, self.owners, self.predictors)
+        return packed_attention_mask(base, packing.attention_mask())
+
+
+def model_input(micro: Batch, layout: str) -> ModelInput:
+    """``micro`` (on the CPU) laid out in ``layout``: in ``padded`` the joined ``[b, P + R]`` rows
+    (:func:`rlloom_enginekit.sequences.concat_prompt_response`), whose state at ``P − 1 + t`` predicts
+    response token t; else :func:`rlloom_enginekit.packing.pack_rows`."""
+    response_mask = micro["response_mask"]
+    real = response_mask.bool()
+    targets = micro["responses"][real]
+    if layout == "padded":
+        input_ids, padding_mask, position_ids = concat_prompt_response(micro)
+        rows, columns = real.nonzero(as_tuple=True)
+        predictors = rows * input_ids.shape[1] + micro["prompts"].shape[1] - 1 + columns
+        return ModelInput(input_ids, position_ids, predictors, targets, response_mask,
+                          tokens=int(padding_mask.sum()), padding_mask=padding_mask)
+    packing = pack_rows(micro, share_prompts=layout == "shared_prompt")
+    return ModelInput(packing.input_ids, packing.position_ids, packing.predictors, targets, response_mask,
+                      tokens=int((packing.segments >= 0).sum()), segments=packing.segments, owners=packing.owners)
 
 
 def packed_attention_mask(base: nn.Module, mask: torch.Tensor) -> torch.Tensor:
@@ -45,32 +104,16 @@ def packed_attention_mask(base: nn.Module, mask: torch.Tensor) -> torch.Tensor:
     return mask
 
 
-def response_states(base: nn.Module, micro: Batch, layout: str) -> torch.Tensor:
+def response_states(base: nn.Module, inputs: ModelInput) -> torch.Tensor:
     """Final hidden states [n, H] of the base transformer ``base`` that predict the n real response
-    tokens of ``micro``, row-major over ``response_mask``, computed in ``layout``."""
-    if layout == "padded":
-        input_ids, attention_mask, position_ids = concat_prompt_response(micro)
-        states = base(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        hidden = response_logits(states, micro["prompts"].shape[1], micro["responses"].shape[1])
-        return hidden[micro["response_mask"].bool()]
-    packing = pack_rows(micro, share_prompts=layout == "shared_prompt")
+    tokens of ``inputs``, row-major over its ``response_mask``."""
     states = base(
-        input_ids=packing.input_ids,
-        attention_mask=packed_attention_mask(base, packing.attention_mask()),
-        position_ids=packing.position_ids,
+        input_ids=inputs.input_ids,
+        attention_mask=inputs.attention_mask(base),
+        position_ids=inputs.position_ids,
         use_cache=False,
     ).last_hidden_state
-    return packing.response_states(states)
-
-
-def as_micro_batch(prompts, prompt_mask, responses, response_mask) -> Batch:
-    """The four tensors an FSDP forward method receives (FSDP hooks see tensors, not a Batch)."""
-    return Batch(
-        {"prompts": prompts, "prompt_mask": prompt_mask, "responses": responses, "response_mask": response_mask},
-        batch_size=len(prompts),
-    )
+    return states.flatten(0, 1)[inputs.predictors]
 
 
 def scatter_to_rows(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -80,44 +123,26 @@ def scatter_to_rows(values: torch.Tensor, response_mask: torch.Tensor) -> torch.
 
 
 def score_responses(
-    model: nn.Module,
-    prompts: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    responses: torch.Tensor,
-    response_mask: torch.Tensor,
-    temperature: float,
-    entropy: bool,
-    layout: str,
-    chunk_rows: int,
+    model: nn.Module, inputs: ModelInput, temperature: float, entropy: bool, chunk_rows: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(log_probs [b, R], entropy [b, R] or None)`` in float32 under softmax(logits / T), 0 where
     ``response_mask`` is 0; differentiable. ``model`` is a Hugging Face causal LM (its
     ``base_model`` and output embeddings are used)."""
-    micro = as_micro_batch(prompts, prompt_mask, responses, response_mask)
-    hidden = response_states(model.base_model, micro, layout)
+    hidden = response_states(model.base_model, inputs)
     head = model.get_output_embeddings()
     log_probs, entropies = chunked_log_probs(
-        hidden, head.weight, responses[response_mask.bool()], temperature,
-        entropy=entropy, chunk_rows=chunk_rows, bias=head.bias,
+        hidden, head.weight, inputs.targets, temperature, entropy=entropy, chunk_rows=chunk_rows, bias=head.bias,
     )
-    return scatter_to_rows(log_probs, response_mask), (
-        scatter_to_rows(entropies, response_mask) if entropies is not None else None
+    return scatter_to_rows(log_probs, inputs.response_mask), (
+        scatter_to_rows(entropies, inputs.response_mask) if entropies is not None else None
     )
 
 
-def score_values(
-    critic: nn.Module,
-    prompts: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    responses: torch.Tensor,
-    response_mask: torch.Tensor,
-    layout: str,
-) -> torch.Tensor:
+def score_values(critic: nn.Module, inputs: ModelInput) -> torch.Tensor:
     """Values [b, R] float32 of a :class:`rlloom_fsdp.model.CriticModel`, 0 where ``response_mask``
     is 0; differentiable. V_t is read at the state that predicts response token t."""
-    micro = as_micro_batch(prompts, prompt_mask, responses, response_mask)
-    hidden = response_states(critic.base, micro, layout)
-    return scatter_to_rows(critic.value(hidden), response_mask)
+    hidden = response_states(critic.base, inputs)
+    return scatter_to_rows(critic.value(hidden), inputs.response_mask)
 
 
 def attach_scorer(model: nn.Module, critic: bool) -> None:
