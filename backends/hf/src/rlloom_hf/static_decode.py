@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import torch
 from rlloom import SamplingParams
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
+from transformers.cache_utils import Cache, StaticLayer
 
 from rlloom_hf.counter_rng import CounterStreams
 from rlloom_hf.decode import DecodedChunk, ResponseSlots
@@ -76,16 +76,30 @@ def bucket_shape(rows: int, length: int) -> tuple[int, int]:
     return 1 << max(rows - 1, 0).bit_length(), -(-length // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
 
 
+def layer_types(config: PretrainedConfig) -> list[str]:
+    """Each decoder layer's attention type, named as transformers' caches name them: the config's
+    ``layer_types``, else every layer ``sliding_attention`` when it sets ``sliding_window``,
+    ``chunked_attention`` when it sets ``attention_chunk_size``, ``full_attention`` otherwise."""
+    text = config.get_text_config(decoder=True)
+    if getattr(text, "layer_types", None) is not None:
+        return list(text.layer_types)
+    if getattr(text, "sliding_window", None) is not None:
+        kind = "sliding_attention"
+    elif getattr(text, "attention_chunk_size", None) is not None:
+        kind = "chunked_attention"
+    else:
+        kind = "full_attention"
+    return [kind] * text.num_hidden_layers
+
+
 def static_decode_problem(config: PretrainedConfig) -> str | None:
     """Why the static decoder cannot run a model of this config (None when it can): a layer type
-    outside :data:`SUPPORTED_LAYER_TYPES`, or sliding layers with different windows."""
-    layer_types, layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
-    others = sorted(set(layer_types) - set(SUPPORTED_LAYER_TYPES))
+    outside :data:`SUPPORTED_LAYER_TYPES`, or layers that share other layers' KV cache."""
+    others = sorted(set(layer_types(config)) - set(SUPPORTED_LAYER_TYPES))
     if others:
         return f"its layer types {others} are not among {list(SUPPORTED_LAYER_TYPES)}"
-    windows = {kwargs["sliding_window"] for kwargs in layer_kwargs if "sliding_window" in kwargs}
-    if len(windows) > 1:
-        return f"its sliding layers have different windows {sorted(windows)}"
+    if getattr(config.get_text_config(decoder=True), "num_kv_shared_layers", 0):
+        return "some of its layers share other layers' KV cache"
     return None
 
 
@@ -93,7 +107,7 @@ def static_decode_problem(config: PretrainedConfig) -> str | None:
 class MaskLayout:
     """How a model takes prepared attention masks (module doc, sliding-window layers).
 
-    ``window``: the sliding window of its sliding layers (None: it has none); ``keyed``: the
+    ``window``: the ``sliding_window`` of its sliding layers (None: it has none); ``keyed``: the
     model reads a dict ``{layer type: mask}`` (its config lists ``layer_types``), else one mask.
     """
 
@@ -103,9 +117,8 @@ class MaskLayout:
     @classmethod
     def of(cls, config: PretrainedConfig) -> MaskLayout:
         text = config.get_text_config(decoder=True)
-        _, layer_kwargs = get_layer_types_and_kwargs(text)
-        windows = [kwargs["sliding_window"] for kwargs in layer_kwargs if "sliding_window" in kwargs]
-        return cls(windows[0] if windows else None, getattr(text, "layer_types", None) is not None)
+        sliding = "sliding_attention" in layer_types(config)
+        return cls(text.sliding_window if sliding else None, getattr(text, "layer_types", None) is not None)
 
     def masks(self, visible: torch.Tensor, query_columns: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """The model's ``attention_mask`` from ``visible`` [rows, 1, q, L] (the full-attention mask)
@@ -139,8 +152,7 @@ class _Bucket:
     def __init__(self, model: PreTrainedModel, rows: int, length: int, device: torch.device,
                  layout: MaskLayout) -> None:
         self.model, self.rows, self.length, self.layout = model, rows, length, layout
-        layer_types, _ = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
-        self.cache = Cache(layers=[StaticLayer(max_cache_len=length) for _ in layer_types])
+        self.cache = Cache(layers=[StaticLayer(max_cache_len=length) for _ in layer_types(model.config)])
         self.input_ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
         self.position_ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
         self.write_at = torch.zeros((), dtype=torch.long, device=device)
