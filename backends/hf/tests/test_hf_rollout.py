@@ -16,10 +16,11 @@ from rlloom import Batch, EngineSpec, SamplingParams
 from rlloom.plugins.registry import Registry
 from rlloom.protocols import RolloutEngine
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine
 from rlloom_hf.sampling import filter_top_k_top_p, sample_categorical
+from rlloom_trainer.testing import device_params
 
 SPECIALS = ["<pad>", "<eos>", "<end>", "<unk>"]
 PAD, EOS, END = 0, 1, 2  # <eos> is the tokenizer's eos; the generation config stops on <eos> and <end>
@@ -28,14 +29,16 @@ VOCAB = SPECIALS + list("0123456789+-=? abcd")
 torch.set_num_threads(1)
 
 
-def _save_model(path: Path, seed: int, tie: bool) -> None:
+def save_model(path: Path, seed: int, tie: bool, config_type=Qwen2Config, **config) -> None:
+    """A tiny random causal LM of ``config_type`` (extra ``config`` settings) and the tokenizer of
+    :data:`VOCAB`; one seed and shape give the same weights whatever else the config says."""
     torch.manual_seed(seed)
-    config = Qwen2Config(
+    config = config_type(
         vocab_size=len(VOCAB), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.15,
-        tie_word_embeddings=tie, eos_token_id=[EOS, END], pad_token_id=PAD,
+        tie_word_embeddings=tie, eos_token_id=[EOS, END], pad_token_id=PAD, **config,
     )
-    Qwen2ForCausalLM(config).save_pretrained(path)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
     tokenizer = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
@@ -51,7 +54,7 @@ def model_dirs(tmp_path_factory) -> dict[str, str]:
     dirs = {}
     for name, seed, tie in (("main", 0, False), ("other", 1, False), ("tied", 2, True)):
         dirs[name] = str(root / name)
-        _save_model(root / name, seed, tie)
+        save_model(root / name, seed, tie)
     return dirs
 
 
@@ -416,6 +419,54 @@ def test_update_weights_rejects_unknown_names_and_wrong_shapes(model_dirs):
     with pytest.raises(ValueError, match=r"'model.norm.weight' has shape \(65,\)"):
         engine.update_weights([("model.norm.weight", torch.zeros(65))])
     assert engine.model.model.norm.weight.ne(0).all()  # the rejected tensor was not copied
+
+
+# ---------------------------------------------------------------------------------- float32 head
+@torch.no_grad()
+def head_outputs(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Of one unpadded forward over ``ids``, [len(ids), V] each: the model's own logits (what the
+    rollout's head returns), h W^T in float64 on its final hidden states h (the trainer's float32
+    head up to the order of float32 sums), and h W^T as a plain head in the model's dtype returns it."""
+    out = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True)
+    hidden, head = out.hidden_states[-1][0], model.get_output_embeddings()
+    return out.logits[0], hidden.double() @ head.weight.double().t(), torch.nn.Linear.forward(head, hidden)
+
+
+@pytest.mark.parametrize("device", device_params("bf16 LM head with float32 output (torch.mm out_dtype)"))
+def test_the_lm_head_returns_float32_logits_without_rounding_to_bf16(model_dirs, device):
+    engine = make_engine(model_dirs["main"], device=device, dtype="bfloat16")
+    logits, exact, rounded = head_outputs(engine.model, PROMPTS[1])
+    assert logits.dtype == torch.float32 and rounded.dtype == torch.bfloat16
+    error = float((logits.double() - exact).abs().max())
+    assert error < 1e-5 * float(exact.abs().max())  # float32 sums of exact bf16 products
+    assert float((rounded.double() - exact).abs().max()) > 30 * error
+
+
+def test_bf16_rollout_log_probs_equal_the_fp32_head_of_the_same_hidden_states(model_dirs):
+    """First tokens of each prompt alone (the prefill is the same unpadded forward as the reference):
+    the rollout's log-prob is log softmax of the float64 head on the bf16 hidden states to float32
+    precision, where log-probs of bf16 logits are ~1e-3 off."""
+    engine = make_engine(model_dirs["main"], dtype="bfloat16", max_batch_rows=1)
+    out = engine.generate(left_padded(PROMPTS), SamplingParams(n=4, max_new_tokens=1, seed=3))
+    ours, of_bf16_logits = [], []
+    for row in range(len(out)):
+        _, exact, rounded = head_outputs(engine.model, PROMPTS[row // 4])
+        token = int(out["responses"][row, 0])
+        reference = float(torch.log_softmax(exact[-1], dim=-1)[token])
+        ours.append(abs(float(out["rollout_log_probs"][row, 0]) - reference))
+        of_bf16_logits.append(abs(float(torch.log_softmax(rounded[-1].double(), dim=-1)[token]) - reference))
+    assert max(ours) < 1e-5
+    assert max(of_bf16_logits) > 1e-4 and max(of_bf16_logits) > 100 * max(ours)
+
+
+# ---------------------------------------------------------------------------------- devices
+@pytest.mark.parametrize("device", device_params("a plain `cuda` rollout device is the LOCAL_RANK GPU"))
+def test_a_plain_cuda_device_is_the_gpu_of_local_rank(model_dirs, monkeypatch, device):
+    expected = torch.device("cpu") if device == "cpu" else torch.device("cuda", torch.cuda.device_count() - 1)
+    monkeypatch.setenv("LOCAL_RANK", "1" if device == "cpu" else str(expected.index))
+    engine = make_engine(model_dirs["main"], device=device)
+    assert engine.device == expected
+    assert next(engine.model.parameters()).device == expected
 
 
 # ---------------------------------------------------------------------------------- lifecycle
