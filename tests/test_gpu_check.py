@@ -88,7 +88,10 @@ def test_a_run_never_stops_at_a_failure_and_keeps_to_its_budgets(tmp_path):
                        targets={"speed-up >= 5": ("speedup", ">=", 5.0)}),
         _part("late", 10, "pass"),
     )
-    entries = gpu_check.run_parts(parts, str(tmp_path), hard_stop_s=12)
+    reported = []
+    entries = gpu_check.run_parts(parts, str(tmp_path), hard_stop_s=12,
+                                  finished=lambda so_far: reported.append([entry["name"] for entry in so_far]))
+    assert reported == [[part.name for part in parts[:count]] for count in range(1, len(parts) + 1)]
     outcome = {entry["name"]: entry for entry in entries}
     assert outcome["crashes"]["outcome"] == "failed"
     assert any("RuntimeError: the first error line" in line for line in outcome["crashes"]["first_error_lines"])
