@@ -169,7 +169,9 @@ def run_rlloom(work: dict, device: str, threads: int) -> dict:
     if work["name"] != "quickstart":
         overrides += ["model=hf", f"model.path={work['model']}"]
     overrides += work.get("rlloom_overrides", [])
-    subprocess.run([os.path.join(os.path.dirname(sys.executable), "rlloom"), "train", *overrides], check=True,
+    # `rlloom train` through this interpreter: the console script may live elsewhere (pip --target).
+    cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
+    subprocess.run([sys.executable, "-c", cli, "train", *overrides], check=True,
                    stdout=subprocess.DEVNULL)
     rows = metric_rows(run_dir)
     steps = [row for row in rows if row["step"] > 0]
