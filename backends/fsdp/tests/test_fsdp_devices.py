@@ -33,6 +33,7 @@ from test_fsdp_engine import (  # the shared fixtures and plain-transformers ref
     model_dir,  # noqa: F401 - pytest fixture
     one_thread,  # noqa: F401 - pytest fixture
     pg_loss,
+    pg_objective,
     reference_forward,
     reference_model,
     tied_model_dir,  # noqa: F401 - pytest fixture
@@ -162,7 +163,8 @@ def test_model_flops_count_the_tokens_the_engine_trained(layout, model_dir, engi
 class HostReads(TorchDispatchMode):
     """Counts the ops that read a tensor's values back to the host (on a GPU each waits for it)."""
 
-    READS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"}
+    READS = {"_local_scalar_dense", "nonzero", "masked_select", "masked_scatter_backward",  # selects by a mask
+             "_unique2", "unique_dim", "unique_consecutive"}
 
     def __init__(self):
         super().__init__()
@@ -188,9 +190,10 @@ def test_the_forward_and_backward_read_nothing_back(layout, model_dir):
 
 
 def tensor_metrics_loss(micro: Batch, outputs, stats):
-    """``pg_loss`` with its metrics as 0-d tensors (the engine sums them on the device)."""
-    loss, metrics = pg_loss(micro, outputs, stats)
-    return loss, {"loss_share": loss.detach(), "rows": torch.tensor(float(len(micro)), device=loss.device)}
+    """``pg_loss`` with its metrics as 0-d tensors (the engine sums them on the device; nothing here
+    reads a value back or copies one to the GPU)."""
+    loss = pg_objective(micro, outputs, stats)
+    return loss, {"loss_share": loss.detach(), "rows": torch.full((), float(len(micro)), device=loss.device)}
 
 
 def test_tensor_metrics_give_the_numbers_of_float_metrics(model_dir, engines):

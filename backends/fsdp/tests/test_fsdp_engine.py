@@ -119,10 +119,15 @@ def reference_model(path: str):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
-def pg_loss(micro: Batch, outputs, stats):
+def pg_objective(micro: Batch, outputs, stats) -> torch.Tensor:
     """Token-mean policy-gradient loss with an entropy bonus (this micro-batch's share)."""
     per_token = -micro["advantages"] * outputs["log_probs"] - 0.01 * outputs["entropy"]
-    loss = (per_token * micro["response_mask"]).sum() / stats.num_tokens
+    return (per_token * micro["response_mask"]).sum() / stats.num_tokens
+
+
+def pg_loss(micro: Batch, outputs, stats):
+    """:func:`pg_objective` with float metrics."""
+    loss = pg_objective(micro, outputs, stats)
     return loss, {"loss_share": float(loss.detach()), "rows": float(len(micro))}
 
 

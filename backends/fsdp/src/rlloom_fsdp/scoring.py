@@ -40,7 +40,7 @@ class ModelInput:
 
     ``input_ids``, ``position_ids`` [k, W]; ``predictors`` [n]: for each real response token, row-major
     over ``response_mask`` [b, R], the flat index (``row * W + slot``) of the state that predicts it;
-    ``targets`` [n]: those tokens. The attention mask: ``padding_mask`` [b, P + R] (0/1) in the padded
+    ``targets`` [n]: those tokens; ``positions`` [n]: their flat indices in ``response_mask``. The attention mask: ``padding_mask`` [b, P + R] (0/1) in the padded
     layout, else the packing's ``segments`` and ``owners`` [k, W] (:class:`rlloom_enginekit.packing.Packing`).
     ``tokens``: the real (non-padding) tokens the forward runs over, counted on the CPU.
     """
@@ -49,6 +49,7 @@ class ModelInput:
     position_ids: torch.Tensor
     predictors: torch.Tensor
     targets: torch.Tensor
+    positions: torch.Tensor
     response_mask: torch.Tensor
     tokens: int
     padding_mask: torch.Tensor | None = None
@@ -77,16 +78,16 @@ def model_input(micro: Batch, layout: str) -> ModelInput:
     (:func:`rlloom_enginekit.sequences.concat_prompt_response`), whose state at ``P − 1 + t`` predicts
     response token t; else :func:`rlloom_enginekit.packing.pack_rows`."""
     response_mask = micro["response_mask"]
-    real = response_mask.bool()
-    targets = micro["responses"][real]
+    positions = response_mask.bool().flatten().nonzero().squeeze(1)
+    targets = micro["responses"].flatten()[positions]
     if layout == "padded":
         input_ids, padding_mask, position_ids = concat_prompt_response(micro)
-        rows, columns = real.nonzero(as_tuple=True)
+        rows, columns = positions // response_mask.shape[1], positions % response_mask.shape[1]
         predictors = rows * input_ids.shape[1] + micro["prompts"].shape[1] - 1 + columns
-        return ModelInput(input_ids, position_ids, predictors, targets, response_mask,
+        return ModelInput(input_ids, position_ids, predictors, targets, positions, response_mask,
                           tokens=int(padding_mask.sum()), padding_mask=padding_mask)
     packing = pack_rows(micro, share_prompts=layout == "shared_prompt")
-    return ModelInput(packing.input_ids, packing.position_ids, packing.predictors, targets, response_mask,
+    return ModelInput(packing.input_ids, packing.position_ids, packing.predictors, targets, positions, response_mask,
                       tokens=int((packing.segments >= 0).sum()), segments=packing.segments, owners=packing.owners)
 
 
@@ -116,10 +117,13 @@ def response_states(base: nn.Module, inputs: ModelInput) -> torch.Tensor:
     return states.flatten(0, 1)[inputs.predictors]
 
 
-def scatter_to_rows(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Per-token ``values`` [n] (row-major over the real tokens) as [b, R] float32, 0 on padding."""
-    real = response_mask.bool()
-    return torch.zeros(real.shape, dtype=torch.float32, device=values.device).masked_scatter(real, values.float())
+def scatter_to_rows(values: torch.Tensor, inputs: ModelInput) -> torch.Tensor:
+    """Per-token ``values`` [n] (row-major over the real tokens) as [b, R] float32, 0 on padding:
+    placed at ``inputs.positions`` (by index; a mask would make backward select by it, which on a GPU
+    waits to learn how many it selects), into a fresh tensor (not a view, which FSDP2 warns about)."""
+    rows, width = inputs.response_mask.shape
+    index = (inputs.positions // width, inputs.positions % width)
+    return torch.zeros(rows, width, dtype=torch.float32, device=values.device).index_put(index, values.float())
 
 
 def score_responses(
@@ -133,16 +137,14 @@ def score_responses(
     log_probs, entropies = chunked_log_probs(
         hidden, head.weight, inputs.targets, temperature, entropy=entropy, chunk_rows=chunk_rows, bias=head.bias,
     )
-    return scatter_to_rows(log_probs, inputs.response_mask), (
-        scatter_to_rows(entropies, inputs.response_mask) if entropies is not None else None
-    )
+    return scatter_to_rows(log_probs, inputs), (scatter_to_rows(entropies, inputs) if entropies is not None else None)
 
 
 def score_values(critic: nn.Module, inputs: ModelInput) -> torch.Tensor:
     """Values [b, R] float32 of a :class:`rlloom_fsdp.model.CriticModel`, 0 where ``response_mask``
     is 0; differentiable. V_t is read at the state that predicts response token t."""
     hidden = response_states(critic.base, inputs)
-    return scatter_to_rows(critic.value(hidden), inputs.response_mask)
+    return scatter_to_rows(critic.value(hidden), inputs)
 
 
 def attach_scorer(model: nn.Module, critic: bool) -> None:
