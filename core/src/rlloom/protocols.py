@@ -32,13 +32,16 @@ if TYPE_CHECKING:
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
-LossFn = Callable[["Batch", dict[str, "torch.Tensor"], "MiniBatchStats"], tuple["torch.Tensor", dict[str, float]]]
+LossFn = Callable[["Batch", dict[str, "torch.Tensor"], "MiniBatchStats"],
+                  tuple["torch.Tensor", dict[str, "float | torch.Tensor"]]]
 """``loss_fn(micro_batch, outputs, stats) -> (loss, metrics)``.
 
 ``outputs`` holds ``"log_probs"`` [b, R] float32 with grad (and ``"entropy"`` [b, R] when the
 engine computes it, ``"values"`` [b, R] for a critic). ``loss`` is this micro-batch's *share* of the
 mini-batch loss, normalised with ``stats`` (global counts), so that the engine only sums gradients
-over micro-batches. ``metrics`` are floats the engine averages over micro-batches.
+over micro-batches. ``metrics`` are floats or 0-d tensors the engine averages over micro-batches
+(a tensor may stay on the device until the step's end: reading it per micro-batch would make the
+host wait for the GPU each time).
 """
 
 

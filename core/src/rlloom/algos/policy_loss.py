@@ -60,7 +60,8 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
     ``cfg.loss_scale_factor`` (None: ``micro_batch.meta["max_new_tokens"]``, the step's
     ``sampling.max_new_tokens``), not the padded width (:func:`constant_length`).
 
-    Metrics are this micro-batch's own values: ``pg_loss`` (agg of L by its own counts),
+    Metrics are this micro-batch's own values, as 0-d tensors on the loss's device (the engine sums
+    them there and reads them once per step: no host sync per micro-batch): ``pg_loss`` (agg of L by its own counts),
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl`` (token means), plus ``entropy`` when the
     outputs hold it and ``kl_loss`` when used (own-count aggregates), and, when the micro-batch has
     ``rollout_log_probs`` but no ``old_log_probs`` (the step's single update is its behaviour
@@ -77,7 +78,7 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
 
     def loss_fn(
         micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         micro_batch.require(*needed)
         if "log_probs" not in outputs:
             raise KeyError(f"loss_fn needs outputs['log_probs']; got outputs {sorted(outputs)}")
@@ -99,24 +100,24 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
         loss = aggregate(terms.loss, mask, mode, stats)
         with torch.no_grad():
             metrics = {
-                "pg_loss": aggregate(terms.loss, mask, mode, own).item(),
-                "pg_clipfrac": masked_mean(terms.clipped, mask).item(),
-                "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask).item(),
-                "ppo_kl": masked_mean(terms.ppo_kl, mask).item(),
+                "pg_loss": aggregate(terms.loss, mask, mode, own),
+                "pg_clipfrac": masked_mean(terms.clipped, mask),
+                "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask),
+                "ppo_kl": masked_mean(terms.ppo_kl, mask),
             }
             if old_log_probs is None and "rollout_log_probs" in micro_batch:
                 gap = (micro_batch["rollout_log_probs"].exp() - log_probs.exp()).abs()
-                metrics["training/rollout_probs_diff_mean"] = masked_mean(gap, mask).item()
+                metrics["training/rollout_probs_diff_mean"] = masked_mean(gap, mask)
         if entropy is not None:
             if cfg.entropy_coeff != 0:
                 loss = loss - cfg.entropy_coeff * aggregate(entropy, mask, mode, stats)
             with torch.no_grad():
-                metrics["entropy"] = aggregate(entropy, mask, mode, own).item()
+                metrics["entropy"] = aggregate(entropy, mask, mode, own)
         if cfg.use_kl_loss:
             kl = kl_estimate(log_probs, micro_batch["ref_log_probs"], cfg.kl_loss_type)
             loss = loss + cfg.kl_loss_coef * aggregate(kl, mask, mode, stats)
             with torch.no_grad():
-                metrics["kl_loss"] = aggregate(kl, mask, mode, own).item()
+                metrics["kl_loss"] = aggregate(kl, mask, mode, own)
         return loss, metrics
 
     if cfg.skip_zero_advantage_rows and not cfg.use_kl_loss and cfg.entropy_coeff == 0:
