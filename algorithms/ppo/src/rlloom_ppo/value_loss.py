@@ -69,13 +69,13 @@ def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str, values_key: s
     ``returns_key``; e.g. ``cost_values``/``cost_returns`` for a cost critic), aggregated in
     ``loss_agg_mode`` over the ``response_mask`` with the mini-batch ``stats``.
 
-    Metrics (this micro-batch's own counts): ``vf_loss``, ``vf_clipfrac`` (token mean) and
+    Metrics (this micro-batch's own counts, 0-d tensors): ``vf_loss``, ``vf_clipfrac`` (token mean) and
     ``vpred_mean`` (token mean of the current values).
     """
 
     def loss_fn(
         micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         micro_batch.require(values_key, returns_key, "response_mask")
         if "values" not in outputs:
             raise KeyError(f"the value loss needs outputs['values'] (a critic engine); got outputs {sorted(outputs)}")
@@ -85,9 +85,9 @@ def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str, values_key: s
         )
         with torch.no_grad():
             metrics = {
-                "vf_loss": aggregate(terms.loss, mask, loss_agg_mode).item(),
-                "vf_clipfrac": masked_mean(terms.clipped, mask).item(),
-                "vpred_mean": masked_mean(outputs["values"], mask).item(),
+                "vf_loss": aggregate(terms.loss, mask, loss_agg_mode),
+                "vf_clipfrac": masked_mean(terms.clipped, mask),
+                "vpred_mean": masked_mean(outputs["values"], mask),
             }
         return aggregate(terms.loss, mask, loss_agg_mode, stats), metrics
 

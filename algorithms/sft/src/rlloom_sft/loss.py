@@ -24,7 +24,7 @@ def make_sft_loss_fn(cfg: SFTConfig) -> LossFn:
     out, so the loss summed over micro-batches and ranks is the mini-batch's whatever the cut. With
     ``seq-mean-token-sum-norm`` the length it divides by is the constant ``cfg.max_response_length``.
 
-    Metric ``sft_loss``: agg(NLL) by this micro-batch's own counts (the engine averages it over
+    Metric ``sft_loss`` (a 0-d tensor): agg(NLL) by this micro-batch's own counts (the engine averages it over
     micro-batches; reported as ``actor/sft_loss``).
     """
     mode = cfg.loss_agg_mode
@@ -35,7 +35,7 @@ def make_sft_loss_fn(cfg: SFTConfig) -> LossFn:
         return stats
 
     def loss_fn(micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
-                ) -> tuple[torch.Tensor, dict[str, float]]:
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         micro_batch.require("response_mask")
         if "log_probs" not in outputs:
             raise KeyError(f"the SFT loss needs outputs['log_probs']; got outputs {sorted(outputs)}")
@@ -44,6 +44,6 @@ def make_sft_loss_fn(cfg: SFTConfig) -> LossFn:
         loss = aggregate(nll, mask, mode, counts(stats))
         with torch.no_grad():
             own = aggregate(nll, mask, mode, counts(mini_batch_stats(mask)))
-        return loss, {"sft_loss": own.item()}
+        return loss, {"sft_loss": own}
 
     return loss_fn
