@@ -14,15 +14,19 @@ the megatron-core engine at tensor-parallel size 1 (no prompt sharing). ``--grad
 engine recomputes each layer's activations in backward (the baseline does not). ``--device cuda``:
 both on the GPU in the engine's default precision there (bf16 compute; the baseline autocasts to
 bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
+``--attention flex``: the engine's packed layouts compute attention with FlexAttention over a block
+mask (``train_engine.attention``; compiled on a GPU during the first, untimed step: its time is
+reported as the warm-up). ``--out FILE``: the numbers as JSON.
 
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
-    python bench/bench_train_step.py --device cuda --model smollm2-135m
+    python bench/bench_train_step.py --device cuda --model smollm2-135m [--attention flex] [--out FILE]
     python bench/bench_train_step.py --engine megatron --model smollm2-135m [--gradient-checkpointing]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -34,7 +38,7 @@ from rlloom.devices import resolve_device
 from rlloom_enginekit.choices import LAYOUTS
 from rlloom_enginekit.devices import resolve_dtype, synchronize
 from rlloom_enginekit.sequences import token_log_probs
-from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.config import ATTENTION_CHOICES, FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 
 ENGINES = ("fsdp", "megatron")
@@ -71,7 +75,7 @@ def pg_loss(micro, outputs, stats):
 
 
 def build_engine(name: str, path: str, micro_batch_size: int, layout: str, repeats: int, device: torch.device,
-                 recompute: bool):
+                 recompute: bool, attention: str = "sdpa"):
     spec = EngineSpec(path, "actor", 0, repeats + 1, str(device))
     settings = dict(micro_batch_size=micro_batch_size, train_entropy=False, gradient_checkpointing=recompute)
     if name == "megatron":
@@ -79,19 +83,20 @@ def build_engine(name: str, path: str, micro_batch_size: int, layout: str, repea
         from rlloom_megatron.engine import MegatronTrainEngine
 
         return MegatronTrainEngine(MegatronConfig(**settings), spec)
-    return FSDPTrainEngine(FSDPConfig(**settings, sequence_layout=layout), spec)
+    return FSDPTrainEngine(FSDPConfig(**settings, sequence_layout=layout, attention=attention), spec)
 
 
 def time_engine(name: str, path: str, batch: Batch, micro_batch_size: int, layout: str, repeats: int,
-                device: torch.device, recompute: bool) -> list[float]:
-    engine = build_engine(name, path, micro_batch_size, layout, repeats, device, recompute)
+                device: torch.device, recompute: bool, attention: str) -> list[float]:
+    """Seconds of each of ``repeats + 1`` train steps; the first is the warm-up."""
+    engine = build_engine(name, path, micro_batch_size, layout, repeats, device, recompute, attention)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
         engine.train_step(batch, pg_loss)  # returns floats: the device work is done
         times.append(time.perf_counter() - start)
     engine.close()
-    return times[1:]
+    return times
 
 
 def time_plain(path: str, batch: Batch, repeats: int, device: torch.device) -> list[float]:
@@ -125,6 +130,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--n", type=int, default=8, help="responses per prompt")
     parser.add_argument("--layout", choices=LAYOUTS, default="shared_prompt", help="the engine's sequence_layout")
+    parser.add_argument("--attention", choices=ATTENTION_CHOICES, default="sdpa",
+                        help="the engine's attention in the packed layouts (train_engine.attention)")
     parser.add_argument("--ragged", action="store_true", help="response lengths uniform in 1 … --response-len")
     parser.add_argument("--prompt-len", type=int, default=40)
     parser.add_argument("--response-len", type=int, default=16)
@@ -133,6 +140,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the engine recomputes activations")
+    parser.add_argument("--out", help="write the median step times to this JSON file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device, "--device")
@@ -140,15 +148,23 @@ def main() -> None:
     vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab, args.ragged)
     plain = statistics.median(time_plain(path, batch, args.repeats, device))
-    engine = statistics.median(time_engine(args.engine, path, batch, args.micro_batch_size, args.layout,
-                                           args.repeats, device, args.gradient_checkpointing))
+    warm_up, *steps = time_engine(args.engine, path, batch, args.micro_batch_size, args.layout, args.repeats,
+                                  device, args.gradient_checkpointing, args.attention)
+    engine = statistics.median(steps)
     tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
-    print(f"model={args.model} device={device} rows={args.rows} n={args.n} real tokens/step={tokens} "
-          f"threads={args.threads} engine={args.engine} layout={args.layout if args.engine == 'fsdp' else 'padded'} "
-          f"gradient_checkpointing={args.gradient_checkpointing}")
+    fsdp = args.engine == "fsdp"
+    settings = dict(model=args.model, device=str(device), rows=args.rows, n=args.n, tokens=tokens,
+                    threads=args.threads, engine=args.engine, layout=args.layout if fsdp else "padded",
+                    attention=args.attention if fsdp else "sdpa", gradient_checkpointing=args.gradient_checkpointing)
+    print(" ".join(f"{key}={value}" for key, value in settings.items()))
     print(f"plain transformers + AdamW : {plain:.2f} s/step  ({tokens / plain:.0f} tokens/s)")
-    print(f"rlloom {args.engine} train engine: {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s)")
+    print(f"rlloom {args.engine} train engine: {engine:.2f} s/step  ({tokens / engine:.0f} tokens/s); "
+          f"first step (warm-up) {warm_up:.2f} s")
     print(f"ratio engine / plain       : {engine / plain:.2f}")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(settings | dict(plain_s=plain, engine_s=engine, engine_first_step_s=warm_up,
+                                      ratio=engine / plain), handle)
 
 
 if __name__ == "__main__":

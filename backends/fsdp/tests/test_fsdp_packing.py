@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlloom import Batch
+from rlloom import Batch, EngineSpec
 from rlloom_enginekit.packing import pack_rows
+from rlloom_fsdp.attention import FLEX, packing_block_mask, use_attention
 from rlloom_fsdp.scoring import model_input, score_responses
+from test_fsdp_devices import BF16_EPS, BF16_LOG_PROB_ATOL, BF16_UPDATE_GAP, BF16_WEIGHT_ATOL, relative_gap
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
     LR,
     adamw_first_step,
@@ -25,6 +27,7 @@ from test_fsdp_engine import (  # the shared fixtures and plain-transformers ref
 
 PACKED = ("shared_prompt", "packed")
 CUDA = pytest.mark.cuda("packed and shared-prompt layouts on the GPU")
+CUDA_FLEX = pytest.mark.cuda("FlexAttention compiled on the GPU, forward and backward")
 
 
 def grouped_batch(groups: int = 3, n: int = 3) -> Batch:
@@ -50,29 +53,74 @@ def record_forward_tokens(engine) -> list[int]:
     return tokens
 
 
+def score_layouts(model, device: str, attention: dict[str, str], grad: bool) -> dict:
+    """``{layout: (log_probs, entropy, {name: gradient} or None)}`` of :func:`grouped_batch` through
+    ``model`` in each layout of ``attention`` (its attention implementation there), under the loss
+    −A·log π − 0.01·H per response token (backward only with ``grad``)."""
+    batch = grouped_batch().to(device)
+    results = {}
+    for layout, implementation in attention.items():
+        model.zero_grad()
+        model.config._attn_implementation = implementation
+        inputs = model_input(grouped_batch(), layout).to(torch.device(device))  # laid out on the CPU
+        with torch.set_grad_enabled(grad):
+            log_probs, entropy = score_responses(model, inputs, 0.7, True, 5)
+        if grad:
+            ((-batch["advantages"] * log_probs - 0.01 * entropy).sum() / batch["response_mask"].sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()} if grad else None
+        results[layout] = (log_probs.detach(), entropy.detach(), grads)
+    return results
+
+
+def assert_layouts_equal_padded(results: dict, atol: float) -> None:
+    padded_log_probs, padded_entropy, padded_grads = results.pop("padded")
+    assert padded_log_probs.abs().sum() > 0
+    for layout, (log_probs, entropy, grads) in results.items():
+        torch.testing.assert_close(log_probs, padded_log_probs, atol=atol, rtol=0, msg=layout)
+        torch.testing.assert_close(entropy, padded_entropy, atol=atol, rtol=0, msg=layout)
+        for name, grad in (padded_grads or {}).items():
+            torch.testing.assert_close(grads[name], grad, atol=atol, rtol=0, msg=f"{layout}: {name}")
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 def test_packed_log_probs_entropy_and_gradients_equal_the_padded_forward(attention, device, model_dir):
     """The same model and loss through each layout: values and every parameter's gradient agree."""
-    batch = grouped_batch().to(device)
     model = reference_model(model_dir).to(device)
-    model.config._attn_implementation = attention
-    results = {}
-    for layout in ("padded", *PACKED):
-        model.zero_grad()
-        inputs = model_input(grouped_batch(), layout).to(torch.device(device))  # laid out on the CPU
-        log_probs, entropy = score_responses(model, inputs, 0.7, True, 5)
-        ((-batch["advantages"] * log_probs - 0.01 * entropy).sum() / batch["response_mask"].sum()).backward()
-        results[layout] = (log_probs.detach(), entropy.detach(),
-                           {name: p.grad.clone() for name, p in model.named_parameters()})
-    padded_log_probs, padded_entropy, padded_grads = results["padded"]
-    assert padded_log_probs.abs().sum() > 0
-    for layout in PACKED:
-        log_probs, entropy, grads = results[layout]
-        torch.testing.assert_close(log_probs, padded_log_probs, atol=1e-5, rtol=0, msg=layout)
-        torch.testing.assert_close(entropy, padded_entropy, atol=1e-5, rtol=0, msg=layout)
-        for name, grad in padded_grads.items():
-            torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=0, msg=f"{layout}: {name}")
+    results = score_layouts(model, device, dict.fromkeys(("padded", *PACKED), attention), grad=True)
+    assert_layouts_equal_padded(results, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA_FLEX)])
+def test_flex_attention_equals_the_padded_sdpa_forward(device, model_dir):
+    """``attention=flex`` (FlexAttention over the packing's block mask, K/V heads not repeated: the
+    model has 4 query and 2 KV heads) in both packed layouts against the padded SDPA forward. On the
+    CPU flex runs uncompiled and has no backward: log-probs and entropy; on CUDA it is compiled, and
+    every parameter's gradient is compared too (one pack shape per layout: the compiled kernel also
+    meets a second shape)."""
+    model = reference_model(model_dir).to(device)
+    use_attention(model, "flex", torch.device(device), trainable=False)
+    results = score_layouts(model, device, {"padded": "sdpa"} | dict.fromkeys(PACKED, FLEX), grad=device == "cuda")
+    assert_layouts_equal_padded(results, atol=1e-5)
+
+
+def test_flex_block_mask_skips_blocks_and_keeps_the_dense_mask():
+    """The block mask of a packing wider than one 128-slot block: a block holding no visible pair is
+    left out, and the token-level rule, read back densely, is the packing's dense mask."""
+    micro = make_batch(rows=12, prompt_len=40, response_len=60, seed=3)
+    packing = pack_rows(micro, share_prompts=False)
+    width = packing.segments.shape[1]
+    assert width > 128
+    block_mask = packing_block_mask(packing.segments, packing.owners)
+    dense = packing.attention_mask()
+    slots = torch.arange(width)
+    rebuilt = block_mask.mask_mod(torch.arange(len(dense))[:, None, None], 0, slots[:, None], slots[None, :])
+    assert torch.equal(rebuilt.unsqueeze(1), dense)
+    blocks = -(-width // 128)
+    occupied = torch.nn.functional.pad(dense[:, 0], (0, blocks * 128 - width, 0, blocks * 128 - width))
+    occupied = occupied.view(len(dense), blocks, 128, blocks, 128).any(dim=(2, 4))
+    assert torch.equal(block_mask.to_dense()[:, 0].bool(), occupied)
+    assert not occupied.all()  # the upper triangle of blocks at least
 
 
 @pytest.mark.parametrize("layout", PACKED)
@@ -89,6 +137,55 @@ def test_packed_engine_log_probs_match_plain_transformers(layout, model_dir, eng
         expected_log_probs, expected_entropy = reference_forward(reference_model(model_dir), batch)
     torch.testing.assert_close(out["log_probs"], expected_log_probs, atol=1e-5, rtol=0)
     torch.testing.assert_close(out["entropy"], expected_entropy, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", PACKED)
+def test_flex_reference_engine_on_the_cpu_matches_plain_transformers(layout, model_dir, engines):
+    """A frozen (ref) engine with ``attention=flex`` runs its no-grad forward on the CPU: the model's
+    attention is :data:`FLEX`, log-probs and entropy equal the plain float32 forward's."""
+    batch = grouped_batch()
+    engine = engines(model_dir, role="ref", micro_batch_size=4, sequence_layout=layout, attention="flex")
+    assert engine.model.config._attn_implementation == FLEX
+    out = engine.compute_log_probs(batch, entropy=True)
+    with torch.no_grad():
+        expected_log_probs, expected_entropy = reference_forward(reference_model(model_dir), batch)
+    torch.testing.assert_close(out["log_probs"], expected_log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["entropy"], expected_entropy, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("role", ["actor", "critic"])
+def test_flex_refuses_to_train_on_the_cpu(role, model_dir):
+    from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
+
+    cfg = FSDPConfig(attention="flex")
+    with pytest.raises(ValueError, match="attention=flex trains on a CUDA GPU only .*train_engine.attention=sdpa"):
+        cfg.check_model(model_dir, "cpu")
+    with pytest.raises(ValueError, match="attention=flex trains on a CUDA GPU only"):
+        FSDPTrainEngine(cfg, EngineSpec(model_dir, role))
+    FSDPConfig(attention="sdpa").check_model(model_dir, "cpu")
+
+
+@CUDA_FLEX
+def test_flex_engine_on_cuda_trains_like_the_fp32_cpu_engine(model_dir, engines):
+    """The default CUDA engine (bf16 compute under FSDP2) with ``attention=flex`` against the float32
+    CPU engine with SDPA, on micro-batches of 4 rows (packs of three shapes; no-grad and training
+    passes): log-probs, two steps' losses, the weights after them (the bf16 bounds of
+    ``test_fsdp_devices``)."""
+    batch = grouped_batch()
+    gpu = engines(model_dir, device="cuda", eps=BF16_EPS, attention="flex")
+    cpu = engines(model_dir, device="cpu", eps=BF16_EPS)
+    assert gpu.compute_dtype == torch.bfloat16 and gpu.model.config._attn_implementation == FLEX
+    start = dict(cpu.named_weights())
+    out, expected = gpu.compute_log_probs(batch, entropy=True), cpu.compute_log_probs(batch, entropy=True)
+    torch.testing.assert_close(out["log_probs"], expected["log_probs"], atol=BF16_LOG_PROB_ATOL, rtol=0)
+    torch.testing.assert_close(out["entropy"], expected["entropy"], atol=BF16_LOG_PROB_ATOL, rtol=0)
+    losses = [(gpu.train_step(batch, pg_loss)["loss_share"], cpu.train_step(batch, pg_loss)["loss_share"])
+              for _ in range(2)]
+    assert losses[1][0] < losses[0][0]
+    assert [gpu_loss for gpu_loss, _ in losses] == pytest.approx([cpu_loss for _, cpu_loss in losses], abs=2e-2)
+    trained = {name: tensor.cpu() for name, tensor in gpu.named_weights()}
+    assert_weights_close(trained, dict(cpu.named_weights()), atol=BF16_WEIGHT_ATOL)
+    assert relative_gap(trained, dict(cpu.named_weights()), start) < BF16_UPDATE_GAP
 
 
 @pytest.mark.parametrize("layout", ["shared_prompt", "packed", "padded"])
@@ -152,5 +249,9 @@ def test_layout_is_validated():
 
     with pytest.raises(ValueError, match=r"sequence_layout must be one of \['shared_prompt', 'packed', 'padded'\]"):
         FSDPConfig(sequence_layout="varlen")
+    with pytest.raises(ValueError, match=r"train_engine.attention must be one of \['sdpa', 'flex'\], got 'varlen'"):
+        FSDPConfig(attention="varlen")
+    with pytest.raises(ValueError, match="attention=flex needs a packed train_engine.sequence_layout"):
+        FSDPConfig(attention="flex", sequence_layout="padded")
     with pytest.raises(ValueError, match="max_tokens_per_micro_batch must be >= 1"):
         FSDPConfig(max_tokens_per_micro_batch=0)

@@ -13,6 +13,17 @@ from rlloom_enginekit.engine_config import TrainEngineConfig
 PACKED_ATTENTION = ("sdpa", "eager")
 """Attention implementations that take the packed layouts' 4D mask."""
 
+ATTENTION_CHOICES = ("sdpa", "flex")
+"""``train_engine.attention`` choices (:mod:`rlloom_fsdp.attention`)."""
+
+
+def check_attention(attention: str, device_type: str, trainable: bool) -> None:
+    """ValueError for ``attention=flex`` on an engine that trains on the CPU: torch's FlexAttention
+    has no backward there (its no-grad forward, a reference model's, runs)."""
+    if attention == "flex" and trainable and device_type == "cpu":
+        raise ValueError("train_engine.attention=flex trains on a CUDA GPU only (torch's FlexAttention has no "
+                         "backward on the CPU); set train_engine.attention=sdpa")
+
 
 def asked_attention(model_path: str) -> str | None:
     """The attention implementation the model folder's ``config.json`` asks for, if any."""
@@ -36,6 +47,11 @@ class FSDPConfig(TrainEngineConfig):
     once, its responses attending to it (the n responses of a GRPO group share one prompt forward);
     ``packed`` drops padding only; ``padded`` is the plain ``[b, P + R]`` forward. The three give
     the same numbers up to summation order; the packed ones need SDPA or eager attention.
+    ``attention``: how the packed layouts compute attention (:mod:`rlloom_fsdp.attention`): ``sdpa``
+    (default) gives the model's own SDPA (or eager) attention a dense ``[k, 1, W, W]`` mask; ``flex``
+    runs torch's FlexAttention over a block mask of the packing (compiled on a GPU at the first steps,
+    skips the masked-out blocks, no repeated K/V heads); it needs a packed ``sequence_layout`` and, to
+    train, a CUDA GPU.
 
     On CUDA gradients are reduced in float32 whatever ``dtype`` is. ``head_chunk_rows``: response
     tokens per chunk of the LM head in the log-prob and entropy computation
@@ -44,6 +60,7 @@ class FSDPConfig(TrainEngineConfig):
 
     reshard_after_forward: bool = True
     sequence_layout: str = "shared_prompt"
+    attention: str = "sdpa"
     head_chunk_rows: int = 0
 
     def __post_init__(self) -> None:
@@ -51,15 +68,26 @@ class FSDPConfig(TrainEngineConfig):
         if self.sequence_layout not in LAYOUTS:
             raise ValueError(f"train_engine.sequence_layout must be one of {list(LAYOUTS)}, "
                              f"got {self.sequence_layout!r}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(f"train_engine.attention must be one of {list(ATTENTION_CHOICES)}, got {self.attention!r}")
+        if self.attention == "flex" and self.sequence_layout == "padded":
+            raise ValueError("train_engine.attention=flex needs a packed train_engine.sequence_layout "
+                             "(shared_prompt or packed), got padded")
         if self.head_chunk_rows < 0:
             raise ValueError(f"train_engine.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")
 
     def check_model(self, model_path: str, run_device: str) -> None:
         """Before any weights load: a ValueError when a packed ``sequence_layout`` meets a model whose
         ``config.json`` asks for an attention implementation that cannot take its per-sequence mask
-        (e.g. ``flash_attention_2``)."""
+        (e.g. ``flash_attention_2``; ``attention=flex`` replaces the model's attention, whatever it asks),
+        or when ``attention=flex`` would train on the CPU (:func:`check_attention`)."""
+        if self.attention == "flex":
+            from rlloom_enginekit.devices import role_device  # torch loads only for this check
+
+            check_attention(self.attention, role_device(self.device, run_device, "train_engine.device").type, True)
         asked = asked_attention(model_path)
-        if self.sequence_layout != "padded" and asked is not None and asked not in PACKED_ATTENTION:
+        dense = self.sequence_layout != "padded" and self.attention == "sdpa"
+        if dense and asked is not None and asked not in PACKED_ATTENTION:
             raise ValueError(
                 f"train_engine.sequence_layout={self.sequence_layout} needs one of the attention implementations "
                 f"{list(PACKED_ATTENTION)}; the model at {model_path} asks for {asked!r}: set "

@@ -48,6 +48,7 @@ from rlloom_enginekit.devices import (
 from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
+from rlloom_fsdp.attention import use_attention
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.head import default_chunk_rows
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
@@ -97,6 +98,8 @@ class FSDPTrainEngine:
                 self.model = load_model(
                     spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
                 )
+            use_attention(self.model.base if self.is_critic else self.model, cfg.attention, self.device,
+                          self.trainable)
             self.vocab_size = None if self.is_critic else self.model.config.get_text_config().vocab_size
             head = self.model.value_head if self.is_critic else self.model.get_output_embeddings()
             self.flops_per_token = train_flops(self.model, head)

@@ -25,11 +25,13 @@ import types
 import torch
 from torch import nn
 from torch.distributed.fsdp import register_fsdp_forward_method
+from torch.nn.attention.flex_attention import BlockMask
 
 from rlloom.batch import Batch
 from rlloom_enginekit.packing import Packing, pack_rows
 from rlloom_enginekit.sequences import concat_prompt_response
 
+from rlloom_fsdp.attention import FLEX, packing_block_mask
 from rlloom_fsdp.config import PACKED_ATTENTION
 from rlloom_fsdp.head import chunked_log_probs
 
@@ -64,11 +66,14 @@ class ModelInput:
             if isinstance(value := getattr(self, field.name), torch.Tensor)
         })
 
-    def attention_mask(self, base: nn.Module) -> torch.Tensor:
-        """The mask ``base`` takes: the padding mask, or the packing's per-sequence mask
-        (:func:`packed_attention_mask`)."""
+    def attention_mask(self, base: nn.Module) -> torch.Tensor | BlockMask:
+        """The mask ``base`` takes: the padding mask, or the packing's per-sequence mask — a block mask
+        for :data:`rlloom_fsdp.attention.FLEX` (:func:`rlloom_fsdp.attention.packing_block_mask`), else
+        :func:`packed_attention_mask`."""
         if self.padding_mask is not None:
             return self.padding_mask
+        if base.config._attn_implementation == FLEX:
+            return packing_block_mask(self.segments, self.owners)
         packing = Packing(self.input_ids, self.position_ids, self.segments, self.owners, self.predictors)
         return packed_attention_mask(base, packing.attention_mask())
 

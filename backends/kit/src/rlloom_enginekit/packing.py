@@ -14,10 +14,11 @@ lays the real tokens out without either waste:
 A unit — one prompt and the responses that follow it — is split (its prompt repeated) only when
 longer than ``max(GROUP_WIDTH, longest row)``. Units are placed into packs — rows of a ``[k, W]``
 model input — by first-fit decreasing, a pack at most ``max(longest unit, 2 × longest row)``
-tokens wide. Attention inside a pack is masked to each sequence (a ``[k, 1, W, W]`` boolean mask,
-True = may attend) but computed densely, so these caps keep the masked-out work per token within
-a small multiple of what the padded layout computes, while every linear layer sees real tokens
-only. Position ids restart at 0 for each prompt and continue through its
+tokens wide. Attention inside a pack is masked to each sequence (:func:`may_attend`; a
+``[k, 1, W, W]`` boolean mask, True = may attend) but computed densely (unless an engine skips the
+masked-out blocks, as the fsdp engine's ``attention=flex`` does), so these caps keep the masked-out
+work per token within a small multiple of what the padded layout computes, while every linear
+layer sees real tokens only. Position ids restart at 0 for each prompt and continue through its
 responses, so every token sees exactly the positions and keys it has in the padded layout; the
 hidden state predicting response token t is the one at response token t − 1 (the last prompt
 token for t = 0). Results equal the padded computation up to floating-point summation order.
@@ -58,18 +59,26 @@ class Packing:
     predictors: torch.Tensor
 
     def attention_mask(self) -> torch.Tensor:
-        """[k, 1, W, W] bool: slot q may attend to slot k' when k' ≤ q and k' holds q's sequence or
-        the prompt q's response continues (padding slots attend to padding, never to tokens)."""
-        keys, queries = self.segments[:, None, :], self.segments[:, :, None]
-        same = (queries == keys) | (self.owners[:, :, None] == keys)
-        width = self.segments.shape[1]
-        causal = torch.ones(width, width, dtype=torch.bool, device=same.device).tril()
-        return (same & causal).unsqueeze(1)
+        """[k, 1, W, W] bool: :func:`may_attend` for every query slot (rows) and key slot (columns)."""
+        slots = torch.arange(self.segments.shape[1], device=self.segments.device)
+        return may_attend(self.segments[:, :, None], self.owners[:, :, None], self.segments[:, None, :],
+                          slots[:, None], slots[None, :]).unsqueeze(1)
 
     def response_states(self, states: torch.Tensor) -> torch.Tensor:
         """The rows of ``states`` [k, W, H] (the model's output on this input) that predict the real
         response tokens: [n, H], row-major over ``response_mask``."""
         return states.flatten(0, 1)[self.predictors]
+
+
+def may_attend(
+    query_segment: torch.Tensor, query_owner: torch.Tensor, key_segment: torch.Tensor,
+    query_slot: torch.Tensor, key_slot: torch.Tensor,
+) -> torch.Tensor:
+    """Whether a query slot may attend to a key slot of the same pack (elementwise, broadcasting):
+    ``key_slot ≤ query_slot`` and the key holds the query's sequence (``segments``) or the prompt the
+    query's response continues (``owners``). Padding slots (segment −1) attend to earlier padding,
+    never to tokens; every slot sees at least itself."""
+    return (key_slot <= query_slot) & ((query_segment == key_segment) | (query_owner == key_segment))
 
 
 def real_lengths(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
