@@ -73,6 +73,8 @@ def score_layouts(model, device: str, attention: dict[str, str], grad: bool) -> 
 
 
 def assert_layouts_equal_padded(results: dict, atol: float) -> None:
+    """Every layout of :func:`score_layouts`' ``results`` gives the padded layout's values (and
+    gradients, when taken) within ``atol``."""
     padded_log_probs, padded_entropy, padded_grads = results.pop("padded")
     assert padded_log_probs.abs().sum() > 0
     for layout, (log_probs, entropy, grads) in results.items():
@@ -105,22 +107,24 @@ def test_flex_attention_equals_the_padded_sdpa_forward(device, model_dir):
 
 
 def test_flex_block_mask_skips_blocks_and_keeps_the_dense_mask():
-    """The block mask of a packing wider than one 128-slot block: a block holding no visible pair is
-    left out, and the token-level rule, read back densely, is the packing's dense mask."""
-    micro = make_batch(rows=12, prompt_len=40, response_len=60, seed=3)
-    packing = pack_rows(micro, share_prompts=False)
-    width = packing.segments.shape[1]
-    assert width > 128
+    """The block mask of packs three 128-slot blocks wide: exactly the blocks holding a visible pair
+    are kept (some below the diagonal are not: the work flex skips), and its token-level rule, read
+    back densely, is the packing's dense mask."""
+    packing = pack_rows(make_batch(rows=16, prompt_len=60, response_len=100, seed=3), share_prompts=False)
+    packs, width = packing.segments.shape
+    blocks = -(-width // 128)
+    assert blocks == 3
     block_mask = packing_block_mask(packing.segments, packing.owners)
     dense = packing.attention_mask()
     slots = torch.arange(width)
-    rebuilt = block_mask.mask_mod(torch.arange(len(dense))[:, None, None], 0, slots[:, None], slots[None, :])
+    rebuilt = block_mask.mask_mod(torch.arange(packs)[:, None, None], 0, slots[:, None], slots[None, :])
     assert torch.equal(rebuilt.unsqueeze(1), dense)
-    blocks = -(-width // 128)
-    occupied = torch.nn.functional.pad(dense[:, 0], (0, blocks * 128 - width, 0, blocks * 128 - width))
-    occupied = occupied.view(len(dense), blocks, 128, blocks, 128).any(dim=(2, 4))
+    room = blocks * 128 - width
+    occupied = torch.nn.functional.pad(dense[:, 0], (0, room, 0, room)).view(packs, blocks, 128, blocks, 128)
+    occupied = occupied.any(dim=(2, 4))
     assert torch.equal(block_mask.to_dense()[:, 0].bool(), occupied)
-    assert not occupied.all()  # the upper triangle of blocks at least
+    causal_blocks = torch.ones(blocks, blocks, dtype=torch.bool).tril()
+    assert (causal_blocks & ~occupied).any()
 
 
 @pytest.mark.parametrize("layout", PACKED)
