@@ -31,7 +31,7 @@ def timed_steps(path: str, threads: int, steps: int, start, results) -> None:
     from bench_train_step import build_engine, make_batch, pg_loss
 
     use_threads(threads)
-    engine = build_engine("fsdp", path, 16, "shared_prompt", steps, torch.device("cpu"))
+    engine = build_engine("fsdp", path, 16, "shared_prompt", steps, torch.device("cpu"), recompute=False)
     batch = make_batch(32, 8, 45, 16, engine.vocab_size, ragged=True)
     engine.train_step(batch, pg_loss)  # warm-up
     start.wait()

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,7 @@ from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import (
     cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device, synchronize,
 )
+from rlloom_enginekit.metrics import add_metrics, read_metric_sums
 from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_fsdp import process_group
@@ -467,19 +468,3 @@ class FSDPTrainEngine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         process_group.release()
-
-
-def add_metrics(sums: dict[str, float | torch.Tensor], metrics: Mapping[str, float | torch.Tensor]) -> None:
-    """Add one micro-batch's ``metrics`` to ``sums``: a float as a Python float, a tensor (0-d) as a
-    float64 tensor on its device, never read back here (float64 sums of float32 values in the same
-    order as Python's, so both give the same numbers)."""
-    for name, value in metrics.items():
-        value = value.detach().double() if isinstance(value, torch.Tensor) else float(value)
-        sums[name] = sums.get(name, 0.0) + value
-
-
-def read_metric_sums(sums: dict[str, float | torch.Tensor], names: list[str]) -> list[float]:
-    """The sums of ``names`` as floats; those held as tensors read back together (one host sync)."""
-    held = [name for name in names if isinstance(sums[name], torch.Tensor)]
-    read = dict(zip(held, torch.stack([sums[name] for name in held]).tolist())) if held else {}
-    return [read.get(name, sums[name]) for name in names]

@@ -42,6 +42,7 @@ from rlloom.config import ConfigError
 from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import cuda_memory_metrics, rank_device, resolve_dtype, role_device
+from rlloom_enginekit.metrics import add_metrics, read_metric_sums
 from rlloom_enginekit.packing import micro_batches, rows_to_train
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from transformers import AutoConfig
@@ -324,16 +325,15 @@ class MegatronTrainEngine:
         self.ddp.zero_grad_buffer()
         with megatron_notices_silenced():
             self.optimizer.zero_grad()
-        sums: dict[str, float] = {}
+        sums: dict[str, float | torch.Tensor] = {}
         micros = self._micro_batches(trained, self.cfg.micro_batch_size)
         for micro in micros:
             micro = micro.to(self.device)
             loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
             loss.backward()
-            for name, value in metrics.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
+            add_metrics(sums, metrics)
         names = sorted(sums)
-        averaged = self._reduce_over_dp([sums[name] / len(micros) for name in names])
+        averaged = self._reduce_over_dp([total / len(micros) for total in read_metric_sums(sums, names)])
         result = {name: value / self.dp_size for name, value in zip(names, averaged)}
         skipped_rows, rows = self._reduce_over_dp([float(skipped), float(len(union))])
         result["skipped_rows"] = skipped_rows / max(rows, 1.0)
