@@ -180,7 +180,15 @@ def run_rlloom(work: dict, device: str, threads: int) -> dict:
                 if "val-core/arithmetic/acc/mean@4" in row]
     return dict(step_s=[row["timing_s/step"] for row in steps],
                 peak_gb=max(row.get(memory_key, 0.0) for row in steps), accuracy=accuracy,
-                response_len=[row["response_length/mean"] for row in steps])
+                response_len=[row["response_length/mean"] for row in steps], breakdown=step_breakdown(steps))
+
+
+def step_breakdown(steps: list[dict]) -> dict[str, float]:
+    """The median over steps (the first, with its warm-up, left out) of every ``timing_s/*`` and
+    ``perf/*`` metric: where a step's time goes."""
+    rows = steps[1:] if len(steps) > 1 else steps
+    keys = sorted({key for row in rows for key in row if key.startswith(("timing_s/", "perf/"))})
+    return {key: statistics.median(row[key] for row in rows if key in row) for key in keys}
 
 
 # ---------------------------------------------------------------------------------- TRL side
@@ -276,7 +284,8 @@ def summary(result: dict, work: dict) -> dict:
     lengths = result.get("response_len") or [float("nan")]
     return dict(median_step_s=median, samples_per_s=work["prompts"] * work["n"] / median,
                 peak_gb=result["peak_gb"], time_to_0_9_s=reached[0] if reached else None,
-                accuracy=result["accuracy"], mean_response_len=statistics.fmean(lengths))
+                accuracy=result["accuracy"], mean_response_len=statistics.fmean(lengths),
+                **({"breakdown": result["breakdown"]} if "breakdown" in result else {}))
 
 
 def side(name: str, work: dict, args: argparse.Namespace) -> dict:

@@ -24,17 +24,21 @@ def test_plan_lists_every_part_with_its_budget_and_checks_the_carry_size():
     for part in gpu_check.PARTS:
         assert f"{part.name:14}{part.budget_s:9d}" in done.stdout
     assert f"hard stop {gpu_check.HARD_STOP_S} s" in done.stdout
+    assert f"required parts: {gpu_check.worst_case_s(gpu_check.PARTS)} s" in done.stdout
     assert "working tree:" in done.stdout and "MiB" in done.stdout
     fits = "TOO LARGE" not in done.stdout
     assert done.returncode == (0 if fits else 1)
 
 
-def test_the_parts_fit_the_hard_stop():
-    """Setup parts, then the test parts side by side, then the benchmarks: their budgets add up to
-    no more than the hard stop, so every part gets its whole budget."""
-    by_kind = {kind: [part.budget_s for part in gpu_check.PARTS if part.kind == kind] for kind in ("probe", "tests",
-                                                                                                   "bench")}
-    assert sum(by_kind["probe"]) + max(by_kind["tests"]) + sum(by_kind["bench"]) <= gpu_check.HARD_STOP_S
+def test_the_required_parts_fit_the_hard_stop_and_the_optional_ones_come_last():
+    """Setup parts, then the test parts side by side, then the benchmarks: the required parts' budgets
+    add up to no more than the hard stop, so each gets its whole budget; optional ones run last."""
+    by_kind = {kind: [part.budget_s for part in gpu_check.PARTS if part.kind == kind and part.required]
+               for kind in ("probe", "tests", "bench")}
+    worst = sum(by_kind["probe"]) + max(by_kind["tests"]) + sum(by_kind["bench"])
+    assert gpu_check.worst_case_s(gpu_check.PARTS) == worst <= gpu_check.HARD_STOP_S
+    required = [part.required for part in gpu_check.PARTS if part.kind == "bench"]
+    assert required == sorted(required, reverse=True)
     names = [part.name for part in gpu_check.PARTS]
     assert len(names) == len(set(names))
 

@@ -388,8 +388,10 @@ def count_syncs(engine, batch: Batch) -> int:
 
 @NEEDS_CUDA
 def test_cuda_train_step_syncs_do_not_grow_with_micro_batches(model_dir, engines):
-    """1, 3 and 6 micro-batches of the same rows: the same number of host syncs per step (the step's
-    own reads: counts, metrics once, grad norm), none per micro-batch."""
+    """1, 3 and 6 micro-batches of the same rows: about the same number of host syncs per step (the
+    step's own reads: counts, metrics once, grad norm), none per micro-batch: a read per micro-batch
+    would add at least five from 1 to 6 micro-batches. On the H100 (2026-11-27) the counts were
+    15, 14 and 14: the first engine of the process has one more, whatever its micro-batches."""
     batch = make_batch()
     counts = {}
     for rows in (6, 2, 1):
@@ -397,7 +399,7 @@ def test_cuda_train_step_syncs_do_not_grow_with_micro_batches(model_dir, engines
         engine.train_step(batch, tensor_metrics_loss)  # first-step set-up
         counts[rows] = count_syncs(engine, batch)
     assert counts[6] > 0  # the debug mode sees the step's reads
-    assert counts[2] == counts[1] == counts[6], counts
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
 
 
 @NEEDS_CUDA
