@@ -1,9 +1,9 @@
 """Where a training step's wall time goes: ``rlloom train`` under cProfile, in this process.
 
 Runs the quickstart (the default config: SmolLM2, 4 prompts x 8 samples, 16 new tokens) for
-``--steps`` steps without validation, profiles only the steps after the first (model loading,
+``--steps`` steps without validation, profiles only steps 2 to ``--steps`` (model loading,
 conversion and the first step's warm-up left out) and prints the functions that took the most wall
-time, by cumulative and by own time (steps 2 to ``--steps``: ``--steps`` must be at least 2). On a GPU a host wait (``.item()``, ``.tolist()``, a
+time, by cumulative and by own time. On a GPU a host wait (``.item()``, ``.tolist()``, a
 synchronize) shows as time in that call, so the tables also say where the host waits for the
 device. ``--out`` writes them as JSON with the steps' median ``timing_s/*`` breakdown.
 

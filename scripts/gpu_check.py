@@ -322,6 +322,7 @@ def _git_commit() -> str:
 
 
 def _summary_cell(entry: dict) -> str:
+    """One line on a part: why it was skipped, its test counts, its targets, or its first error."""
     if entry.get("outcome") == "skipped":
         return entry.get("why", "")
     if entry["kind"] == "tests" and entry.get("tests"):
@@ -332,7 +333,9 @@ def _summary_cell(entry: dict) -> str:
         return "; ".join(f"{name}: {v['value'] if v['value'] is None else round(v['value'], 3)} "
                          f"({'met' if v['met'] else 'not met' if v['met'] is False else 'not measured'})"
                          for name, v in entry["targets"].items())
-    return entry.get("output", "") if entry.get("outcome") == "passed" else "; ".join(entry.get("first_error_lines", [])[:2])
+    if entry.get("outcome") == "passed":
+        return entry.get("output", "")
+    return "; ".join(entry.get("first_error_lines", [])[:2])
 
 
 def markdown(report: dict) -> str:
