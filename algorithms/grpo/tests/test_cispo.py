@@ -7,7 +7,7 @@ from rlloom.algos.config import PolicyLossConfig
 from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.losses import mini_batch_stats
-from rlloom_cispo import CISPO, CISPOConfig
+from rlloom_grpo import GRPO, CISPOConfig
 from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
@@ -24,7 +24,7 @@ def test_loss_value_and_gradient_by_hand():
     log_probs = torch.tensor(lp, requires_grad=True)
     batch = Batch({"old_log_probs": torch.tensor(old), "advantages": torch.tensor(adv),
                    "response_mask": torch.tensor(mask)})
-    loss, metrics = CISPO(cfg).loss_fn(batch, {"log_probs": log_probs}, mini_batch_stats(torch.tensor(mask)))
+    loss, metrics = GRPO(cfg).loss_fn(batch, {"log_probs": log_probs}, mini_batch_stats(torch.tensor(mask)))
     loss.backward()
     assert loss.item() == pytest.approx(expected, rel=1e-12)
     np.testing.assert_allclose(log_probs.grad.numpy(), expected_grad, rtol=1e-12)
@@ -42,7 +42,7 @@ def test_on_policy_update_is_reinforce_with_group_advantages():
     log_probs = torch.tensor([[-1.0, -3.0]], requires_grad=True)
     mask = torch.ones(1, 2)
     batch = Batch({"advantages": torch.tensor([[2.0, 2.0]]), "response_mask": mask})
-    loss, _ = CISPO(CISPOConfig()).loss_fn(batch, {"log_probs": log_probs}, mini_batch_stats(mask))
+    loss, _ = GRPO(CISPOConfig()).loss_fn(batch, {"log_probs": log_probs}, mini_batch_stats(mask))
     loss.backward()
     assert loss.item() == pytest.approx(-(2.0 * -1.0 + 2.0 * -3.0) / 2)  # −A·log π, token-mean
     torch.testing.assert_close(log_probs.grad, torch.tensor([[-1.0, -1.0]]))
@@ -52,9 +52,9 @@ def test_defaults_and_entry_point():
     cfg = CISPOConfig()
     assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.loss_agg_mode, cfg.policy_loss) == (
         1.0, 4.0, None, "token-mean", "cispo")
-    registry = entry_point_registry("cispo")
+    registry = entry_point_registry("grpo")
     assert registry.get("algorithm", "cispo").config is CISPOConfig
-    assert isinstance(registry.build("algorithm", "cispo", cfg), CISPO)
+    assert type(registry.build("algorithm", "cispo", cfg)) is GRPO  # a preset: GRPO with this config
 
 
 @pytest.fixture(scope="module")

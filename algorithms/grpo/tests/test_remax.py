@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from rlloom_remax import ReMax, ReMaxConfig, remax_advantages
+from rlloom_grpo import ReMax, ReMaxConfig, remax_advantages
 from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
 
 
@@ -18,9 +18,10 @@ def test_reward_to_go_minus_greedy_score():
 
 
 def test_entry_point_registers_remax():
-    registry = entry_point_registry("remax")
+    registry = entry_point_registry("grpo")
     assert registry.get("algorithm", "remax").config is ReMaxConfig
-    assert isinstance(registry.build("algorithm", "remax", ReMaxConfig()), ReMax)
+    algorithm = registry.build("algorithm", "remax", ReMaxConfig())
+    assert isinstance(algorithm, ReMax) and algorithm.estimator is registry.get("advantage_estimator", "remax").factory
 
 
 SEEDS = (0, 1, 2)
