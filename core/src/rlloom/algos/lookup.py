@@ -6,11 +6,11 @@ Plugins fill both through hooks, as they register everything else
 
     @rlloom.hookimpl
     def register_advantage_estimators(register):
-        register("rloo", "rlloom_rloo.advantages:rloo_estimator")
+        register("rloo", "rlloom_grpo.advantages:rloo_estimator")
 
     @rlloom.hookimpl
     def register_policy_losses(register):
-        register("cispo", "rlloom_cispo.loss:cispo_token_loss")
+        register("cispo", "rlloom_grpo.losses:cispo_token_loss")
 
 (a function, or ``"module:attribute"`` naming one, imported when first looked up). The config
 keys ``algorithm.adv_estimator`` and ``algorithm.policy_loss`` are checked against these tables
