@@ -200,7 +200,7 @@ def saved_for_backward_bytes(engine: MegatronTrainEngine, batch: Batch) -> int:
 
     engine.model.train()
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        engine._train_outputs(batch, temperature=0.7)
+        engine.train_outputs(batch, temperature=0.7)
     return sum(saved)
 
 

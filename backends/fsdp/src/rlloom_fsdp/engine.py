@@ -39,15 +39,12 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
-from rlloom.controller.dispatch import rank_token_metrics
+from rlloom import Batch, EngineSpec, dispatch
 from rlloom.protocols import LossFn
-from rlloom_enginekit.devices import (
-    cuda_memory_metrics, move_train_state, rank_device, resolve_dtype, role_device, synchronize,
-)
-from rlloom_enginekit.metrics import add_metrics, read_metric_sums
-from rlloom_enginekit.packing import micro_batches, rows_to_train
+from rlloom_enginekit.devices import move_train_state, rank_device, resolve_dtype, role_device, synchronize
+from rlloom_enginekit.packing import micro_batches
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
+from rlloom_enginekit.train_step import train_step
 from rlloom_fsdp import process_group
 from rlloom_fsdp.attention import use_attention
 from rlloom_fsdp.config import FSDPConfig
@@ -84,7 +81,7 @@ class FSDPTrainEngine:
         self.is_critic = spec.role == "critic"
         if self.trainable:
             # Fail now, not at the first train_step, if the schedule cannot be computed.
-            self._lr(1)
+            self.lr_at(1)
         self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
         self.compute_dtype = resolve_dtype(cfg.dtype, self.device, "train_engine.dtype")
         if self.device.type == "cuda":
@@ -113,7 +110,7 @@ class FSDPTrainEngine:
         self.optimizer = (
             torch.optim.AdamW(
                 self.model.parameters(),
-                lr=self._lr(1),
+                lr=self.lr_at(1),
                 betas=(cfg.betas[0], cfg.betas[1]),
                 eps=cfg.eps,
                 weight_decay=cfg.weight_decay,
@@ -128,14 +125,15 @@ class FSDPTrainEngine:
 
     # ------------------------------------------------------------------------------ helpers
     @property
-    def world_size(self) -> int:
+    def dp_size(self) -> int:
+        """The data-parallel ranks: every rank of the group."""
         return dist.get_world_size()
 
-    def _lr(self, step: int) -> float:
+    def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based)."""
         return self.cfg.lr_at(step, self.spec.role, self.spec.total_train_steps)
 
-    def _all_reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
+    def reduce_over_dp(self, values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
         """``values`` reduced with ``op`` over all ranks (a collective, on the engine's device so
         that an NCCL-only group serves it too)."""
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -161,7 +159,7 @@ class FSDPTrainEngine:
         of the padding passes this rank must add to match the rank with the most micro-batches (the
         first row, once per missing micro-batch)."""
         cut = micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)
-        (most,) = self._all_reduce([len(cut)], dist.ReduceOp.MAX)
+        (most,) = self.reduce_over_dp([len(cut)], dist.ReduceOp.MAX)
         layout = self.cfg.sequence_layout
         micros = [(micro.to(self.device), model_input(micro, layout).to(self.device)) for micro in cut]
         missing = int(most) - len(cut)
@@ -184,7 +182,7 @@ class FSDPTrainEngine:
         log-probs, so V_t estimates the return from the state *before* token t is emitted."""
         return self.model.score_values(inputs)
 
-    def _train_outputs(self, inputs: ModelInput, temperature: float) -> dict[str, torch.Tensor]:
+    def train_outputs(self, inputs: ModelInput, temperature: float) -> dict[str, torch.Tensor]:
         """What ``train_step`` hands the loss: ``values`` for a critic, else ``log_probs`` (and
         ``entropy`` when ``cfg.train_entropy``), all [b, R] with grad."""
         if self.is_critic:
@@ -275,84 +273,63 @@ class FSDPTrainEngine:
 
     @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """One AdamW step on the mini-batch ``batch`` (this rank's rows of it).
+        """One AdamW step on the mini-batch ``batch`` (this rank's rows of it):
+        :func:`rlloom_enginekit.train_step.train_step`, which states the step and its metrics, with
+        this engine's parts below.
 
-        Rows the loss names inert (:func:`rlloom_enginekit.packing.rows_to_train`: zero gradient,
-        e.g. all-zero advantages) are counted in ``stats`` but not run. For each micro-batch of
-        ``cfg.micro_batch_size`` rows of the others: forward in train mode (dropout as set
-        in the model's config; RL checkpoints normally have none, so the policy matches
-        :meth:`compute_log_probs`); ``outputs = {"log_probs": [b, R]}`` (+ ``"entropy"`` when
-        ``cfg.train_entropy``), both with grad and temperature-scaled like :meth:`compute_log_probs`
-        — for a critic ``outputs = {"values": [b, R]}`` with grad, as in :meth:`compute_values`;
-        ``loss, metrics = loss_fn(micro, outputs, stats)`` with ``stats`` counted over all ranks;
-        backward of ``loss * world_size``. The loss
-        is the micro-batch's share of the mini-batch loss, so the mini-batch gradient is the *sum*
-        over micro-batches and ranks; FSDP averages gradients over ranks, which the factor
-        ``world_size`` undoes.
-
-        Then: global gradient L2 norm; clip to ``cfg.grad_clip`` (when > 0); AdamW step at the LR of
-        this step; zero grads. If the norm is not finite the update is skipped (weights and
-        optimizer state unchanged) but the step still counts for the LR schedule.
-
-        Returns the ``loss_fn`` metrics averaged over micro-batches and then over ranks (every rank
-        must report the same metric names; a metric may be a float or a 0-d tensor, which is summed
-        on its device and read once per step, so the loop never waits for the GPU),
-        ``grad_norm`` (before clipping), ``lr`` (the LR this
-        step used), ``skipped_update`` (1.0 when the update was skipped, else 0.0), ``skipped_rows``
-        (the fraction of the mini-batch's rows left out as inert),
-        ``perf/dp_rank_tokens/max|min`` (:func:`rlloom.controller.dispatch.rank_token_metrics`) and
-        ``perf/model_flops/<role>`` (the step's forward and backward FLOPs over all ranks,
-        :mod:`rlloom_fsdp.perf`). On CUDA also
-        ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (this process's peaks so
-        far) and ``perf/mfu/<role>`` (:func:`rlloom_fsdp.perf.mfu` of the step's wall time, when the
-        GPU's peak is known).
+        Micro-batches of ``cfg.micro_batch_size`` rows (or ``cfg.max_tokens_per_micro_batch``
+        tokens); forward in train mode (dropout as set in the model's config; RL checkpoints
+        normally have none, so the policy matches :meth:`compute_log_probs`); ``outputs`` as in
+        :meth:`compute_log_probs` (``entropy`` when ``cfg.train_entropy``) or, for a critic,
+        :meth:`compute_values`, with grad; backward of ``loss * world_size``: FSDP averages
+        gradients over ranks, which the factor undoes. A rank with fewer micro-batches adds padding
+        passes. Then the global gradient L2 norm, clipping to ``cfg.grad_clip`` (when > 0), AdamW at
+        this step's LR. Besides the kit's metrics: ``perf/model_flops/<role>`` (the step's forward and
+        backward FLOPs over all ranks, :mod:`rlloom_fsdp.perf`) and on CUDA ``perf/mfu/<role>``
+        (:func:`rlloom_fsdp.perf.mfu` of the step's wall time, when the GPU's peak is known).
         """
+        return train_step(self, batch, loss_fn)
+
+    # ------------------------------------------------------------------------------ train-step parts
+    # (rlloom_enginekit.train_step.TrainParts)
+    def prepare_train(self, batch: Batch) -> None:
         self._require_trainable("train_step")
         self._check_inputs(batch, "train_step")
         self._ready()
-        started = time.perf_counter()
-        temperature = policy_temperature(batch)
-        stats = MiniBatchStats.over_ranks(batch["response_mask"], self._all_reduce)
-        trained, skipped = rows_to_train(batch, loss_fn)
-        micros, padding = self._micro_batches(trained, self.cfg.micro_batch_size)
         self.model.train()
-        metric_sums: dict[str, float | torch.Tensor] = {}
-        for micro, inputs in micros:
-            loss, metrics = loss_fn(micro, self._train_outputs(inputs, temperature), stats)
-            (loss * self.world_size).backward()
-            add_metrics(metric_sums, metrics)
-        for inputs in padding:
-            outputs = self._train_outputs(inputs, temperature)
-            (sum(output.sum() for output in outputs.values()) * 0.0).backward()
 
-        names = sorted(metric_sums)
-        sums = read_metric_sums(metric_sums, names)
-        averaged = self._all_reduce([total / len(micros) for total in sums], dist.ReduceOp.SUM)
-        result = {name: value / self.world_size for name, value in zip(names, averaged)}
-        flops = self.flops_per_token.step(sum(inputs.tokens for _, inputs in micros),
-                                          sum(inputs.targets.numel() for _, inputs in micros))
-        skipped_rows, rows, flops = self._all_reduce([float(skipped), float(len(batch)), flops], dist.ReduceOp.SUM)
-        result["skipped_rows"] = skipped_rows / max(rows, 1.0)
-        result[f"perf/model_flops/{self.spec.role}"] = flops
+    def train_rows(self, batch: Batch) -> Batch:
+        return batch
 
-        lr = self._lr(self.step + 1)
+    def train_micro_batches(self, rows: Batch) -> tuple[list[tuple[Batch, ModelInput]], list[ModelInput]]:
+        return self._micro_batches(rows, self.cfg.micro_batch_size)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss * self.dp_size).backward()
+
+    def optimizer_step(self, lr: float) -> float:
         grad_norm = self._clip_gradients()
-        skipped = not math.isfinite(grad_norm)
-        if not skipped:
+        if math.isfinite(grad_norm):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
-        result.update(rank_token_metrics(batch, self._all_reduce))
-        if self.device.type == "cuda":
-            result.update(cuda_memory_metrics(self.device))
-            synchronize(self.device)
-            utilisation = mfu(flops, time.perf_counter() - started, self.device, self.world_size)
-            if utilisation is not None:
-                result[f"perf/mfu/{self.spec.role}"] = utilisation
-        return result
+        return grad_norm
+
+    def extra_sums(self, micros: list[tuple[Batch, ModelInput]]) -> dict[str, float]:
+        """``perf/model_flops/<role>``: this rank's forward and backward FLOPs of the step."""
+        flops = self.flops_per_token.step(sum(inputs.tokens for _, inputs in micros),
+                                          sum(inputs.targets.numel() for _, inputs in micros))
+        return {f"perf/model_flops/{self.spec.role}": flops}
+
+    def extra_metrics(self, result: dict[str, float], started: float) -> dict[str, float]:
+        """On CUDA ``perf/mfu/<role>``, once the GPU has finished the step's work."""
+        if self.device.type != "cuda":
+            return {}
+        synchronize(self.device)
+        flops = result[f"perf/model_flops/{self.spec.role}"]
+        utilisation = mfu(flops, time.perf_counter() - started, self.device, self.dp_size)
+        return {} if utilisation is None else {f"perf/mfu/{self.spec.role}": utilisation}
 
     def _clip_gradients(self) -> float:
         """Global L2 norm of all gradients (over every shard); clip them to ``cfg.grad_clip``."""

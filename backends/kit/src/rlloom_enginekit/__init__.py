@@ -7,6 +7,9 @@ core, which needs none of them. It registers no components.
 - :mod:`~rlloom_enginekit.sequences`: a train engine's prompt + response input and the logits that
   score the response.
 - :mod:`~rlloom_enginekit.packing`: padding-free layouts and token-budget micro-batches.
+- :mod:`~rlloom_enginekit.train_step`: the train-step driver every train engine shares, and the
+  metric contract of ``train_step``.
+- :mod:`~rlloom_enginekit.metrics`: loss metrics summed over micro-batches, read once a step.
 - :mod:`~rlloom_enginekit.prompts`: stop and pad ids, left-padded prompts, prompt indices.
 - :mod:`~rlloom_enginekit.batching`: per-request generation over an engine's batch call.
 """

@@ -37,14 +37,13 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from rlloom import Batch, EngineSpec, MiniBatchStats, dispatch
+from rlloom import Batch, EngineSpec, dispatch
 from rlloom.config import ConfigError
-from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
-from rlloom_enginekit.devices import cuda_memory_metrics, rank_device, resolve_dtype, role_device
-from rlloom_enginekit.metrics import add_metrics, read_metric_sums
-from rlloom_enginekit.packing import micro_batches, rows_to_train
+from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
+from rlloom_enginekit.packing import micro_batches
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
+from rlloom_enginekit.train_step import train_step
 from transformers import AutoConfig
 
 from rlloom_megatron import checkpoint, cpu_compat, parallel
@@ -125,7 +124,7 @@ class MegatronTrainEngine:
         self.trainable = spec.role in TRAINABLE_ROLES
         self.is_critic = spec.role == "critic"
         if self.trainable:
-            cfg.lr_at(1, spec.role, spec.total_train_steps)  # fail now if the schedule cannot be computed
+            self.lr_at(1)  # fail now if the schedule cannot be computed
         self.device = rank_device(role_device(cfg.device, spec.device, "train_engine.device"))
         self.compute_dtype = resolve_dtype(cfg.dtype, self.device, "train_engine.dtype")
         hf_config = AutoConfig.from_pretrained(spec.model_path)
@@ -154,7 +153,7 @@ class MegatronTrainEngine:
             raise
         self.ddp, self.optimizer = None, None  # megatron-core's DDP wrapper and optimizer (trainable roles)
         if self.trainable:
-            self.ddp, self.optimizer = build_optimizer(self.model, cfg, cfg.lr_at(1, spec.role, spec.total_train_steps),
+            self.ddp, self.optimizer = build_optimizer(self.model, cfg, self.lr_at(1),
                                                        sharded=cfg.use_distributed_optimizer and self.dp_size > 1)
         self.step = 0
         self._parked: ParkedStorages | None = None  # what offload() moved to host memory
@@ -201,7 +200,7 @@ class MegatronTrainEngine:
         ``cfg.max_tokens_per_micro_batch`` when set (:func:`rlloom_enginekit.packing.micro_batches`)."""
         return micro_batches(union, rows, self.cfg.max_tokens_per_micro_batch)
 
-    def _reduce_over_dp(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+    def reduce_over_dp(self, values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
         """``values`` reduced with ``op`` over the data-parallel group (one value per TP group)."""
         if self.dp_size == 1:
             return values
@@ -250,7 +249,7 @@ class MegatronTrainEngine:
         values = hidden @ head.weight[0] + head.bias
         return values.masked_fill(micro["response_mask"] == 0, 0.0)
 
-    def _train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
+    def train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
         if self.is_critic:
             return {"values": self._values(micro)}
         log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
@@ -297,57 +296,53 @@ class MegatronTrainEngine:
 
     @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step on the mini-batch (this rank's rows of it).
+        """One optimizer step on the mini-batch (this rank's rows of it):
+        :func:`rlloom_enginekit.train_step.train_step`, which states the step and its metrics, with
+        this engine's parts below.
 
-        The TP group runs the union of its ranks' rows — less those the loss names inert
-        (:func:`rlloom_enginekit.packing.rows_to_train`), which count in ``stats`` only — in
-        micro-batches of ``cfg.micro_batch_size`` rows (or ``cfg.max_tokens_per_micro_batch`` tokens):
-        ``loss, metrics = loss_fn(micro, outputs, stats)`` (``outputs``: ``log_probs`` and, with
-        ``cfg.train_entropy``, ``entropy``; a critic's: ``values``; all with grad) with ``stats``
-        counted over the DP groups, then ``loss.backward()``. Gradients are summed over the DP group,
-        so the step's gradient is the sum of every micro-batch loss's (each is its share of the
-        mini-batch loss). Then megatron-core's optimizer: the global gradient norm, clipping to
-        ``cfg.grad_clip``, AdamW at this step's LR; a non-finite norm skips the update but counts the
-        step. Returns the loss metrics averaged over micro-batches and DP groups, ``grad_norm``, ``lr``,
-        ``skipped_update``, ``skipped_rows``, ``perf/dp_rank_tokens/max|min`` (and on CUDA
-        ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb``).
+        The TP group runs the union of its ranks' rows in micro-batches of ``cfg.micro_batch_size``
+        rows (or ``cfg.max_tokens_per_micro_batch`` tokens), ``stats`` counted over the DP groups;
+        ``outputs``: ``log_probs`` and, with ``cfg.train_entropy``, ``entropy`` (a critic's:
+        ``values``); ``loss.backward()``. Gradients are summed over the DP group; then megatron-core's
+        optimizer: the global gradient norm, clipping to ``cfg.grad_clip``, AdamW at this step's LR.
         """
+        return train_step(self, batch, loss_fn)
+
+    # ------------------------------------------------------------------------------ train-step parts
+    # (rlloom_enginekit.train_step.TrainParts)
+    def prepare_train(self, batch: Batch) -> None:
         if not self.trainable:
             raise RuntimeError(f"train_step: this megatron engine has role {self.spec.role!r}, a frozen reference "
                                f"model without an optimizer; only roles {list(TRAINABLE_ROLES)} train")
         batch.require(*TRAIN_INPUT_FIELDS)
         self._ready()
-        temperature = policy_temperature(batch)
-        union, _, _ = self._tp_union(batch)
-        stats = MiniBatchStats.over_ranks(union["response_mask"], self._reduce_over_dp)
-        trained, skipped = rows_to_train(union, loss_fn)
         self.model.train()
         self.ddp.zero_grad_buffer()
         with megatron_notices_silenced():
             self.optimizer.zero_grad()
-        sums: dict[str, float | torch.Tensor] = {}
-        micros = self._micro_batches(trained, self.cfg.micro_batch_size)
-        for micro in micros:
-            micro = micro.to(self.device)
-            loss, metrics = loss_fn(micro, self._train_outputs(micro, temperature), stats)
-            loss.backward()
-            add_metrics(sums, metrics)
-        names = sorted(sums)
-        averaged = self._reduce_over_dp([total / len(micros) for total in read_metric_sums(sums, names)])
-        result = {name: value / self.dp_size for name, value in zip(names, averaged)}
-        skipped_rows, rows = self._reduce_over_dp([float(skipped), float(len(union))])
-        result["skipped_rows"] = skipped_rows / max(rows, 1.0)
-        lr = self.cfg.lr_at(self.step + 1, self.spec.role, self.spec.total_train_steps)
-        grad_norm = self._optimizer_step(lr)
-        skipped = not math.isfinite(grad_norm)
-        self.step += 1
-        result.update(grad_norm=grad_norm, lr=lr, skipped_update=float(skipped))
-        result.update(rank_token_metrics(union, self._reduce_over_dp))
-        if self.device.type == "cuda":
-            result.update(cuda_memory_metrics(self.device))
-        return result
 
-    def _optimizer_step(self, lr: float) -> float:
+    def train_rows(self, batch: Batch) -> Batch:
+        return self._tp_union(batch)[0]
+
+    def train_micro_batches(self, rows: Batch) -> tuple[list[tuple[Batch, Batch]], list[Batch]]:
+        """Micro-batches on the device, each its own ``inputs``; no padding passes (DDP reduces the
+        gradients once, after the last micro-batch)."""
+        micros = [micro.to(self.device) for micro in self._micro_batches(rows, self.cfg.micro_batch_size)]
+        return [(micro, micro) for micro in micros], []
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def lr_at(self, step: int) -> float:
+        return self.cfg.lr_at(step, self.spec.role, self.spec.total_train_steps)
+
+    def extra_sums(self, micros: list[tuple[Batch, Batch]]) -> dict[str, float]:
+        return {}
+
+    def extra_metrics(self, result: dict[str, float], started: float) -> dict[str, float]:
+        return {}
+
+    def optimizer_step(self, lr: float) -> float:
         """Sum the gradients over the DP group (megatron-core's DDP), then megatron-core's optimizer
         step at ``lr``: the global gradient norm, clipping to ``cfg.grad_clip``, AdamW. Returns the
         norm (before clipping); when it is not finite the update is skipped (weights and AdamW state
