@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import torch
 
+from rlloom_enginekit.devices import tensor_core_operands
+
 # One chunk's float32 logits (and as many again for their softmax) stay near this many bytes.
 CHUNK_LOGITS_BYTES = 64 * 2**20
 
@@ -95,9 +97,7 @@ class TensorCoreProducts:
 def head_products(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """:class:`TensorCoreProducts` for bfloat16 or float16 ``hidden`` and ``weight`` of one dtype on a
     CUDA GPU, else :class:`Float32Products`."""
-    tensor_cores = (hidden.is_cuda and hidden.dtype == weight.dtype
-                    and hidden.dtype in (torch.bfloat16, torch.float16))
-    return (TensorCoreProducts if tensor_cores else Float32Products)(weight, bias)
+    return (TensorCoreProducts if tensor_core_operands(hidden, weight) else Float32Products)(weight, bias)
 
 
 class _ChunkedHead(torch.autograd.Function):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from rlloom import SamplingParams
+from rlloom_enginekit.devices import tensor_core_operands
 from torch import nn
 
 
@@ -35,7 +36,7 @@ def float32_linear(head: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     out_dtype=torch.float32)``: the exact 16-bit products summed in float32, no float32 copy of
     W); anything else as ``F.linear(h.float(), W.float(), b.float())``."""
     weight, bias = head.weight, head.bias
-    if hidden.is_cuda and hidden.dtype == weight.dtype and hidden.dtype in (torch.bfloat16, torch.float16):
+    if tensor_core_operands(hidden, weight):
         flat = torch.mm(hidden.reshape(-1, hidden.shape[-1]), weight.t(), out_dtype=torch.float32)
         logits = flat.reshape(*hidden.shape[:-1], weight.shape[0])
         return logits if bias is None else logits + bias.float()

@@ -40,6 +40,15 @@ def resolve_dtype(name: str, device: torch.device, key: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def tensor_core_operands(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``hidden @ weight^T`` can run on tensor cores with a float32 result
+    (``torch.mm(..., out_dtype=torch.float32)``): bfloat16 or float16 operands of one dtype on a CUDA
+    GPU. The products of two 16-bit numbers are exact in float32, so the result equals the float32
+    product of the upcast operands up to the order of the sums (the LM heads of the trainer and of
+    the rollout both form their logits this way)."""
+    return hidden.is_cuda and hidden.dtype == weight.dtype and hidden.dtype in (torch.bfloat16, torch.float16)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on CPU): call before reading a wall clock."""
     if device.type == "cuda":
