@@ -224,6 +224,22 @@ def test_no_grad_passes_leave_every_parameter_sharded(role, reshard_after_forwar
     assert all_sharded(engine)
 
 
+def test_one_rank_weights_are_whole_fresh_copies_without_a_gather(model_dir, engines, monkeypatch):
+    """On a one-rank mesh each FSDP2 shard is the whole tensor: ``named_weights`` copies it without an
+    all-gather per tensor (weight sync on one GPU), equal to the gathered tensor and not an alias."""
+    engine = engines(model_dir, dtype="bfloat16")
+    assert isinstance(engine.model, FSDPModule)
+    gathered = {name: param.full_tensor().clone() for name, param in engine.model.named_parameters()}
+    monkeypatch.setattr(DTensor, "full_tensor", lambda self: pytest.fail("all-gathered on a one-rank mesh"))
+    weights = dict(engine.named_weights())
+    assert weights.keys() <= gathered.keys() and len(weights) >= len(gathered) - 1  # a tied head once
+    for name, weight in weights.items():
+        assert not isinstance(weight, DTensor) and torch.equal(weight, gathered[name]), name
+    first = next(iter(weights))
+    weights[first].add_(1.0)
+    assert torch.equal(dict(engine.named_weights())[first], gathered[first])
+
+
 def test_a_group_created_here_has_nccl_wherever_cuda_is_available(model_dir):
     """Whatever device the first engine uses, so that a CUDA engine created after a CPU one (a CPU
     reference, say) gets NCCL."""
