@@ -3,7 +3,9 @@
 import pytest
 import torch
 from rlloom_grpo import ReMax, ReMaxConfig, remax_advantages
-from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
+from rlloom_trainer.testing import train_tiny, training_rows
+
+from family_checks import built_member
 
 
 def test_reward_to_go_minus_greedy_score():
@@ -18,9 +20,7 @@ def test_reward_to_go_minus_greedy_score():
 
 
 def test_entry_point_registers_remax():
-    registry = entry_point_registry("grpo")
-    assert registry.get("algorithm", "remax").config is ReMaxConfig
-    algorithm = registry.build("algorithm", "remax", ReMaxConfig())
+    algorithm, registry = built_member("remax", ReMaxConfig)
     assert isinstance(algorithm, ReMax) and algorithm.estimator is registry.get("advantage_estimator", "remax").factory
 
 

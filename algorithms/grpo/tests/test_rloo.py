@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import torch
 from rlloom_grpo import GRPO, RLOOConfig, rloo_advantages
-from rlloom_trainer.testing import entry_point_registry, train_tiny, training_rows
+from rlloom_trainer.testing import train_tiny, training_rows
+
+from family_checks import assert_reward_rises, built_member
 
 
 def test_leave_one_out_baseline():
@@ -24,9 +26,7 @@ def test_leave_one_out_baseline():
 
 
 def test_entry_point_registers_rloo():
-    registry = entry_point_registry("grpo")
-    assert registry.get("algorithm", "rloo").config is RLOOConfig
-    algorithm = registry.build("algorithm", "rloo", RLOOConfig())
+    algorithm, registry = built_member("rloo", RLOOConfig)
     assert type(algorithm) is GRPO and algorithm.estimator is registry.get("advantage_estimator", "rloo").factory
 
 
@@ -38,5 +38,4 @@ def scores(tmp_path_factory):
 
 @pytest.mark.slow
 def test_rloo_reward_rises(scores):
-    assert len(scores) == 20
-    assert sum(scores[-3:]) / 3 > sum(scores[:3]) / 3 + 0.4, scores
+    assert_reward_rises(scores)
