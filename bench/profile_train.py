@@ -5,7 +5,8 @@ Runs the quickstart (the default config: SmolLM2, 4 prompts x 8 samples, 16 new 
 conversion and the first step's warm-up left out) and prints the functions that took the most wall
 time, by cumulative and by own time. On a GPU a host wait (``.item()``, ``.tolist()``, a
 synchronize) shows as time in that call, so the tables also say where the host waits for the
-device. ``--out`` writes them as JSON with the steps' median ``timing_s/*`` breakdown.
+device. ``--out`` writes them as JSON with the steps' median ``timing_s/*`` and ``perf/*``
+(:func:`bench_vs_trl.step_breakdown`).
 
     python bench/profile_train.py --device cuda --steps 6 --out profile.json
     python bench/profile_train.py --device cpu --steps 3 preset=tiny     # extra args: Hydra overrides
@@ -17,12 +18,13 @@ import argparse
 import cProfile
 import json
 import pstats
-import statistics
 import tempfile
 
 import rlloom_trainer
 from rlloom_trainer.testing import metric_rows
 from rlloom_trainer.trainer import Trainer
+
+from bench_vs_trl import step_breakdown
 
 TOP = 30
 
@@ -69,13 +71,12 @@ def main() -> None:
                           f"trainer.total_steps={args.steps}", "trainer.val_before_train=false", "trainer.test_freq=0",
                           "trainer.save_final_model=false", *args.overrides])
     stats = pstats.Stats(profiler)
-    steps = [row for row in metric_rows(run_dir) if row["step"] > 1]
-    breakdown = {key: statistics.median(row[key] for row in steps if key in row)
-                 for key in sorted({key for row in steps for key in row if key.startswith("timing_s/")})}
-    result = {"steps_profiled": len(steps), "breakdown": breakdown, "by_cumulative": table(stats, "cumulative"),
+    steps = [row for row in metric_rows(run_dir) if row["step"] > 0]
+    breakdown = step_breakdown(steps)  # steps 2 on, as profiled
+    result = {"steps_profiled": len(steps) - 1, "breakdown": breakdown, "by_cumulative": table(stats, "cumulative"),
               "by_own_time": table(stats, "tottime")}
     for key, value in breakdown.items():
-        print(f"{key:32} {value:8.4f} s")
+        print(f"{key:36} {value:12.4g}")
     for row in result["by_own_time"][:15]:
         print(f"{row['own_s']:8.3f} s own  {row['cumulative_s']:8.3f} s cum  {row['calls']:7d}  {row['function']}")
     if args.out:
