@@ -79,7 +79,7 @@ def test_response_states_pick_the_predicting_positions():
     batch = rows([[5, 6]], [[11, 12]])
     packing = pack_rows(batch, share_prompts=True)
     states = torch.arange(4, dtype=torch.float32).view(1, 4, 1)  # state value = slot index
-    assert packing.response_states(states).flatten().tolist() == [1.0, 2.0]
+    assert states.flatten(0, 1)[packing.predictors].flatten().tolist() == [1.0, 2.0]
 
 
 @pytest.mark.parametrize(("field", "mask", "message"), [

@@ -64,11 +64,6 @@ class Packing:
         return may_attend(self.segments[:, :, None], self.owners[:, :, None], self.segments[:, None, :],
                           slots[:, None], slots[None, :]).unsqueeze(1)
 
-    def response_states(self, states: torch.Tensor) -> torch.Tensor:
-        """The rows of ``states`` [k, W, H] (the model's output on this input) that predict the real
-        response tokens: [n, H], row-major over ``response_mask``."""
-        return states.flatten(0, 1)[self.predictors]
-
 
 def may_attend(
     query_segment: torch.Tensor, query_owner: torch.Tensor, key_segment: torch.Tensor,

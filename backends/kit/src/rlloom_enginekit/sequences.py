@@ -27,19 +27,13 @@ def concat_prompt_response(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, to
     ``response_mask``) and ``position_ids`` [B, P+R] = cumsum(attention_mask) - 1, clamped at 0, so
     the first real prompt token is at position 0 whatever the padding.
 
-    The logits at positions ``P-1 … P+R-2`` predict the response tokens; see
-    :func:`response_logits`.
+    The logits at positions ``P-1 … P+R-2`` predict the response tokens.
     """
     batch.require("prompts", "prompt_mask", "responses", "response_mask")
     input_ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
     attention_mask = torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     return input_ids, attention_mask, position_ids
-
-
-def response_logits(logits: torch.Tensor, prompt_length: int, response_length: int) -> torch.Tensor:
-    """The slice of ``logits`` [B, P+R, V] that predicts the R response tokens: [B, R, V]."""
-    return logits[:, prompt_length - 1 : prompt_length + response_length - 1]
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
