@@ -9,22 +9,27 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import sys
+import re
 import textwrap
+from typing import ClassVar
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 from rlloom.algos.config import PolicyLossConfig
 from rlloom.config import ConfigError, compose_config
-from rlloom.config.compose import check_registered_functions
+from rlloom.config.compose import check_registered_functions, run_sections
+from rlloom.config.roles import role_groups
 from rlloom.config.schema import SamplingConfig, TrainerConfig
 from rlloom.plugins.registry import Registry
+from rlloom.types import Role
 
 SCHEMAS = """
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rlloom import hookimpl
+from rlloom.types import Role
 from rlloom.algos.config import MiniBatchSchedule
 
 
@@ -75,14 +80,16 @@ def build(cfg, *args):
     return cfg
 
 
-class Constrained:
-    needs_cost = True
+@dataclass
+class ConstrainedConfig(GrpoConfig):
+    extra_roles: ClassVar[tuple] = (Role("cost", kind="reward_fn"),
+                                    Role("cost_critic", kind="train_engine", serves_as="critic"))
 
 
 @hookimpl
 def register_algorithms(register):
     register("grpo", build, config=GrpoConfig)
-    register("constrained", Constrained, config=GrpoConfig)
+    register("constrained", build, config=ConstrainedConfig)
 
 
 @hookimpl
@@ -153,8 +160,8 @@ def test_defaults_compose(registry):
     resolved = compose_config([], registry)
     assert resolved.choices == {
         "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process",
-        "reward": "arithmetic", "cost": "none", "data": "arithmetic", "model": "smollm2-135m", "launcher": "local",
-        "trainer": "default",
+        "reward": "arithmetic", "data": "arithmetic", "model": "smollm2-135m", "launcher": "local",
+        "trainer": "default", "cost": "none",  # the group of the role the test plugin's `constrained` declares
     }
     sections = resolved.sections
     assert type(sections["algorithm"]).__name__ == "GrpoConfig"
@@ -316,8 +323,8 @@ def test_trainer_device_cuda_without_a_gpu_is_a_config_error(registry):
     assert message.endswith("use trainer.device=cpu or trainer.device=auto")
 
 
-# ------------------------------------------------------------------------------ the cost group
-def test_cost_group_offers_every_reward_function(registry):
+# ------------------------------------------------------------------------------ declared roles
+def test_a_declared_reward_role_is_a_group_offering_every_reward_function(registry):
     resolved = compose_config(["algorithm=constrained", "cost=format", "cost.correct_score=2.0"], registry)
     assert resolved.choices["cost"] == "format" and resolved.sections["cost"].correct_score == 2.0
     assert resolved.choices["reward"] == "arithmetic"  # the reward keeps its own choice and settings
@@ -325,16 +332,44 @@ def test_cost_group_offers_every_reward_function(registry):
         "cost=nope: no such option. Valid options: arithmetic, format, none. Did you mean 'none'?")
 
 
-def test_an_algorithm_that_constrains_a_cost_needs_one(registry):
+def test_an_algorithm_that_declares_a_reward_role_needs_its_function(registry):
     assert error_for(["algorithm=constrained"], registry) == (
-        "algorithm=constrained constrains a cost: choose the function that scores it with cost=<name>, "
+        "algorithm=constrained declares the role cost: choose the function that scores it with cost=<name>, "
         "any installed reward function: arithmetic, format.")
 
 
-def test_a_cost_without_an_algorithm_that_uses_it_is_refused(registry):
+def test_a_role_function_without_an_algorithm_that_declares_it_is_refused(registry):
     assert error_for(["cost=format"], registry) == (
-        "cost=format: algorithm=grpo scores no cost; remove the cost override (cost=none) or choose an algorithm "
-        "that constrains one: constrained.")
+        "cost=format: algorithm=grpo has no role cost; remove the override (cost=none) or choose an algorithm "
+        "that declares it: constrained.")
+
+
+def test_a_run_saves_the_declared_group_as_a_section(registry):
+    resolved = compose_config(["algorithm=constrained", "cost=format"], registry)
+    assert "cost" in resolved.cfg and resolved.cfg.cost.correct_score == 1.0
+    assert run_sections(registry) == ["algorithm", "rollout", "train_engine", "resharder", "reward", "data", "model",
+                                      "launcher", "trainer", "sampling", "cost"]
+
+
+@pytest.mark.parametrize(("role", "message"), [
+    ({"name": "critic", "kind": "train_engine", "serves_as": "critic"}, "role 'critic': a declared role needs a new"),
+    ({"name": "judge", "kind": "rollout_engine"}, "role 'judge': kind 'rollout_engine'; kinds are train_engine, "),
+    ({"name": "twin", "kind": "train_engine"}, "role 'twin' (train_engine): serves_as=None; choose one of actor, "),
+    ({"name": "cost", "kind": "reward_fn", "serves_as": "critic"}, "a reward function serves as none"),
+])
+def test_a_bad_role_declaration_names_the_role(role, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Role(**role)
+
+
+def test_a_reward_role_may_not_take_the_name_of_a_section():
+    @dataclasses.dataclass
+    class Clashing:
+        extra_roles: ClassVar[tuple] = (Role("trainer", kind="reward_fn"),)
+
+    with pytest.raises(ConfigError, match="algorithm=clash declares the role 'trainer', whose config group would "
+                                          "replace the section trainer"):
+        role_groups({"clash": Clashing}, {"trainer"})
 
 
 # ------------------------------------------------------------------------------ registered functions

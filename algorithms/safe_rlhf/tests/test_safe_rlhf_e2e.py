@@ -59,7 +59,7 @@ def mean(values):
 def test_constraint_is_broken_then_kept_while_the_reward_rises(constrained):
     _, rows = constrained
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
-    costs = [row["safe/cost/mean"] for row in rows]
+    costs = [row["cost/score/mean"] for row in rows]
     lambdas = [row["safe/lambda"] for row in rows]
     peak = max(range(STEPS), key=lambda i: lambdas[i])
     assert max(costs) > 2 * LIMIT, costs  # the reward's pull breaks the constraint first …
@@ -76,7 +76,7 @@ def test_constraint_is_broken_then_kept_while_the_reward_rises(constrained):
 @pytest.mark.slow
 def test_without_the_multiplier_the_policy_breaks_the_constraint(tmp_path, cache):
     rows = one_thread_run(tmp_path, *UNCONSTRAINED, cache_dir=cache)
-    costs = [row["safe/cost/mean"] for row in rows]
+    costs = [row["cost/score/mean"] for row in rows]
     assert mean(costs[-15:]) > 2 * LIMIT, costs  # (the constrained run's last five: below LIMIT)
     assert mean([row["critic/score/mean"] for row in rows[-5:]]) > 0.9
 
@@ -90,5 +90,5 @@ def test_lambda_and_both_critics_are_checkpointed_and_resume(constrained, tmp_pa
     assert math.exp(state.algorithm["lagrange"]["log_lambda"]) == pytest.approx(rows[14]["safe/lambda"])
     resumed = one_thread_run(tmp_path, *CONSTRAINED, f"trainer.resume={checkpoint}", cache_dir=cache)
     assert [row["step"] for row in resumed] == list(range(16, STEPS + 1))
-    for key in ("safe/lambda", "safe/cost/mean", "critic/score/mean", "cost_critic/vf_loss"):
+    for key in ("safe/lambda", "cost/score/mean", "critic/score/mean", "cost_critic/vf_loss"):
         assert [row[key] for row in resumed] == [row[key] for row in rows[15:]], key

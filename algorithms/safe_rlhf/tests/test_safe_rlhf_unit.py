@@ -20,7 +20,9 @@ def test_plugin_registers_safe_rlhf():
     component = Registry().get("algorithm", "safe_rlhf")
     assert component.factory is SafeRLHF and component.config is SafeRLHFConfig
     assert component.distribution == "rlloom-safe-rlhf"
-    assert SafeRLHF.needs_cost is True and SafeRLHF.needs_critic is True
+    assert SafeRLHF.needs_critic is True
+    assert [(role.name, role.kind, role.serves_as) for role in SafeRLHFConfig.extra_roles] == [
+        ("cost", "reward_fn", None), ("cost_critic", "train_engine", "critic")]
 
 
 def test_multiplier_ascends_on_violation_and_descends_below_the_limit():

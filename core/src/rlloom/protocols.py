@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from rlloom.data import PromptRecord
     from rlloom.losses import ClipLossTerms
     from rlloom.plugins.registry import Registry
-    from rlloom.types import Completion, MiniBatchStats, RankCall, RewardResult, RoleSpec, SamplingParams, SyncStats
+    from rlloom.types import (Completion, MiniBatchStats, RankCall, RewardResult, Role, RoleSpec, SamplingParams,
+                              SyncStats)
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
@@ -281,9 +282,9 @@ class Algorithm(Protocol):
     ``step`` is a short program against the controller (``rlloom.controller.step.StepContext``):
     generate, score, compute log-probs, advantages, update, sync. It returns the step's metrics.
 
-    Optional: state that must survive a resume (:class:`StatefulAlgorithm`), a constrained cost
-    (:class:`ConstrainsCost`); the algorithm's config says how many optimizer steps a step takes
-    (:class:`PlansOptimizerSteps`).
+    Optional: state that must survive a resume (:class:`StatefulAlgorithm`); the algorithm's config
+    says how many optimizer steps a step takes (:class:`PlansOptimizerSteps`) and which roles it adds
+    to the standard ones (:class:`DeclaresRoles`).
     """
 
     needs_reference: bool
@@ -305,13 +306,13 @@ class StatefulAlgorithm(Protocol):
 
 
 @runtime_checkable
-class ConstrainsCost(Protocol):
-    """Optional part of :class:`Algorithm`, read from its class (the factory registered): with
-    ``needs_cost = True`` the run builds the ``cost`` group's function (role ``cost``, scored by
-    ``ctx.cost``) and, with ``needs_critic``, a second critic for it (role ``cost_critic``,
-    ``ctx.cost_values``); the config must then choose ``cost=<a reward function>``."""
+class DeclaresRoles(Protocol):
+    """Optional ability of an algorithm config class (the registered dataclass): the roles the
+    algorithm adds to the standard ones (:class:`~rlloom.types.Role`; Safe-RLHF's cost function and
+    cost critic). Read from the class when the config is composed (a declared reward role adds its
+    config group) and when the trainer starts the run's roles."""
 
-    needs_cost: bool
+    extra_roles: tuple[Role, ...]
 
 
 class AdvantageEstimator(Protocol):
@@ -480,6 +481,16 @@ class LoadsInOneProcess(Protocol):
     (``train_engine=megatron``: ``{"tensor_parallel_size": 1}``)."""
 
     single_process_overrides: dict[str, Any]
+
+
+@runtime_checkable
+class ChecksRoles(Protocol):
+    """Optional ability of any config section that names roles (``launcher.mapping``): checked when
+    the config is composed against every role a run of the chosen algorithm may have."""
+
+    def check_roles(self, roles: list[str]) -> None:
+        """ValueError, naming the key as the user types it and the valid ``roles``, for a role the run has not."""
+        ...
 
 
 @runtime_checkable

@@ -12,7 +12,8 @@ import subprocess
 from typing import Any
 
 import rlloom
-from rlloom.config.schema import NO_COST
+from rlloom.config.compose import declared_role_groups
+from rlloom.config.schema import NO_ROLE
 from rlloom.plugins.registry import GROUP_KIND, Registry
 
 CORE = "rlloom"
@@ -58,10 +59,10 @@ def plugin_distributions() -> list[tuple[str, str]]:
 
 def option_origin(registry: Registry, group: str, option: str) -> dict[str, str]:
     """``{"distribution": ..., "version": ...}`` of the plugin that provides ``group=option``."""
-    if group == "cost":
-        if option == NO_COST:
+    if group in declared_role_groups(registry):
+        if option == NO_ROLE:
             return {"distribution": CORE, "version": rlloom.__version__}
-        group = "reward"  # a cost is scored by a reward function
+        group = "reward"  # a declared role is scored by a reward function
     kind = GROUP_KIND.get(group)
     component = registry.components[kind].get(option) if kind else None
     if component is not None:

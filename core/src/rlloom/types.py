@@ -136,7 +136,7 @@ class EngineSpec:
     """What every engine factory is told about the model it serves.
 
     - ``model_path``: a local Hugging Face folder (config, weights, tokenizer) made by a model source.
-    - ``role``: ``"actor"``, ``"ref"``, ``"critic"`` or ``"rollout"``.
+    - ``role``: what the engine serves as: ``"actor"``, ``"ref"``, ``"critic"`` or ``"rollout"``.
     - ``seed``: base seed of the run.
     - ``total_train_steps``: optimizer steps the run will take (for LR schedules); 0 when unknown.
     - ``device``: the run's device setting (``trainer.device``: ``auto``, ``cpu``, ``cuda``,
@@ -161,13 +161,57 @@ class RankCall:
     keep_result: bool = True
 
 
+STANDARD_ROLES = ("actor", "ref", "critic", "rollout", "reward")
+"""The roles every algorithm may use without declaring them (``ref`` and ``critic`` when its
+``needs_reference`` / ``needs_critic`` say so); an algorithm declares any other as a :class:`Role`."""
+
+ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward_fn": ()}
+"""A declared role's kind -> what its engine may serve as (:attr:`Role.serves_as`)."""
+
+
+@dataclass(frozen=True)
+class Role:
+    """A role an algorithm adds to the standard ones (:data:`STANDARD_ROLES`); declared on its config
+    class (:class:`~rlloom.protocols.DeclaresRoles`), so the run builds, places, checkpoints and
+    validates it with no change to the core.
+
+    - ``name``: what the step passes to the controller's stages (``ctx.score(batch, role="cost")``),
+      ``launcher.mapping``'s key, and a train engine's folder in checkpoints.
+    - ``kind``: ``"train_engine"``: built from the run's ``train_engine`` choice as a ``serves_as``
+      engine (``"critic"``: a value head), trained and checkpointed unless it serves as ``ref``;
+      ``"reward_fn"``: built from a config group of its own, named ``name``, whose options are the
+      ``reward`` group's and ``none`` (the default): a run of the algorithm must choose one, other runs
+      leave it ``none``.
+    """
+
+    name: str
+    kind: str
+    serves_as: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROLE_KINDS:
+            raise ValueError(f"role {self.name!r}: kind {self.kind!r}; kinds are {', '.join(ROLE_KINDS)}")
+        if self.name in STANDARD_ROLES or not self.name.isidentifier():
+            raise ValueError(f"role {self.name!r}: a declared role needs a new identifier, not one of "
+                             f"{', '.join(STANDARD_ROLES)}")
+        serves = ROLE_KINDS[self.kind]
+        if (self.serves_as not in serves) if serves else self.serves_as is not None:
+            raise ValueError(f"role {self.name!r} ({self.kind}): serves_as={self.serves_as!r}; "
+                             + (f"choose one of {', '.join(serves)}" if serves else "a reward function serves as none"))
+
+    @property
+    def trained(self) -> bool:
+        """Whether its engine is trained (and saved in checkpoints)."""
+        return self.kind == "train_engine" and self.serves_as != "ref"
+
+
 @dataclass(frozen=True)
 class RoleSpec:
     """A picklable description of one role, so a launcher can build it in another process
     (:func:`rlloom.controller.local.build_role`).
 
-    ``role``: ``"actor"``, ``"ref"``, ``"critic"``, ``"cost_critic"``, ``"rollout"``, ``"reward"``, ``"cost"`` or
-    ``"resharder"``; ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
+    ``role``: one of :data:`STANDARD_ROLES`, a declared :class:`Role`'s name, or ``"resharder"``;
+    ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
     config dataclass; ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
     """
 

@@ -18,7 +18,6 @@ def test_unmapped_roles_go_to_the_global_pool_of_one():
 @pytest.mark.parametrize("kwargs, message", [
     ({"resource_pools": {"gen": 0}}, "launcher.resource_pools.gen=0: a pool needs at least 1 process"),
     ({"mapping": {"rollout": "gen"}}, "launcher.mapping.rollout=gen: no such pool; pools are global"),
-    ({"mapping": {"critc": "global"}}, "launcher.mapping.critc: unknown role"),
     ({"cpus_per_worker": 0.0}, "launcher.cpus_per_worker=0.0: must be > 0"),
     ({"threads_per_worker": -1}, "launcher.threads_per_worker=-1: must be >= 0"),
     ({"gpus_per_worker": -1.0}, "launcher.gpus_per_worker=-1.0: must be >= 0"),
@@ -28,6 +27,17 @@ def test_unmapped_roles_go_to_the_global_pool_of_one():
 def test_bad_values_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
         RayLauncherConfig(**kwargs)
+
+
+def test_the_mapping_names_roles_of_the_run_declared_ones_included():
+    # checked when composed, against the chosen algorithm's roles: Safe-RLHF declares cost_critic, GRPO does not
+    with pytest.raises(ConfigError, match=r"launcher\.mapping\.critc: unknown role; roles are actor, ref, critic, "
+                                          r"rollout, reward$"):
+        compose_config(["launcher=ray", "+launcher.mapping.critc=global"])
+    with pytest.raises(ConfigError, match=r"launcher\.mapping\.cost_critic: unknown role"):
+        compose_config(["launcher=ray", "+launcher.mapping.cost_critic=global"])
+    safe = compose_config(["launcher=ray", "algorithm=safe_rlhf", "cost=format", "+launcher.mapping.cost_critic=global"])
+    assert safe.sections["launcher"].pool_of("cost_critic") == "global"
 
 
 def test_cpu_workers_use_gloo_and_gpu_workers_reserve_a_gpu_and_use_nccl():

@@ -7,7 +7,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from rlloom.batch import Batch
-from rlloom.controller.step import COMPONENT_PREFIX
+from rlloom.controller.step import REWARD_ROLE
 
 def filter_values(batch: Batch, metric: str, unshaped_scores: torch.Tensor) -> torch.Tensor:
     """Per-row values [B] the group filter compares: for ``acc`` the reward's ``correct`` component
@@ -15,7 +15,7 @@ def filter_values(batch: Batch, metric: str, unshaped_scores: torch.Tensor) -> t
     shaping); for ``score`` the shaped ``scores`` the advantages use."""
     if metric == "score":
         return batch["scores"]
-    return batch.get(f"{COMPONENT_PREFIX}correct", unshaped_scores)
+    return batch.get(f"{REWARD_ROLE}_correct", unshaped_scores)
 
 
 def varied_groups(values: torch.Tensor, group_ids: Sequence[Hashable]) -> tuple[list[list[int]], int]:

@@ -29,7 +29,6 @@ class SafeRLHF(PPO):
     Checkpoints keep λ, the cost window and the KL coefficient."""
 
     needs_critic = True
-    needs_cost = True
 
     def __init__(self, cfg: SafeRLHFConfig) -> None:
         super().__init__(cfg)
@@ -105,17 +104,17 @@ class SafeRLHF(PPO):
         batch = ctx.generate(prompts, n=cfg.n)
         with ctx.concurrently() as run:
             run.score(batch)
-            run.cost(batch)
+            run.score(batch, role="cost", into="costs")
             run.old_log_probs(batch)
             if self.needs_reference:
                 run.ref_log_probs(batch)
             run.values(batch)
-            run.cost_values(batch)
+            run.values(batch, role="cost_critic", into="cost_values")
         with ctx.timed("adv"):
             self.update_multiplier(ctx.step, batch["costs"], ctx.metrics)
             batch = self.compute_advantages(batch, ctx.metrics)
         ctx.update_critic(batch, self.value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
-        ctx.update_cost_critic(batch, self.cost_value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
+        ctx.update("cost_critic", batch, self.cost_value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
         if ctx.step > cfg.critic_warmup:
             ctx.update_actor(batch, self.policy_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
             ctx.sync_weights()

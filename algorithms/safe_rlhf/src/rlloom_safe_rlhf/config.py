@@ -6,13 +6,16 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
+from rlloom.types import Role
 from rlloom_ppo.config import PPOConfig
 
 
 @dataclass
 class SafeRLHFConfig(PPOConfig):
     """Safe-RLHF settings: every PPO setting (:class:`rlloom_ppo.config.PPOConfig`; the cost critic
-    trains with the critic's settings), two of them with other defaults, plus the constraint's.
+    trains with the critic's settings), two of them with other defaults, plus the constraint's. The
+    algorithm adds two roles (``extra_roles``): the cost function ``cost`` (chosen with
+    ``cost=<reward function>``) and the cost critic ``cost_critic`` (a train engine serving as a critic).
 
     Changed defaults, as Safe-RLHF's PPO-Lag script: ``use_kl_in_reward=True`` with ``kl_coef=0.01``
     (β·KL is subtracted from the reward and added to the cost, token by token).
@@ -31,6 +34,10 @@ class SafeRLHFConfig(PPOConfig):
     """
 
     algorithm_name: ClassVar[str] = "safe_rlhf"
+    extra_roles: ClassVar[tuple[Role, ...]] = (
+        Role("cost", kind="reward_fn"),  # the config group cost=<any reward function> scores it
+        Role("cost_critic", kind="train_engine", serves_as="critic"),
+    )
 
     use_kl_in_reward: bool = True
     kl_coef: float = 0.01

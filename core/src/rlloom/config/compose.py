@@ -26,9 +26,10 @@ from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
 from rlloom.choices import DeviceError
 from rlloom.config.errors import ConfigError
 from rlloom.config.run_name import name_run, run_dir_of
-from rlloom.config.schema import DEFAULT_CHOICES, NO_COST, NoCostConfig, RunConfig, SamplingConfig
+from rlloom.config.roles import check_role_groups, role_groups, run_role_names, run_schema
+from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig
 from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
-from rlloom.protocols import ConstrainsCost, PlansOptimizerSteps
+from rlloom.protocols import ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
 
@@ -50,15 +51,30 @@ class ResolvedConfig:
 
 
 def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
-    """group → {option name → schema} for every config group the installed plugins provide."""
+    """group → {option name → schema} for every config group the installed plugins provide, the
+    groups of declared reward roles included (:mod:`rlloom.config.roles`)."""
     options: dict[str, dict[str, Any]] = {group: {} for group in DEFAULT_CHOICES}
     for group, kind in GROUP_KIND.items():
         for name, component in registry.components[kind].items():
             options.setdefault(group, {})[name] = component.config
     for option in registry.configs:
         options.setdefault(option.group, {})[option.name] = option.node
-    options["cost"] = {NO_COST: NoCostConfig, **options["reward"]}  # a cost is scored by any reward function
+    for group in declared_role_groups(registry):
+        options[group] = {NO_ROLE: NoRoleConfig, **options["reward"]}  # any reward function scores for a role
     return options
+
+
+def declared_role_groups(registry: Registry) -> dict[str, list[str]]:
+    """The config groups of the reward roles the installed algorithms declare -> those algorithms."""
+    algorithms = {name: component.config for name, component in registry.components["algorithm"].items()}
+    taken = set(GROUP_KIND) | {option.group for option in registry.configs}
+    return role_groups(algorithms, taken | {field.name for field in dataclasses.fields(RunConfig)})
+
+
+def run_sections(registry: Registry) -> list[str]:
+    """The top-level sections of a run's config: the core's and one per declared reward role."""
+    schema = run_schema(declared_role_groups(registry))
+    return [field.name for field in dataclasses.fields(schema) if field.name != "defaults"]
 
 
 def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
@@ -117,15 +133,16 @@ def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]
                                   + did_you_mean(str(value), installed))
 
 
-def _store(options: dict[str, dict[str, Any]]) -> None:
+def _store(options: dict[str, dict[str, Any]], run_config: type) -> None:
     store = ConfigStore.instance()
-    store.store(name="rlloom_run", node=RunConfig)
+    store.store(name="rlloom_run", node=run_config)
     for group, names in options.items():
         for name, node in names.items():
             store.store(group=group, name=name, node=node if node is not None else {})
 
 
-def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> str:
+def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], choices: dict[str, str],
+             run_config: type) -> str:
     full_key = getattr(error, "full_key", None) or ""
     group = full_key.split(".")[0]
     schema = SamplingConfig if group == "sampling" else options.get(group, {}).get(choices.get(group, ""))
@@ -136,7 +153,7 @@ def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], 
             where = f"{group}={choices[group]}" if group in choices else group
             return (f"{full_key}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
                     + did_you_mean(typed, valid))
-        valid = [f.name for f in dataclasses.fields(RunConfig) if f.name != "defaults"]
+        valid = [f.name for f in dataclasses.fields(run_config) if f.name != "defaults"]
         return f"{full_key}: no such key. Top-level sections are: {', '.join(valid)}." + did_you_mean(typed, valid)
     if isinstance(error, ValidationError):
         expected = ""
@@ -152,10 +169,12 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     """Compose and validate the run config for ``overrides``; raise :class:`ConfigError` on user errors."""
     registry = registry or get_registry()
     options = group_options(registry)
+    roles = declared_role_groups(registry)
+    run_config = run_schema(roles)
     own = list(overrides)
     overrides = expand_presets(own, registry)
     check_group_choices(overrides, options, registry)
-    choices = dict(DEFAULT_CHOICES)
+    choices = {**DEFAULT_CHOICES, **{group: NO_ROLE for group in roles}}
     for item in _parse(overrides):
         if item.key_or_group in options and isinstance(item.value(), str):
             choices[item.key_or_group] = item.value()
@@ -166,24 +185,24 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
             message = registry.missing_message(kind, choice, sorted(options.get(group, {}))) if kind else (
                 f"{group}={choice}: no such option.")
             raise ConfigError(f"the default {message}")
-    _store(options)
+    _store(options, run_config)
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
             cfg = compose(config_name="rlloom_run", overrides=overrides)
     except OmegaConfBaseException as error:
-        raise ConfigError(_explain(error, options, choices)) from None
+        raise ConfigError(_explain(error, options, choices, run_config)) from None
     except HydraException as error:
         cause = error.__cause__ or error.__context__
         if isinstance(cause, OmegaConfBaseException):
-            raise ConfigError(_explain(cause, options, choices)) from None
+            raise ConfigError(_explain(cause, options, choices, run_config)) from None
         raise ConfigError(str(error).strip().replace("\n", " ")) from None
     finally:
         GlobalHydra.instance().clear()
     if "defaults" in cfg:
         with _writable(cfg):
             del cfg["defaults"]
-    _reject_added_keys(cfg, options, choices)
+    _reject_added_keys(cfg, options, choices, run_config)
     sections = {group: _section(cfg, group, choice) if choice else None for group, choice in choices.items()}
     sections["sampling"] = _section(cfg, "sampling", None)
     name_run(cfg, sections, choices)
@@ -205,9 +224,10 @@ def _section(cfg: DictConfig, group: str, choice: str | None) -> Any:
         raise ConfigError(message) from None
 
 
-def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> None:
+def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str],
+                       run_config: type) -> None:
     """``+key=value`` must not smuggle a key that no schema declares."""
-    sections = [f.name for f in dataclasses.fields(RunConfig)]
+    sections = [f.name for f in dataclasses.fields(run_config)]
     extra = sorted(set(cfg.keys()) - set(sections))
     if extra:
         valid = [name for name in sections if name != "defaults"]
@@ -257,7 +277,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     """Checks that span sections or need the registry (each section checks itself when built): tracker
     names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
     (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names, the
-    cost choice, and the device on this machine."""
+    choices of declared roles, the roles sections name, and the device on this machine."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     if registry is not None:
@@ -271,8 +291,9 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
             raise ConfigError(str(error)) from None
     check_run_dir(run_dir_of(trainer))
     if registry is not None:
-        check_registered_functions(algorithm, registry)  # before check_cost_choice, which imports the algorithms
-        check_cost_choice(resolved.choices, registry)
+        check_registered_functions(algorithm, registry)
+        check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward_fn"))
+    check_placed_roles(resolved)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
         check_device_here(trainer.device)
 
@@ -306,23 +327,13 @@ def check_registered_functions(algorithm: Any, registry: Registry) -> None:
             raise ConfigError(f"algorithm.{key}={name}: {reason}")
 
 
-def check_cost_choice(choices: dict[str, str], registry: Registry) -> None:
-    """ConfigError unless a cost function is chosen exactly when the algorithm constrains a cost
-    (its class sets ``needs_cost = True``, :class:`rlloom.protocols.ConstrainsCost`)."""
-    def needs_cost(name: str) -> bool:
-        algorithm_class = registry.components["algorithm"][name].factory
-        return isinstance(algorithm_class, ConstrainsCost) and algorithm_class.needs_cost is True
-
-    algorithm, cost = choices["algorithm"], choices["cost"]
-    constrained = ", ".join(sorted(name for name in registry.components["algorithm"] if needs_cost(name)))
-    if needs_cost(algorithm) and cost == NO_COST:
-        rewards = ", ".join(sorted(registry.components["reward_fn"]))
-        raise ConfigError(
-            f"algorithm={algorithm} constrains a cost: choose the function that scores it with cost=<name>, "
-            f"any installed reward function: {rewards}."
-        )
-    if not needs_cost(algorithm) and cost != NO_COST:
-        raise ConfigError(
-            f"cost={cost}: algorithm={algorithm} scores no cost; remove the cost override (cost={NO_COST}) or choose "
-            f"an algorithm that constrains one: {constrained or 'none installed (pip install rlloom-safe-rlhf)'}."
-        )
+def check_placed_roles(resolved: ResolvedConfig) -> None:
+    """Sections that name roles (:class:`~rlloom.protocols.ChecksRoles`, e.g. a launcher's placement
+    map) are checked against the roles a run of the chosen algorithm may have."""
+    roles = run_role_names(resolved.sections["algorithm"])
+    for group, section in resolved.sections.items():
+        if isinstance(section, ChecksRoles):
+            try:
+                section.check_roles(roles)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None

@@ -21,7 +21,6 @@ DEFAULT_CHOICES: dict[str, str] = {
     "train_engine": "fsdp",
     "resharder": "in_process",
     "reward": "arithmetic",
-    "cost": "none",
     "data": "arithmetic",
     "model": "smollm2-135m",
     "launcher": "local",
@@ -29,15 +28,15 @@ DEFAULT_CHOICES: dict[str, str] = {
 }
 
 
-NO_COST = "none"
-"""The ``cost`` group's default: the run scores no cost."""
+NO_ROLE = "none"
+"""The default option of a declared reward role's config group (:class:`~rlloom.types.Role`): the
+run builds no such role."""
 
 
 @dataclass
-class NoCostConfig:
-    """``cost=none``: no cost function. The ``cost`` group's other options are the ``reward`` group's
-    (any reward function can score a cost); algorithms that constrain a cost (``needs_cost``, e.g.
-    ``algorithm=safe_rlhf``) need one of them."""
+class NoRoleConfig:
+    """``<role>=none``: the run has no such role. The group's other options are the ``reward`` group's
+    (any reward function can score for a declared role, e.g. Safe-RLHF's ``cost``)."""
 
 
 @dataclass
@@ -114,7 +113,6 @@ class RunConfig:
     train_engine: Any = MISSING
     resharder: Any = MISSING
     reward: Any = MISSING
-    cost: Any = MISSING
     data: Any = MISSING
     model: Any = MISSING
     launcher: Any = MISSING

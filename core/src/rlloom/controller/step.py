@@ -4,7 +4,9 @@ An algorithm's step is a short program: generate → score → log-probs → adv
 Each call here is one of those stages; it runs the stage on the role's worker group, records the
 stage's wall time as ``timing_s/<stage>`` and its standard metrics (verl names) in ``ctx.metrics``.
 Independent stages can run at the same time on different worker groups: see
-:meth:`StepContext.concurrently` and :class:`Concurrent`.
+:meth:`StepContext.concurrently` and :class:`Concurrent`. Stages that run on a role take it as an
+argument (``ctx.score(batch, role="cost", into="costs")``), so the roles an algorithm declares
+(:class:`~rlloom.types.Role`) need no stage of their own.
 """
 
 from __future__ import annotations
@@ -24,18 +26,16 @@ from rlloom.batch import Batch, row_tokens
 from rlloom.controller.futures import overlap_s, submit
 from rlloom.losses import masked_mean
 from rlloom.protocols import Future, LossFn, ReportsMetrics, Resharder, RewardFn, RolloutEngine, TrainEngine
-from rlloom.types import RewardResult, SamplingParams
+from rlloom.types import RewardResult, Role, SamplingParams
 
-COMPONENT_PREFIX = "reward_"
-"""Batch field prefix of the reward's named components (``reward_correct`` [B], …)."""
-COST_COMPONENT_PREFIX = "cost_"
-"""Batch field prefix of the cost function's named components (``cost_<name>`` [B])."""
+REWARD_ROLE = "reward"
 
 
 @dataclass
 class Roles:
-    """The worker groups (or in-process engines) of a run. ``ref``, ``critic``, ``cost_fn`` and
-    ``cost_critic`` are None when the algorithm does not use them."""
+    """The worker groups (or in-process engines) of a run, by role. ``ref`` and ``critic`` are None when
+    the algorithm does not use them; ``declared`` holds the roles its config declares
+    (:class:`~rlloom.types.Role` -> its engine or reward function)."""
 
     rollout: RolloutEngine
     actor: TrainEngine
@@ -43,24 +43,35 @@ class Roles:
     resharder: Resharder
     ref: TrainEngine | None = None
     critic: TrainEngine | None = None
-    cost_fn: RewardFn | None = None
-    cost_critic: TrainEngine | None = None
+    declared: dict[Role, Any] = field(default_factory=dict)
     sleep_rollout: bool = False
     rollout_asleep: bool = False
     offload_train_engines: bool = False
+
+    def get(self, name: str) -> Any:
+        """The role ``name``'s engine or function; RuntimeError when this run has none."""
+        standard = {"actor": self.actor, "ref": self.ref, "critic": self.critic, "rollout": self.rollout,
+                    REWARD_ROLE: self.reward_fn}
+        found = standard[name] if name in standard else next(
+            (held for role, held in self.declared.items() if role.name == name), None)
+        if found is None:
+            raise RuntimeError(f"this run has no {name}: the algorithm did not ask for one")
+        return found
 
     def offload_train_engines_if_asked(self) -> None:
         """Before generating, with ``offload_train_engines``: move the train engines' weights and
         optimizer state to host memory (:meth:`TrainEngine.offload`); each engine brings them back
         at its next call."""
         if self.offload_train_engines:
-            for engine in (self.actor, self.ref, self.critic, self.cost_critic):
+            declared = [held for role, held in self.declared.items() if role.kind == "train_engine"]
+            for engine in (self.actor, self.ref, self.critic, *declared):
                 if engine is not None:
                     engine.offload()
 
     def trained(self) -> dict[str, TrainEngine]:
-        """The engines a checkpoint saves, by role name: ``actor`` and whichever critics the run has."""
-        engines = {"actor": self.actor, "critic": self.critic, "cost_critic": self.cost_critic}
+        """The engines a checkpoint saves, by role name: ``actor``, the critic and the declared trained roles."""
+        engines = {"actor": self.actor, "critic": self.critic,
+                   **{role.name: held for role, held in self.declared.items() if role.trained}}
         return {role: engine for role, engine in engines.items() if engine is not None}
 
     def wake_rollout(self) -> None:
@@ -219,62 +230,49 @@ class StepContext:
         )
         return batch
 
-    def score(self, batch: Batch) -> Batch:
-        """Run the reward function: adds ``scores`` [B], ``token_level_scores`` [B, R] and, for each
-        named component the reward reports (``RewardResult.components``), ``reward_<name>`` [B].
+    def score(self, batch: Batch, role: str = REWARD_ROLE, into: str = "scores") -> Batch:
+        """Run the role's reward function (the reward by default; any declared reward role, e.g.
+        Safe-RLHF's ``cost`` with ``into="costs"``): adds ``<into>`` [B], ``token_level_<into>`` [B, R]
+        and, for each named component the function reports (``RewardResult.components``),
+        ``<role>_<name>`` [B].
 
-        Without token-level rewards from the reward function, each score sits on the response's last
-        token (an empty response has no token and contributes nothing to the loss).
+        Without token-level values from the function, each score sits on the response's last token
+        (an empty response has no token and contributes nothing to the loss). Metrics: for the reward,
+        ``critic/score/mean|max|min``, ``reward/errors|timeouts``, ``reward/<name>/mean`` and
+        ``response_length/*``; for another role, ``<role>/score/mean|max|min``, ``<role>/errors|timeouts``
+        and ``<role>/<name>/mean``.
         """
-        self._run("reward", self.roles.reward_fn, "__call__", (batch,), {}, functools.partial(self._add_scores, batch))
+        self._run(role, self.roles.get(role), "__call__", (batch,), {},
+                  functools.partial(self._add_scores, batch, role, into))
         return batch
 
-    def _add_scores(self, batch: Batch, result: RewardResult) -> None:
+    def _add_scores(self, batch: Batch, role: str, into: str, result: RewardResult) -> None:
         scores = result.scores.float()
         mask = batch["response_mask"]
-        batch["scores"] = scores
-        batch["token_level_scores"] = token_level(result, mask)
+        batch[into] = scores
+        batch[f"token_level_{into}"] = token_level(result, mask)
         for name, values in result.components.items():
-            batch[f"{COMPONENT_PREFIX}{name}"] = values.float()
+            batch[f"{role}_{name}"] = values.float()
+        section = "critic" if role == REWARD_ROLE else role
         self.metrics.update({
-            "critic/score/mean": float(scores.mean()),
-            "critic/score/max": float(scores.max()),
-            "critic/score/min": float(scores.min()),
-            "reward/errors": float(result.num_errors),
-            "reward/timeouts": float(result.num_timeouts),
+            f"{section}/score/mean": float(scores.mean()),
+            f"{section}/score/max": float(scores.max()),
+            f"{section}/score/min": float(scores.min()),
+            f"{role}/errors": float(result.num_errors),
+            f"{role}/timeouts": float(result.num_timeouts),
         })
         for name, values in result.components.items():
-            self.metrics[f"reward/{name}/mean"] = float(values.float().mean())
-        lengths = mask.sum(dim=1).float()
+            self.metrics[f"{role}/{name}/mean"] = float(values.float().mean())
+        if role == REWARD_ROLE:
+            self._add_lengths(batch)
+
+    def _add_lengths(self, batch: Batch) -> None:
+        lengths = batch["response_mask"].sum(dim=1).float()
         self.metrics.update({
             "response_length/mean": float(lengths.mean()),
             "response_length/max": float(lengths.max()),
             "response_length/min": float(lengths.min()),
             "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
-        })
-
-    def cost(self, batch: Batch) -> Batch:
-        """Run the cost function (the ``cost`` group's choice; algorithms with ``needs_cost``): adds
-        ``costs`` [B], ``token_level_costs`` [B, R] (each cost on the response's last token unless
-        the function gives token-level values) and ``cost_<name>`` [B] per named component.
-        Metrics: ``safe/cost/mean|max|min``, ``safe/cost/errors``, ``safe/cost/timeouts``."""
-        if self.roles.cost_fn is None:
-            raise RuntimeError("this run has no cost function: the algorithm did not ask for one (needs_cost)")
-        self._run("cost", self.roles.cost_fn, "__call__", (batch,), {}, functools.partial(self._add_costs, batch))
-        return batch
-
-    def _add_costs(self, batch: Batch, result: RewardResult) -> None:
-        costs = result.scores.float()
-        batch["costs"] = costs
-        batch["token_level_costs"] = token_level(result, batch["response_mask"])
-        for name, values in result.components.items():
-            batch[f"{COST_COMPONENT_PREFIX}{name}"] = values.float()
-        self.metrics.update({
-            "safe/cost/mean": float(costs.mean()),
-            "safe/cost/max": float(costs.max()),
-            "safe/cost/min": float(costs.min()),
-            "safe/cost/errors": float(result.num_errors),
-            "safe/cost/timeouts": float(result.num_timeouts),
         })
 
     def old_log_probs(self, batch: Batch) -> Batch:
@@ -298,26 +296,14 @@ class StepContext:
 
     def ref_log_probs(self, batch: Batch) -> Batch:
         """Reference-policy log-probs (``ref_log_probs``)."""
-        if self.roles.ref is None:
-            raise RuntimeError("this run has no reference model: the algorithm did not ask for one")
-        self._run("ref", self.roles.ref, "compute_log_probs", (batch,), {},
+        self._run("ref", self.roles.get("ref"), "compute_log_probs", (batch,), {},
                   _store(batch, "ref_log_probs", "log_probs"))
         return batch
 
-    def values(self, batch: Batch) -> Batch:
-        """Critic values (``values`` [B, R]) of the current critic."""
-        if self.roles.critic is None:
-            raise RuntimeError("this run has no critic: the algorithm did not ask for one")
-        self._run("values", self.roles.critic, "compute_values", (batch,), {},
-                  _store(batch, "values", "values"))
-        return batch
-
-    def cost_values(self, batch: Batch) -> Batch:
-        """The cost critic's values (``cost_values`` [B, R]; runs with ``needs_cost`` and ``needs_critic``)."""
-        if self.roles.cost_critic is None:
-            raise RuntimeError("this run has no cost critic: the algorithm did not ask for one")
-        self._run("cost_values", self.roles.cost_critic, "compute_values", (batch,), {},
-                  _store(batch, "cost_values", "values"))
+    def values(self, batch: Batch, role: str = "critic", into: str = "values") -> Batch:
+        """The role's current values (``<into>`` [B, R]): the critic's by default, or a declared critic's
+        (Safe-RLHF: ``role="cost_critic", into="cost_values"``); timed as ``timing_s/<into>``."""
+        self._run(into, self.roles.get(role), "compute_values", (batch,), {}, _store(batch, into, "values"))
         return batch
 
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
@@ -325,24 +311,18 @@ class StepContext:
         step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
         already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is).
         ``batch`` becomes ``last_batch``."""
-        self._update("actor", self.roles.actor, batch, loss_fn, mini_batch_rows, epochs)
+        self.update("actor", batch, loss_fn, mini_batch_rows, epochs)
         self.last_batch = batch
 
     def update_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
         """As :meth:`update_actor`, on the critic; metrics as ``critic/<name>``. The loss function
         reads the critic's ``outputs["values"]`` [b, R]."""
-        if self.roles.critic is None:
-            raise RuntimeError("this run has no critic: the algorithm did not ask for one")
-        self._update("critic", self.roles.critic, batch, loss_fn, mini_batch_rows, epochs)
+        self.update("critic", batch, loss_fn, mini_batch_rows, epochs)
 
-    def update_cost_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
-        """As :meth:`update_critic`, on the cost critic; metrics as ``cost_critic/<name>``."""
-        if self.roles.cost_critic is None:
-            raise RuntimeError("this run has no cost critic: the algorithm did not ask for one")
-        self._update("cost_critic", self.roles.cost_critic, batch, loss_fn, mini_batch_rows, epochs)
-
-    def _update(self, role: str, engine: TrainEngine, batch: Batch, loss_fn: LossFn, mini_batch_rows: int,
-                epochs: int) -> None:
+    def update(self, role: str, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
+        """As :meth:`update_actor`, on any trained role (a declared critic: ``"cost_critic"``); metrics
+        as ``<role>/<name>``, timed as ``update_<role>``."""
+        engine = self.roles.get(role)
         self.roles.sleep_rollout_if_asked()
         collected: dict[str, list[float]] = {}
         with self.timed(f"update_{role}"):
@@ -381,18 +361,14 @@ class Concurrent:
         self._ctx = ctx
         self.ended = False
 
-    def _start(self, stage: Callable[[Batch], Batch], batch: Batch) -> None:
+    def _start(self, stage: Callable[..., Batch], batch: Batch, **kwargs: Any) -> None:
         if self.ended:
             raise RuntimeError("this concurrently() block has ended; call the stage on the StepContext")
-        self._ctx._submit(stage, batch)
+        self._ctx._submit(functools.partial(stage, **kwargs), batch)
 
-    def score(self, batch: Batch) -> None:
+    def score(self, batch: Batch, **kwargs: Any) -> None:
         """:meth:`StepContext.score`."""
-        self._start(self._ctx.score, batch)
-
-    def cost(self, batch: Batch) -> None:
-        """:meth:`StepContext.cost`."""
-        self._start(self._ctx.cost, batch)
+        self._start(self._ctx.score, batch, **kwargs)
 
     def old_log_probs(self, batch: Batch) -> None:
         """:meth:`StepContext.old_log_probs`."""
@@ -402,10 +378,6 @@ class Concurrent:
         """:meth:`StepContext.ref_log_probs`."""
         self._start(self._ctx.ref_log_probs, batch)
 
-    def values(self, batch: Batch) -> None:
+    def values(self, batch: Batch, **kwargs: Any) -> None:
         """:meth:`StepContext.values`."""
-        self._start(self._ctx.values, batch)
-
-    def cost_values(self, batch: Batch) -> None:
-        """:meth:`StepContext.cost_values`."""
-        self._start(self._ctx.cost_values, batch)
+        self._start(self._ctx.values, batch, **kwargs)

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 DEFAULT_POOL = "global"
-PLACED_ROLES = ("actor", "ref", "critic", "cost_critic", "rollout", "reward", "cost")
 
 
 @dataclass
@@ -17,8 +16,8 @@ class RayLauncherConfig:
     - ``num_cpus``: logical CPUs of the local cluster (None: Ray counts the cores).
     - ``resource_pools``: pool name -> number of worker processes. The pool ``global`` (1 process)
       always exists unless redefined here; pools no role maps to start nothing.
-    - ``mapping``: role (actor, ref, critic, cost_critic, rollout, reward, cost) -> pool; unmapped roles go
-      to ``global``.
+    - ``mapping``: role (actor, ref, critic, rollout, reward, and the roles the algorithm declares, such
+      as Safe-RLHF's cost and cost_critic) -> pool; unmapped roles go to ``global``.
       Roles mapped to the same pool share its processes (colocated); a pool of N processes forms
       one torch.distributed group of world size N (see ``gpus_per_worker``).
     - ``cpus_per_worker``: logical CPUs each worker reserves in its placement-group bundle.
@@ -50,8 +49,6 @@ class RayLauncherConfig:
                 raise ValueError(f"launcher.resource_pools.{name}={size}: a pool needs at least 1 process")
         pools = self.pools()
         for role, pool in self.mapping.items():
-            if role not in PLACED_ROLES:
-                raise ValueError(f"launcher.mapping.{role}: unknown role; roles are {', '.join(PLACED_ROLES)}")
             if pool not in pools:
                 raise ValueError(f"launcher.mapping.{role}={pool}: no such pool; pools are {', '.join(sorted(pools))}")
         if self.cpus_per_worker <= 0:
@@ -65,6 +62,12 @@ class RayLauncherConfig:
             raise ValueError(f"launcher.call_timeout_s={self.call_timeout_s}: must be > 0")
         if self.connect_timeout_s <= 0:
             raise ValueError(f"launcher.connect_timeout_s={self.connect_timeout_s}: must be > 0")
+
+    def check_roles(self, roles: list[str]) -> None:
+        """ValueError for a ``mapping`` key that is not a role of the run (:class:`rlloom.protocols.ChecksRoles`)."""
+        for role in self.mapping:
+            if role not in roles:
+                raise ValueError(f"launcher.mapping.{role}: unknown role; roles are {', '.join(roles)}")
 
     def pools(self) -> dict[str, int]:
         """Every pool: ``global`` (1 process) plus ``resource_pools``."""

@@ -15,20 +15,23 @@ the above, and the composition's own errors about a key the file sets (an unknow
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import yaml
-from rlloom.config.compose import ResolvedConfig, compose_config
+from rlloom.config.compose import ResolvedConfig, compose_config, run_sections
 from rlloom.config.errors import ConfigError
-from rlloom.config.schema import RunConfig
+from rlloom.plugins.registry import get_registry
 from rlloom.suggest import did_you_mean
 
 from rlloom_trainer.record import CHOICES, PROVENANCE
 
 PRESET = "preset"
-SECTIONS = [field.name for field in dataclasses.fields(RunConfig) if field.name != "defaults"]
-TOP_LEVEL = [CHOICES, PRESET, *SECTIONS, PROVENANCE]
+
+
+def top_level_keys() -> list[str]:
+    """The keys a config file may have: ``choices``, ``preset``, every section of a run (those of the
+    roles the installed algorithms declare included) and ``provenance``."""
+    return [CHOICES, PRESET, *run_sections(get_registry()), PROVENANCE]
 
 
 def hydra_value(value: object) -> str:
@@ -62,21 +65,21 @@ def _read(path: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config file must be a mapping of {', '.join(TOP_LEVEL)}; "
+        raise ConfigError(f"{path}: a config file must be a mapping of {', '.join(top_level_keys())}; "
                           f"got a {type(data).__name__}.")
     return data
 
 
 def file_overrides(path: str) -> list[str]:
     """The overrides the config file ``path`` stands for (see the module docstring)."""
-    overrides = []
+    overrides, top_level = [], top_level_keys()
     for key, value in _read(path).items():
         key = str(key)
         if key == PROVENANCE:
             continue
-        if key not in TOP_LEVEL:
+        if key not in top_level:
             raise ConfigError(f"{path}: {key}: no such key. Top-level keys of a config file are: "
-                              f"{', '.join(TOP_LEVEL)}." + did_you_mean(key, TOP_LEVEL))
+                              f"{', '.join(top_level)}." + did_you_mean(key, top_level))
         if key == PRESET:
             overrides.append(f"{PRESET}={value}")
             continue

@@ -16,12 +16,19 @@ import sys
 from omegaconf import OmegaConf
 from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.config.run_name import run_dir_of
-from rlloom.config.schema import NO_COST
+from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE
 
 from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step
 from rlloom_trainer.run_state import TrainerState, config_changes
 
 FINAL_METRICS = "final_metrics.json"
+
+
+def without_unused_roles(choices: dict[str, str]) -> dict[str, str]:
+    """``choices`` less the declared-role groups left ``none``: a run without such a role is the same
+    run whether or not an installed algorithm declares the group (and checkpoints from before a group
+    existed lack it)."""
+    return {group: choice for group, choice in choices.items() if group in DEFAULT_CHOICES or choice != NO_ROLE}
 
 
 def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
@@ -49,9 +56,9 @@ def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
             raise ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.") from None
     if target is not None:
         saved = TrainerState.read(target.path)
-        # checkpoints from before the cost group existed ran without a cost
-        changes = config_changes({"choices": {"cost": NO_COST, **saved.choices}, **saved.config},
-                                 {"choices": resolved.choices, **OmegaConf.to_container(resolved.cfg, resolve=True)})
+        changes = config_changes({"choices": without_unused_roles(saved.choices), **saved.config},
+                                 {"choices": without_unused_roles(resolved.choices),
+                                  **OmegaConf.to_container(resolved.cfg, resolve=True)})
         if changes:
             raise ConfigError(
                 f"trainer.resume={mode}: the checkpoint {target.path} was written with a different config and "

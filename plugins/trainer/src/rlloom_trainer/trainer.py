@@ -23,6 +23,7 @@ import torch
 from omegaconf import OmegaConf
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
+from rlloom.config.roles import declared_roles
 from rlloom.config.run_name import run_dir_of
 from rlloom.controller.local import RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
@@ -30,7 +31,6 @@ from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
 from rlloom.plugins.registry import Registry, get_registry
 from rlloom.protocols import (
     ChecksModel,
-    ConstrainsCost,
     CountsInvalidRows,
     PlansOptimizerSteps,
     RewindsRecord,
@@ -236,18 +236,20 @@ class Trainer:
         actor = start("actor", "train_engine", "train_engine")
         ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
         critic = start("critic", "train_engine", "train_engine") if self.algorithm.needs_critic else None
-        needs_cost = isinstance(self.algorithm, ConstrainsCost) and self.algorithm.needs_cost
-        cost_critic = (start("cost_critic", "train_engine", "train_engine", engine_role="critic")
-                       if needs_cost and self.algorithm.needs_critic else None)  # an engine serves it as a critic
+        declared = declared_roles(plan)
+        engines = {role: start(role.name, "train_engine", "train_engine", engine_role=role.serves_as)
+                   for role in declared if role.kind == "train_engine"}
         rollout = start("rollout", "rollout_engine", "rollout")
+        reward_fn = start("reward", "reward_fn", "reward", engine=False)
+        functions = {role: start(role.name, "reward_fn", role.name, engine=False)
+                     for role in declared if role.kind == "reward_fn"}
         return Roles(
             rollout=rollout,
             actor=actor,
             ref=ref,
             critic=critic,
-            cost_critic=cost_critic,
-            reward_fn=start("reward", "reward_fn", "reward", engine=False),
-            cost_fn=start("cost", "reward_fn", "cost", engine=False) if needs_cost else None,
+            reward_fn=reward_fn,
+            declared={**engines, **functions},
             resharder=start("resharder", "resharder", "resharder", engine=False),
             sleep_rollout=self.cfg.sleep_rollout,
             offload_train_engines=self.cfg.offload_train_engines,
