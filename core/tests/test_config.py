@@ -265,9 +265,9 @@ def test_batch_sizes_must_divide(registry):
 
 
 def test_out_of_range_values(registry):
-    assert error_for(["trainer.total_steps=0"], registry) == "trainer.total_steps=0: must be >= 1."
-    assert error_for(["sampling.max_new_tokens=0"], registry) == "sampling.max_new_tokens=0: must be >= 1."
-    assert error_for(["trainer.keep_last_n=-1"], registry) == "trainer.keep_last_n=-1: must be >= 0."
+    assert error_for(["trainer.total_steps=0"], registry) == "trainer.total_steps=0: must be >= 1"
+    assert error_for(["sampling.max_new_tokens=0"], registry) == "sampling.max_new_tokens=0: must be >= 1"
+    assert error_for(["trainer.keep_last_n=-1"], registry) == "trainer.keep_last_n=-1: must be >= 0"
     assert error_for(["trainer.device=tpu"], registry).startswith("trainer.device='tpu': choose one of")
     # algorithm.n belongs to the algorithm's config, which checks it (tests/test_bad_input.py): the core reads no
     # algorithm key by name, so this test algorithm's n=0 composes

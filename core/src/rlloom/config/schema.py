@@ -6,13 +6,13 @@ option's schema is the dataclass the plugin registered with its component.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from omegaconf import MISSING
 
 from rlloom.choices import check_device_name
+from rlloom.config.limits import Limited
 
 # The config groups of a run and the option each selects by default.
 DEFAULT_CHOICES: dict[str, str] = {
@@ -40,9 +40,12 @@ class NoRoleConfig:
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Limited):
     """Rollout sampling shared by every rollout engine (the number of samples per prompt is the
     algorithm's ``n``)."""
+
+    section: ClassVar[str] = "sampling"
+    limits: ClassVar[dict[str, str]] = {"temperature": "in [0, inf)", "top_p": "in (0, 1]", "max_new_tokens": ">= 1"}
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -50,19 +53,18 @@ class SamplingConfig:
     max_new_tokens: int = 16
     ignore_eos: bool = False  # every response runs to max_new_tokens (throughput benchmarks)
 
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling.max_new_tokens={self.max_new_tokens}: must be >= 1.")
-        if not 0 <= self.temperature < math.inf or not 0 < self.top_p <= 1:
-            raise ValueError(
-                f"sampling: temperature must be >= 0 and top_p in (0, 1]; got temperature={self.temperature}, "
-                f"top_p={self.top_p}."
-            )
-
 
 @dataclass
-class TrainerConfig:
-    """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses."""
+class TrainerConfig(Limited):
+    """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses. Checked
+    when built (``trainer.run_dir`` once the run is named, :func:`rlloom.config.compose.check_run_dir`)."""
+
+    section: ClassVar[str] = "trainer"
+    limits: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("total_steps", "train_batch_size", "val_n"), ">= 1"),
+        **dict.fromkeys(("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"), ">= 0"),
+        "seed": "in [0, 4294967295]",
+    }
 
     total_steps: int = 15
     train_batch_size: int = 4  # prompts per step; responses per step = train_batch_size * algorithm.n
@@ -88,16 +90,7 @@ class TrainerConfig:
     max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
 
     def __post_init__(self) -> None:
-        """Every check of these settings on their own (``trainer.run_dir`` is checked once the run is
-        named, :func:`rlloom.config.compose.check_run_dir`); a ValueError names the key."""
-        for key in ("total_steps", "train_batch_size", "val_n"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"trainer.{key}={getattr(self, key)}: must be >= 1.")
-        for key in ("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"trainer.{key}={getattr(self, key)}: must be >= 0.")
-        if not 0 <= self.seed < 2**32:
-            raise ValueError(f"trainer.seed={self.seed}: must be in [0, 2**32 - 1].")
+        super().__post_init__()
         check_device_name("trainer.device", self.device)  # a DeviceError is a ValueError
 
 

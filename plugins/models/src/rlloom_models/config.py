@@ -6,18 +6,23 @@ Importing this module is cheap: it does not import torch or transformers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from omegaconf import MISSING
+from rlloom.config.limits import Limited
 
 
 @dataclass
-class TinyModelConfig:
+class TinyModelConfig(Limited):
     """A random-init Qwen2-style model with a character tokenizer (``model=tiny``), for tests.
 
     Weights depend only on these fields (``cache_dir`` aside) and the installed torch version.
     ``hidden_size`` must be divisible by ``num_heads`` and ``num_heads`` by ``num_kv_heads``.
     """
+
+    section: ClassVar[str] = "model"
+    limits: ClassVar[dict] = dict.fromkeys(("hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                                            "intermediate_size", "max_position_embeddings"), ">= 1")
 
     hidden_size: int = 64
     num_layers: int = 2
@@ -29,10 +34,7 @@ class TinyModelConfig:
     cache_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        super().__post_init__()
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})"

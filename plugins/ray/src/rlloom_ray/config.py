@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
+
+from rlloom.config.limits import Limited
 
 DEFAULT_POOL = "global"
 
 
 @dataclass
-class RayLauncherConfig:
+class RayLauncherConfig(Limited):
     """- ``address``: a running Ray cluster to attach to (``"auto"``, ``"ray://host:10001"``); None
       starts a local one for the run (shut down with it). If Ray is already initialised in this
       process, that cluster is used and left running.
@@ -33,6 +35,10 @@ class RayLauncherConfig:
       client server do) before the run stops naming it.
     """
 
+    section: ClassVar[str] = "launcher"
+    limits: ClassVar[dict] = {"cpus_per_worker": "> 0", "gpus_per_worker": ">= 0", "threads_per_worker": ">= 0",
+                              "call_timeout_s": "> 0", "connect_timeout_s": "> 0"}
+
     address: Optional[str] = None
     num_cpus: Optional[int] = None
     resource_pools: dict[str, int] = field(default_factory=dict)
@@ -44,6 +50,7 @@ class RayLauncherConfig:
     connect_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name, size in self.resource_pools.items():
             if size < 1:
                 raise ValueError(f"launcher.resource_pools.{name}={size}: a pool needs at least 1 process")
@@ -51,17 +58,6 @@ class RayLauncherConfig:
         for role, pool in self.mapping.items():
             if pool not in pools:
                 raise ValueError(f"launcher.mapping.{role}={pool}: no such pool; pools are {', '.join(sorted(pools))}")
-        if self.cpus_per_worker <= 0:
-            raise ValueError(f"launcher.cpus_per_worker={self.cpus_per_worker}: must be > 0")
-        if self.gpus_per_worker < 0:
-            raise ValueError(f"launcher.gpus_per_worker={self.gpus_per_worker}: must be >= 0")
-        if self.threads_per_worker < 0:
-            raise ValueError(f"launcher.threads_per_worker={self.threads_per_worker}: must be >= 0 (0: from "
-                             "launcher.cpus_per_worker)")
-        if self.call_timeout_s <= 0:
-            raise ValueError(f"launcher.call_timeout_s={self.call_timeout_s}: must be > 0")
-        if self.connect_timeout_s <= 0:
-            raise ValueError(f"launcher.connect_timeout_s={self.connect_timeout_s}: must be > 0")
 
     def check_roles(self, roles: list[str]) -> None:
         """ValueError for a ``mapping`` key that is not a role of the run (:class:`rlloom.protocols.ChecksRoles`)."""
