@@ -13,7 +13,7 @@ import torch
 from rlloom import EngineSpec, SamplingParams
 from rlloom_enginekit.prompts import left_pad
 
-from rlloom_server.client import ServerError, ServerRolloutConfig, ServerRolloutEngine
+from rlloom_serverkit.client import ServerError, ServerRolloutConfig, ServerRolloutEngine
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14], [15, 16], [17, 18, 19], [20], [21, 22]]
 
@@ -105,7 +105,7 @@ def test_a_killed_server_is_retried_on_the_other_then_named_when_all_are_down(st
 def test_weights_from_tensor_and_from_disk_change_what_is_sampled(start_server, tmp_path):
     """Zeroing the LM head makes every token equally likely (log-prob = -log V): visible in the
     answers after an update pushed as tensors; the original weights come back from disk."""
-    from rlloom_resharders.safetensors_dir import read_safetensors_dir
+    from rlloom_enginekit.safetensors_dir import read_safetensors_dir
     from transformers import AutoConfig
 
     server = start_server()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import rlloom
 from rlloom import EngineSpec
 
-from rlloom_server.config import ServerRolloutConfig
+from rlloom_serverkit.config import ServerRolloutConfig
 
 
 def build_engine(cfg: ServerRolloutConfig, spec: EngineSpec):
     """``factory(cfg, spec) -> ServerRolloutEngine`` (aiohttp is imported when it is built)."""
-    from rlloom_server.client import ServerRolloutEngine
+    from rlloom_serverkit.client import ServerRolloutEngine
 
     return ServerRolloutEngine(cfg, spec)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from rlloom import Completion, SamplingParams
 
-from rlloom_server.schema import (
+from rlloom_serverkit.schema import (
     SchemaError,
     generate_bodies,
     merge_completions,

@@ -28,9 +28,10 @@ import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
 from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_enginekit.safetensors_dir import tensor_buckets
 
-from rlloom_server.config import ServerRolloutConfig
-from rlloom_server.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer
+from rlloom_serverkit.config import ServerRolloutConfig
+from rlloom_serverkit.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer
 
 RETRYABLE_STATUS = (500, 502, 503, 504)
 
@@ -178,7 +179,6 @@ class ServerRolloutEngine:
     # ------------------------------------------------------------------------------ weights and memory
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request."""
-        from rlloom_resharders.safetensors_dir import tensor_buckets
         from safetensors.torch import save
 
         on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)

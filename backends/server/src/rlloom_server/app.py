@@ -5,7 +5,7 @@ endpoint                           what it does
 =================================  ==========================================================
 ``GET /health``                    200 when the server answers
 ``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true}``
-``POST /generate``                 token in / token out (:mod:`rlloom_server.schema`)
+``POST /generate``                 token in / token out (:mod:`rlloom_serverkit.schema`)
 ``POST /update_weights_from_disk`` ``{"model_path": dir}``: the ``*.safetensors`` files of ``dir``
 ``POST /update_weights_from_tensor`` ``{"serialized_named_tensors": [base64 safetensors bytes, ...]}``
 ``POST /release_memory_occupation`` the engine's ``sleep()``
@@ -33,10 +33,11 @@ from typing import Any
 
 from aiohttp import web
 from rlloom_enginekit.batching import BatchingScheduler
+from rlloom_enginekit.safetensors_dir import read_safetensors_dir
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
 from rlloom_server.config import ServeConfig
-from rlloom_server.schema import SchemaError, parse_generate, render_generate
+from rlloom_serverkit.schema import SchemaError, parse_generate, render_generate
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -142,8 +143,6 @@ class RolloutServer:
             if isinstance(self.engine, LoadsWeightsFromDir):
                 await self.scheduler.run_exclusive(self.engine.load_weights_from_dir, path)
             else:
-                from rlloom_resharders.safetensors_dir import read_safetensors_dir
-
                 await self.scheduler.run_exclusive(self.engine.update_weights, read_safetensors_dir(path))
             return f"loaded the weights of {path}"
         return await self._weights(load)

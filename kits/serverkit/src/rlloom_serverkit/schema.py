@@ -20,7 +20,7 @@ batch, which keys the randomness of its samples with ``sampling_seed`` as in
 :meth:`rlloom.protocols.RolloutEngine.generate` (the i-th prompt of a batched request gets
 ``prompt_index + i``). So a trainer's prompts give the same samples whichever server, batch or
 order serves them. A client talking to SGLang itself leaves it out and sends one
-``sampling_seed`` per prompt instead (:func:`prompt_seed`).
+``sampling_seed`` per prompt instead (:func:`sample_seed`).
 """
 
 from __future__ import annotations
