@@ -6,7 +6,7 @@ import json
 import os
 
 from rlloom.cli import main
-from rlloom_commands.plot import chart_data, read_metrics
+from rlloom_trainer.commands.plot import chart_data, read_metrics
 
 
 def write_run(folder, rows: list[dict]) -> str:
@@ -37,7 +37,7 @@ def test_the_y_axis_spans_at_least_a_fifth_of_the_values(tmp_path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from rlloom_commands.plot import widen
+    from rlloom_trainer.commands.plot import widen
 
     figure, axes = plt.subplots()
     axes.plot([1, 2, 3, 4], [10.0, 9.88, 10.0, 10.0])

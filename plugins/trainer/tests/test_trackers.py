@@ -1,4 +1,5 @@
-"""The tensorboard, wandb and mlflow trackers, written and read back with each tool's own reader."""
+"""The trackers all come from rlloom-trainer; tensorboard, wandb and mlflow write what each tool's own reader
+reads back, and without its library a tracker names the extra to install."""
 
 from __future__ import annotations
 
@@ -19,14 +20,42 @@ def _allow_mlflow_file_store(monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
-def test_trackers_are_registered():
-    assert {"tensorboard", "wandb", "mlflow"} <= set(get_registry().components["tracker"])
+def test_every_tracker_comes_from_the_trainer():
+    trackers = get_registry().components["tracker"]
+    names = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+    assert {name: trackers[name].distribution for name in names} == dict.fromkeys(names, "rlloom-trainer")
+
+
+WITHOUT_LIBRARIES = """
+import sys
+for library in ("tensorboard", "wandb", "mlflow"):
+    sys.modules[library] = None  # importing it now raises ImportError, as when it is not installed
+from rlloom.plugins.registry import get_registry
+
+for name in ("tensorboard", "wandb", "mlflow"):
+    try:
+        get_registry().components["tracker"][name].factory(sys.argv[1], {}).log({"loss": 1.0}, 1)
+    except ImportError as error:
+        print(error)
+"""
+
+
+def test_a_tracker_without_its_library_names_the_extra(tmp_path):
+    """In a fresh interpreter: a library half-imported here would break the other tests' imports of it."""
+    result = subprocess.run([sys.executable, "-c", WITHOUT_LIBRARIES, str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    for name, line in zip(("tensorboard", "wandb", "mlflow"), lines):
+        assert line.startswith(f"trainer.trackers=[{name}] cannot start (")
+        assert line.endswith(f"): pip install 'rlloom-trainer[{name}]'")
 
 
 def test_tensorboard_rewind_discards_the_steps_of_an_interrupted_process(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlloom_trackers.tensorboard import TensorBoardTracker
+    from rlloom_trainer.trackers.tensorboard import TensorBoardTracker
 
     first = TensorBoardTracker(str(tmp_path), {})
     for step in (1, 2, 3):
@@ -46,7 +75,7 @@ def test_tensorboard_rewind_discards_the_steps_of_an_interrupted_process(tmp_pat
 def test_mlflow_store_holds_metrics_and_params(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from rlloom_trackers.mlflow import EXPERIMENT, MlflowTracker, mlflow_name, store_uri
+    from rlloom_trainer.trackers.mlflow import EXPERIMENT, MlflowTracker, mlflow_name, store_uri
 
     assert mlflow_name("val-core/gsm8k/acc/mean@4") == "val-core/gsm8k/acc/mean_at_4"
     assert mlflow_name("a#b c:d") == "a_b c:d"
@@ -66,7 +95,7 @@ def test_mlflow_store_holds_metrics_and_params(tmp_path):
 
 WANDB_RUN = """
 import sys
-from rlloom_trackers.wandb import WandbTracker
+from rlloom_trainer.trackers.wandb import WandbTracker
 
 tracker = WandbTracker(sys.argv[1], {"trainer": {"total_steps": 2}})
 for step in (1, 2):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlloom_commands.targets import add_model_arguments, model_folder, resolve_target, saved_overrides
+from rlloom_trainer.commands.targets import add_model_arguments, model_folder, resolve_target, saved_overrides
 
 
 class RolloutSession:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from rlloom_commands.targets import Target, add_model_arguments, model_folder, resolve_target, saved_overrides
+from rlloom_trainer.commands.targets import Target, add_model_arguments, model_folder, resolve_target, saved_overrides
 
 
 def default_out(target: Target) -> str:
@@ -25,7 +25,8 @@ def default_out(target: Target) -> str:
 
 
 def evaluate(path: str, overrides: list[str]) -> tuple[Target, dict[str, float]]:
-    """The validation metrics of the model ``path`` names (see :func:`~rlloom_commands.targets.resolve_target`)."""
+    """The validation metrics of the model ``path`` names (see
+    :func:`~rlloom_trainer.commands.targets.resolve_target`)."""
     from rlloom.config import compose_config
     from rlloom_trainer.trainer import Trainer
 

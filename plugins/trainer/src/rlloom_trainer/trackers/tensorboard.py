@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from rlloom_trackers.common import finite_scalars
+from rlloom_trainer.trackers.common import finite_scalars, library
 
 
 class TensorBoardTracker:
@@ -16,9 +16,8 @@ class TensorBoardTracker:
         self._writer = None
 
     def _open(self, purge_step: int | None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self._writer = SummaryWriter(self.log_dir, purge_step=purge_step)
+        tensorboard = library("tensorboard", "torch.utils.tensorboard")
+        self._writer = tensorboard.SummaryWriter(self.log_dir, purge_step=purge_step)
 
     def rewind(self, step: int) -> None:
         """Events of steps after ``step`` in earlier event files are ignored from now on (call before

@@ -1,5 +1,5 @@
 """``rlloom export RUN_OR_CHECKPOINT [--out DIR]``: a checkpoint's policy as a Hugging Face folder that
-``AutoModelForCausalLM.from_pretrained`` loads (:func:`rlloom_commands.hf_folder.export_checkpoint`)."""
+``AutoModelForCausalLM.from_pretrained`` loads (:func:`rlloom_trainer.export.export_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from rlloom.config import ConfigError
 
-from rlloom_commands.hf_folder import export_checkpoint
-from rlloom_commands.targets import resolve_target
+from rlloom_trainer.commands.targets import resolve_target
+from rlloom_trainer.export import export_checkpoint
 
 
 def cmd_export(args: argparse.Namespace) -> int:

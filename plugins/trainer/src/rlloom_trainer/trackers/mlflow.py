@@ -13,8 +13,7 @@ import re
 import time
 
 from rlloom_trainer.run_state import flatten_config
-
-from rlloom_trackers.common import finite_scalars, run_name
+from rlloom_trainer.trackers.common import finite_scalars, library, run_name
 
 EXPERIMENT = "rlloom"
 
@@ -35,22 +34,20 @@ class MlflowTracker:
 
     def __init__(self, run_dir: str, config: dict) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
-
-        self._client = MlflowClient(tracking_uri=store_uri(run_dir))
+        self._entities = library("mlflow", "mlflow.entities")
+        self._client = library("mlflow", "mlflow.tracking").MlflowClient(tracking_uri=store_uri(run_dir))
         experiment = self._client.get_experiment_by_name(EXPERIMENT)
         experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(EXPERIMENT)
         self._run_id = self._client.create_run(experiment_id, run_name=run_name(run_dir)).info.run_id
-        params = [Param(mlflow_name(key), str(value)[:500]) for key, value in flatten_config(config).items()]
+        flat = flatten_config(config)
+        params = [self._entities.Param(mlflow_name(key), str(value)[:500]) for key, value in flat.items()]
         for start in range(0, len(params), 100):
             self._client.log_batch(self._run_id, params=params[start : start + 100])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        batch = [Metric(mlflow_name(key), value, now, step) for key, value in finite_scalars(metrics).items()]
+        scalars = finite_scalars(metrics)
+        batch = [self._entities.Metric(mlflow_name(key), value, now, step) for key, value in scalars.items()]
         self._client.log_batch(self._run_id, metrics=batch)
 
     def close(self) -> None:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import os
 
-from rlloom_trackers.common import finite_scalars, run_name
+from rlloom_trainer.trackers.common import finite_scalars, library, run_name
 
 
 class WandbTracker:
     """One wandb run per process, named after the run folder, with the resolved config attached."""
 
     def __init__(self, run_dir: str, config: dict) -> None:
-        import wandb
-
+        wandb = library("wandb", "wandb")
         os.makedirs(run_dir, exist_ok=True)
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "rlloom"),

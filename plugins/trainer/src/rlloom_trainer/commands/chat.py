@@ -1,7 +1,7 @@
 """``rlloom chat MODEL [overrides]``: talk to a checkpoint or model, one line of stdin per user turn.
 
 The conversation so far is rendered with the chat template each turn and answered by the rollout engine
-(:class:`~rlloom_commands.generate.RolloutSession`); turn ``k`` samples with ``derive_seed(trainer.seed, 0,
+(:class:`~rlloom_trainer.commands.generate.RolloutSession`); turn ``k`` samples with ``derive_seed(trainer.seed, 0,
 "chat", k)``. A line ``/reset`` starts a new conversation; end of input ends the chat.
 """
 
@@ -11,8 +11,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from rlloom_commands.generate import rollout_session
-from rlloom_commands.targets import add_model_arguments
+from rlloom_trainer.commands.generate import rollout_session
+from rlloom_trainer.commands.targets import add_model_arguments
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

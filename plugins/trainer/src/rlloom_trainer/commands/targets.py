@@ -72,14 +72,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, description: str) -> No
 @contextlib.contextmanager
 def model_folder(target: Target) -> Iterator[str]:
     """A Hugging Face folder holding ``target``'s policy: its own folder, or the checkpoint's actor exported
-    (:func:`rlloom_commands.hf_folder.export_checkpoint`) into a temporary folder removed afterwards."""
+    (:func:`rlloom_trainer.export.export_checkpoint`) into a temporary folder removed afterwards."""
     if target.hf_folder is not None:
         yield target.hf_folder
         return
     from rlloom.controller.local import quiet_transformers
+    from rlloom_trainer.export import export_checkpoint
     from rlloom_trainer.progress import phase
-
-    from rlloom_commands.hf_folder import export_checkpoint
 
     quiet_transformers()
     with tempfile.TemporaryDirectory(prefix="rlloom-model-") as tmp:
