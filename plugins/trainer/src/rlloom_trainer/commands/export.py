@@ -11,12 +11,12 @@ from collections.abc import Callable
 from rlloom.config import ConfigError
 
 from rlloom_trainer.commands.targets import resolve_target
-from rlloom_trainer.export import export_checkpoint
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export the checkpoint ``args.checkpoint`` names; print the folder written (stdout) and what it is (stderr)."""
     from rlloom.controller.local import quiet_transformers
+    from rlloom_trainer.export import export_checkpoint  # imports torch: not when the parser is built
 
     target = resolve_target(args.checkpoint)
     if target.checkpoint is None:
