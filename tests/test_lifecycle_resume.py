@@ -179,7 +179,7 @@ def test_tensorboard_events_hold_the_metrics_of_every_step(reference):
 def test_mlflow_store_holds_the_metrics_of_every_step(reference):
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient
-    from rlloom_trackers.mlflow import EXPERIMENT, store_uri
+    from rlloom_trainer.trackers.mlflow import EXPERIMENT, store_uri
 
     client = MlflowClient(tracking_uri=store_uri(reference))
     (run_info,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])

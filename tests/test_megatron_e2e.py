@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 from lifecycle_helpers import RLLOOM, metric_rows, run, run_env, train_command
-from rlloom_commands.hf_folder import export_checkpoint
+from rlloom_trainer.export import export_checkpoint
 from rlloom_trainer.testing import train_tiny, training_rows
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM

@@ -1,6 +1,6 @@
 """``rlloom`` command line: list ``plugins``, print the ``--version`` of rlloom and its plugins, and the
-commands plugins register (``train`` from rlloom-trainer; ``eval``, ``generate``, ``chat``, ``export``, ``plot``
-from rlloom-commands; ``serve`` from rlloom-server). A known command whose distribution is not installed
+commands plugins register (``train``, ``eval``, ``generate``, ``chat``, ``export``, ``plot`` from rlloom-trainer;
+``serve`` from rlloom-server). A known command whose distribution is not installed
 says what to install (exit status 2).
 
 User errors (bad config, missing plugin, a resume whose config changed, a model or engine that

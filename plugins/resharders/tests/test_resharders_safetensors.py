@@ -1,9 +1,8 @@
-"""``resharder=safetensors``: sharded files round-trip, and a sync into the hf rollout engine
-(the ``update_weights`` fallback) makes it follow a trained FSDP actor."""
+"""``resharder=safetensors``: a sync into the hf rollout engine (the ``update_weights`` fallback)
+makes it follow a trained FSDP actor (the files themselves: rlloom-enginekit's
+``tests/test_safetensors_dir.py``)."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -14,12 +13,9 @@ from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine
 
-from rlloom_resharders import (
-    SafetensorsResharder,
-    SafetensorsResharderConfig,
-    read_safetensors_dir,
-    write_safetensors_dir,
-)
+from rlloom_enginekit.safetensors_dir import read_safetensors_dir
+
+from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
 
 
 @pytest.fixture(scope="module")
@@ -28,27 +24,6 @@ def tiny_model_path(tmp_path_factory) -> str:
     from rlloom_models.tiny import tiny_model_path as build_tiny
 
     return build_tiny(TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("resharders-models"))))
-
-
-def test_shards_round_trip(tmp_path):
-    tensors = [(f"w{i}", torch.randn(10, 10)) for i in range(5)]  # 400 bytes each
-    (tmp_path / "stale.safetensors").write_bytes(b"old")
-    count, size = write_safetensors_dir(iter(tensors), str(tmp_path), max_shard_bytes=1000)
-    assert (count, size) == (5, 2000)
-    # 400 + 400 fit in 1000, a third would not: shards of 2, 2, 1
-    assert sorted(os.listdir(tmp_path)) == [f"model-0000{i}.safetensors" for i in (1, 2, 3)]
-    back = list(read_safetensors_dir(str(tmp_path)))
-    assert [name for name, _ in back] == [name for name, _ in tensors]
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(back, tensors))
-
-
-def test_duplicate_names_and_empty_directories_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="'w' appears twice"):
-        write_safetensors_dir([("w", torch.zeros(1)), ("w", torch.zeros(1))], str(tmp_path), 100)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
-        list(read_safetensors_dir(str(empty)))
 
 
 def test_registered_through_the_entry_point():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rlloom_server.config import ServerRolloutConfig
+from rlloom_serverkit.config import ServerRolloutConfig
 
 
 @dataclass

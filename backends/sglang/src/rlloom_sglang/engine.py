@@ -1,8 +1,8 @@
 """``SGLangRolloutEngine``: SGLang's server driven over its native HTTP API.
 
-Generation goes through the ``rollout=server`` client (:class:`rlloom_server.client.ServerRolloutEngine`)
+Generation goes through the ``rollout=server`` client (:class:`rlloom_serverkit.client.ServerRolloutEngine`)
 in SGLang's dialect: one request per sample, each with a seed of its own (``sampling_seed``, derived
-from the call's seed, the prompt's index and the sample's; see :func:`rlloom_server.schema.sample_seed`),
+from the call's seed, the prompt's index and the sample's; see :func:`rlloom_serverkit.schema.sample_seed`),
 token ids in and out, log-probs of the sampled tokens (``return_logprob``).
 
 Weights: SGLang's ``/update_weights_from_tensor`` takes tensors serialised for its own processes
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
-from rlloom_resharders.safetensors_dir import write_safetensors_dir
-from rlloom_server.client import ServerRolloutEngine
+from rlloom_enginekit.safetensors_dir import write_safetensors_dir
+from rlloom_serverkit.client import ServerRolloutEngine
 
 from rlloom_sglang.config import SGLangRolloutConfig
 from rlloom_sglang.launch import check_can_launch, start_server

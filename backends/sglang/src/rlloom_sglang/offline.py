@@ -2,7 +2,7 @@
 
 The engine takes the same request fields as the server's ``/generate`` (lists of ``input_ids`` and
 ``sampling_params``, ``return_logprob``) and answers the same objects, so requests are built and
-answers read by :mod:`rlloom_server.schema` in SGLang's dialect (one request per sample, each with
+answers read by :mod:`rlloom_serverkit.schema` in SGLang's dialect (one request per sample, each with
 its own seed). Weights go in as tensors through ``update_weights_from_tensor`` (same process, no
 copy to disk), in buckets of ``WEIGHT_BUCKET_BYTES``; sleep and wake-up are
 ``release_memory_occupation`` / ``resume_memory_occupation`` (the engine is built with
@@ -18,8 +18,8 @@ import torch
 from rlloom import Batch, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
 from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
-from rlloom_resharders.safetensors_dir import tensor_buckets
-from rlloom_server.schema import generate_bodies, merge_completions, parse_generate_answer
+from rlloom_enginekit.safetensors_dir import tensor_buckets
+from rlloom_serverkit.schema import generate_bodies, merge_completions, parse_generate_answer
 
 from rlloom_sglang.config import SGLangRolloutConfig
 from rlloom_sglang.launch import check_can_launch

@@ -13,8 +13,6 @@ __all__ = [
     "BroadcastResharderConfig",
     "SafetensorsResharder",
     "SafetensorsResharderConfig",
-    "read_safetensors_dir",
-    "write_safetensors_dir",
 ]
 
 __getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
@@ -22,6 +20,4 @@ __getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin regi
     "BroadcastResharderConfig": ".broadcast",
     "SafetensorsResharder": ".safetensors_dir",
     "SafetensorsResharderConfig": ".safetensors_dir",
-    "read_safetensors_dir": ".safetensors_dir",
-    "write_safetensors_dir": ".safetensors_dir",
 })

@@ -13,71 +13,15 @@ It is the universal fallback: it needs nothing from either engine beyond the pro
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
 
-import torch
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
-from safetensors import safe_open
-from safetensors.torch import save_file
+from rlloom_enginekit.safetensors_dir import read_safetensors_dir, write_safetensors_dir
+
 from rlloom_resharders.config import SafetensorsResharderConfig
-
-SHARD_PATTERN = "model-{:05d}.safetensors"
-
-
-def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], max_bytes: int
-                   ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive runs of ``named_tensors`` of at most ``max_bytes`` each (a larger single tensor
-    gets a run of its own), so at most one run is held at a time."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in named_tensors:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > max_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
-def write_safetensors_dir(named_tensors: Iterable[tuple[str, torch.Tensor]], directory: str,
-                          max_shard_bytes: int) -> tuple[int, int]:
-    """Write the tensors as consecutive shards in ``directory`` (created; existing ``*.safetensors``
-    removed first). Returns ``(num_tensors, num_bytes)``."""
-    os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
-        if name.endswith(".safetensors"):
-            os.remove(os.path.join(directory, name))
-    num_tensors = num_bytes = 0
-    on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)  # one at a time
-    for files, bucket in enumerate(tensor_buckets(on_host, max_shard_bytes), start=1):
-        shard: dict[str, torch.Tensor] = {}
-        for name, tensor in bucket:
-            if name in shard:
-                raise ValueError(f"write_safetensors_dir: the tensor name {name!r} appears twice")
-            shard[name] = tensor
-            num_tensors += 1
-            num_bytes += tensor.numel() * tensor.element_size()
-        save_file(shard, os.path.join(directory, SHARD_PATTERN.format(files)), metadata={"format": "pt"})
-    return num_tensors, num_bytes
-
-
-def read_safetensors_dir(directory: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of every ``*.safetensors`` file in ``directory`` (files in name order), one at
-    a time."""
-    files = sorted(name for name in os.listdir(directory) if name.endswith(".safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors file in {directory}")
-    for file_name in files:
-        with safe_open(os.path.join(directory, file_name), framework="pt") as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
 
 
 class SafetensorsResharder:

@@ -1,18 +1,41 @@
-"""Entry point ``trainer`` (group ``rlloom``): the command ``rlloom train`` and the trackers every run
-writes by default, ``console`` and ``jsonl``. Factories are named as ``"module:attribute"``, imported
-when first built."""
+"""Entry point ``trainer`` (group ``rlloom``): the commands ``rlloom train``, ``eval``, ``generate``, ``chat``,
+``export`` and ``plot`` (:mod:`rlloom_trainer.commands`) and every in-tree tracker (:mod:`rlloom_trainer.trackers`):
+``console`` and ``jsonl`` (a run's default), ``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the
+extras of the same names).
+
+Factories are named as ``"module:attribute"``, imported when first built; a command's is
+``command(parser)``, which adds the command's arguments and returns the function that runs it (the
+``register_commands`` hook's contract), its docstring's first line the help line.
+"""
 
 from __future__ import annotations
 
 from rlloom import hookimpl
 
+COMMANDS = {
+    "train": "rlloom_trainer.commands.train:command",
+    "eval": "rlloom_trainer.commands.evaluate:command",
+    "generate": "rlloom_trainer.commands.generate:command",
+    "chat": "rlloom_trainer.commands.chat:command",
+    "export": "rlloom_trainer.commands.export:command",
+    "plot": "rlloom_trainer.commands.plot:command",
+}
+TRACKERS = {
+    "console": "rlloom_trainer.trackers.console:ConsoleTracker",
+    "jsonl": "rlloom_trainer.trackers.jsonl:JsonlTracker",
+    "tensorboard": "rlloom_trainer.trackers.tensorboard:TensorBoardTracker",
+    "wandb": "rlloom_trainer.trackers.wandb:WandbTracker",
+    "mlflow": "rlloom_trainer.trackers.mlflow:MlflowTracker",
+}
+
 
 @hookimpl
 def register_commands(register):
-    register("train", "rlloom_trainer.command:command")
+    for name, factory in COMMANDS.items():
+        register(name, factory)
 
 
 @hookimpl
 def register_trackers(register):
-    register("console", "rlloom_trainer.trackers.console:ConsoleTracker")
-    register("jsonl", "rlloom_trainer.trackers.jsonl:JsonlTracker")
+    for name, factory in TRACKERS.items():
+        register(name, factory)

@@ -1,1 +1,3 @@
-"""Built-in trackers: a live console view and a JSONL file."""
+"""The trackers (``trainer.trackers=[...]``): ``console`` (a live view) and ``jsonl`` (``metrics.jsonl``), a
+run's default, and ``tensorboard``, ``wandb`` and ``mlflow``, whose libraries are rlloom-trainer's extras of the
+same names (``pip install 'rlloom-trainer[wandb]'``), imported when the tracker starts (:func:`.common.library`)."""

@@ -1,0 +1,173 @@
+"""The HTTP server of ``rlloom serve``: one rollout engine behind SGLang's native endpoints.
+
+=================================  ==========================================================
+endpoint                           what it does
+=================================  ==========================================================
+``GET /health``                    200 when the server answers
+``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true}``
+``POST /generate``                 token in / token out (:mod:`rlloom_serverkit.schema`)
+``POST /update_weights_from_disk`` ``{"model_path": dir}``: the ``*.safetensors`` files of ``dir``
+``POST /update_weights_from_tensor`` ``{"serialized_named_tensors": [base64 safetensors bytes, ...]}``
+``POST /release_memory_occupation`` the engine's ``sleep()``
+``POST /resume_memory_occupation`` the engine's ``wake_up()``
+``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
+=================================  ==========================================================
+
+Generation goes through a :class:`~rlloom_enginekit.batching.BatchingScheduler`, so concurrent requests are
+batched; weight updates and sleep run on the engine's thread between batches. At most
+``max_concurrency`` generate requests are served at once (more get 503 at once, so a client can
+go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504. A malformed
+request gets 400 with the field named; an engine that fails gets 500 with its message.
+Weight answers follow SGLang: ``{"success": bool, "message": str}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import json
+import os
+from typing import Any
+
+from aiohttp import web
+from rlloom_enginekit.batching import BatchingScheduler
+from rlloom_enginekit.safetensors_dir import read_safetensors_dir
+from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
+
+from rlloom_server.config import ServeConfig
+from rlloom_serverkit.schema import SchemaError, parse_generate, render_generate
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "code": status}}, status=status)
+
+
+def _weights_answer(success: bool, message: str) -> web.Response:
+    return web.json_response({"success": success, "message": message}, status=200 if success else 400)
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SchemaError(f"the body is not JSON: {error}") from None
+
+
+def read_safetensors_bytes(blobs: Any) -> list[tuple[str, Any]]:
+    """The named tensors of a list of base64-encoded safetensors files; SchemaError if malformed."""
+    from safetensors.torch import load
+
+    if not isinstance(blobs, list) or not all(isinstance(blob, str) for blob in blobs):
+        raise SchemaError("serialized_named_tensors must be a list of base64 strings")
+    tensors = []
+    for k, blob in enumerate(blobs):
+        try:
+            tensors.extend(load(base64.b64decode(blob, validate=True)).items())
+        except (binascii.Error, ValueError, RuntimeError) as error:
+            raise SchemaError(f"serialized_named_tensors[{k}] is not base64 safetensors: {error}") from None
+    return tensors
+
+
+class RolloutServer:
+    """The routes over ``engine`` (a :class:`~rlloom.protocols.RolloutEngine`); see the module doc."""
+
+    def __init__(self, engine: RolloutEngine, cfg: ServeConfig, model_path: str, engine_name: str) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.model_path = model_path
+        self.engine_name = engine_name
+        self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
+        self.in_flight = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_body_mb * 2**20)
+        app.add_routes([
+            web.get("/health", self.health),
+            web.get("/get_model_info", self.model_info),
+            web.post("/generate", self.generate),
+            web.post("/update_weights_from_disk", self.update_from_disk),
+            web.post("/update_weights_from_tensor", self.update_from_tensor),
+            web.post("/release_memory_occupation", self.release_memory),
+            web.post("/resume_memory_occupation", self.resume_memory),
+            web.post("/flush_cache", self.flush_cache),
+        ])
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, _app: web.Application) -> None:
+        self.scheduler.close()
+        self.engine.close()
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def model_info(self, _request: web.Request) -> web.Response:
+        return web.json_response({"model_path": self.model_path, "engine": self.engine_name, "is_generation": True})
+
+    async def generate(self, request: web.Request) -> web.Response:
+        if self.in_flight >= self.cfg.max_concurrency:
+            return _error(503, f"the server is at its limit of {self.cfg.max_concurrency} concurrent requests")
+        self.in_flight += 1
+        try:
+            parsed = parse_generate(await _json(request))
+            calls = [self.scheduler.generate_one(ids, dataclasses.replace(
+                parsed.sampling, first_prompt=parsed.sampling.first_prompt + i)) for i, ids in enumerate(parsed.prompts)]
+            answers = await asyncio.wait_for(asyncio.gather(*calls), self.cfg.request_timeout_s)
+            return web.json_response(render_generate(parsed, answers))
+        except SchemaError as error:
+            return _error(400, str(error))
+        except asyncio.TimeoutError:
+            return _error(504, f"the request took longer than request_timeout_s={self.cfg.request_timeout_s}")
+        except Exception as error:  # noqa: BLE001 - the engine's failure goes back to the caller
+            return _error(500, f"{type(error).__name__}: {error}")
+        finally:
+            self.in_flight -= 1
+
+    async def _weights(self, load) -> web.Response:
+        try:
+            message = await load()
+        except SchemaError as error:
+            return _weights_answer(False, str(error))
+        except Exception as error:  # noqa: BLE001 - reported, the server keeps serving
+            return _weights_answer(False, f"{type(error).__name__}: {error}")
+        return _weights_answer(True, message)
+
+    async def update_from_disk(self, request: web.Request) -> web.Response:
+        async def load() -> str:
+            body = await _json(request)
+            path = body.get("model_path") if isinstance(body, dict) else None
+            if not isinstance(path, str) or not os.path.isdir(path):
+                raise SchemaError(f"model_path must name a folder on the server's machine, got {path!r}")
+            if isinstance(self.engine, LoadsWeightsFromDir):
+                await self.scheduler.run_exclusive(self.engine.load_weights_from_dir, path)
+            else:
+                await self.scheduler.run_exclusive(self.engine.update_weights, read_safetensors_dir(path))
+            return f"loaded the weights of {path}"
+        return await self._weights(load)
+
+    async def update_from_tensor(self, request: web.Request) -> web.Response:
+        async def load() -> str:
+            body = await _json(request)
+            if not isinstance(body, dict):
+                raise SchemaError("the body must be a JSON object")
+            tensors = read_safetensors_bytes(body.get("serialized_named_tensors"))
+            await self.scheduler.run_exclusive(self.engine.update_weights, tensors)
+            return f"loaded {len(tensors)} tensors"
+        return await self._weights(load)
+
+    async def release_memory(self, _request: web.Request) -> web.Response:
+        async def release() -> str:
+            await self.scheduler.run_exclusive(self.engine.sleep)
+            return "asleep"
+        return await self._weights(release)
+
+    async def resume_memory(self, _request: web.Request) -> web.Response:
+        async def resume() -> str:
+            await self.scheduler.run_exclusive(self.engine.wake_up)
+            return "awake"
+        return await self._weights(resume)
+
+    async def flush_cache(self, _request: web.Request) -> web.Response:
+        return web.Response(text="the engine keeps no cache between calls; nothing to flush")

@@ -1,0 +1,21 @@
+"""``rlloom serve`` settings (its command-line options); ``rollout=server``'s schema is
+:class:`rlloom_serverkit.config.ServerRolloutConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ServeConfig:
+    """- ``max_concurrency``: generate requests served at once; more are refused with 503.
+    - ``request_timeout_s``: longest a generate request may take before it is cancelled (504).
+    - ``max_batch_prompts``: most prompts in one engine call.
+    - ``max_body_mb``: largest request body (weight updates carry whole buckets)."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    max_concurrency: int = 256
+    request_timeout_s: float = 600.0
+    max_batch_prompts: int = 64
+    max_body_mb: int = 4096

@@ -1,0 +1,208 @@
+"""``rollout=server``: a rollout engine that sends every prompt to one of several HTTP servers
+(``rlloom serve``, or SGLang itself through ``rollout=sglang``) and gathers the answers.
+
+Load balancing: each prompt goes to the server with the fewest requests outstanding from this
+client. A request that fails to connect, times out or gets a 5xx is retried on another server
+(the least loaded one other than those that failed it) after ``backoff_s * 2**attempt`` seconds,
+at most ``retries`` times; then the call raises naming each URL tried and what it answered. A
+server that failed is skipped for ``down_s`` seconds while another is up, so a dead server costs
+one failed request per ``down_s``, not one per prompt. A 4xx
+or an answer that does not follow the schema raises at once, naming the URL: retrying elsewhere
+would not help.
+
+Weights go to every server: :meth:`update_weights` (``resharder=in_process``) posts the tensors as
+safetensors buckets of ``weight_bucket_mb`` to ``/update_weights_from_tensor``;
+:meth:`load_weights_from_dir` (``resharder=safetensors``, servers sharing the folder) names the
+folder to ``/update_weights_from_disk``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import time
+from collections.abc import Iterable
+
+import torch
+from rlloom import Batch, Completion, EngineSpec, SamplingParams
+from rlloom_enginekit.batching import completions_batch
+from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_enginekit.safetensors_dir import tensor_buckets
+
+from rlloom_serverkit.config import ServerRolloutConfig
+from rlloom_serverkit.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer
+
+RETRYABLE_STATUS = (500, 502, 503, 504)
+
+
+class ServerError(RuntimeError):
+    """A server could not be used; the message names its URL. ``retryable``: another server (or a
+    later try) may succeed (transport errors, timeouts, 5xx)."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ServerRolloutEngine:
+    """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
+    servers (see the module doc). ``send_prompt_index``: the servers understand rlloom's
+    ``prompt_index`` (False for SGLang, which gets one request per sample, each with its own seed)."""
+
+    def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
+        self.config = cfg
+        self.urls = [str(url).rstrip("/") for url in cfg.urls]
+        self.send_prompt_index = send_prompt_index
+        _, self.pad_id = model_token_ids(spec.model_path)
+        self._generator = torch.Generator().manual_seed(spec.seed)
+        self.outstanding = [0] * len(self.urls)
+        self.down_until = [0.0] * len(self.urls)  # time.monotonic() before which a failed server is passed over
+        self.requests_served = [0] * len(self.urls)
+        self.retried = 0
+        asyncio.run(self._check_servers())
+
+    # ------------------------------------------------------------------------------ HTTP
+    def _session(self):
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s, sock_connect=self.config.connect_timeout_s)
+        return aiohttp.ClientSession(timeout=timeout)
+
+    async def _check_servers(self) -> None:
+        async with self._session() as session:
+            await asyncio.gather(*(self._post(session, i, "/health", None, method="GET") for i in range(len(self.urls))))
+
+    async def _post(self, session, server: int, path: str, body: dict | None, method: str = "POST"):
+        """The JSON (or text) answer of ``server`` to ``path``; ServerError naming the URL when the
+        server cannot be reached or answers an error status (``retryable`` set for 5xx and transport errors)."""
+        import aiohttp
+
+        url = self.urls[server] + path
+        try:
+            async with session.request(method, url, json=body) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise ServerError(f"rollout=server: {url} answered {response.status}: {text[:500]}",
+                                      retryable=response.status in RETRYABLE_STATUS)
+                if response.content_type == "application/json":
+                    return await response.json()
+                return text
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+            raise ServerError(f"rollout=server: cannot reach {url}: {type(error).__name__}: {error or 'timed out'}",
+                              retryable=True) from error
+
+    async def _to_all(self, path: str, body: dict | None = None) -> None:
+        async with self._session() as session:
+            answers = await asyncio.gather(*(self._post(session, i, path, body) for i in range(len(self.urls))))
+        for url, answer in zip(self.urls, answers):
+            if isinstance(answer, dict) and answer.get("success") is False:
+                raise ServerError(f"rollout=server: {url}{path} failed: {answer.get('message')}")
+
+    # ------------------------------------------------------------------------------ generation
+    def _pick(self, excluded: set[int]) -> int:
+        """The least loaded server not in ``excluded`` and not marked down; relaxing those in turn
+        when none is left."""
+        now = time.monotonic()
+        servers = range(len(self.urls))
+        candidates = ([i for i in servers if i not in excluded and self.down_until[i] <= now]
+                      or [i for i in servers if i not in excluded] or list(servers))
+        return min(candidates, key=lambda i: self.outstanding[i])
+
+    async def _request(self, session, limit: asyncio.Semaphore, prompt_ids: list[int], sampling: SamplingParams,
+                       seed: int) -> Completion:
+        """One prompt's ``sampling.n`` samples (one request, or one per sample for SGLang)."""
+        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index)
+        parts = await asyncio.gather(*(self._send(session, limit, body) for body in bodies))
+        return parts[0] if len(parts) == 1 else merge_completions(list(parts))
+
+    async def _send(self, session, limit: asyncio.Semaphore, body: dict) -> Completion:
+        """``body`` to the least loaded server, retried elsewhere as the module doc says."""
+        n = body["sampling_params"]["n"]
+        failed: dict[int, str] = {}
+        async with limit:
+            for attempt in range(self.config.retries + 1):
+                server = self._pick(set(failed))
+                self.outstanding[server] += 1
+                try:
+                    answer = await self._post(session, server, "/generate", body)
+                except ServerError as error:
+                    if not error.retryable:
+                        raise
+                    failed[server] = str(error)
+                    self.down_until[server] = time.monotonic() + self.config.down_s
+                    if attempt < self.config.retries:
+                        self.retried += 1
+                        await asyncio.sleep(self.config.backoff_s * 2**attempt)
+                    continue
+                finally:
+                    self.outstanding[server] -= 1
+                try:
+                    completion = parse_generate_answer(answer, n)
+                except SchemaError as error:
+                    raise ServerError(f"rollout=server: {self.urls[server]}/generate answered malformed data: "
+                                      f"{error}") from None
+                self.requests_served[server] += 1
+                return completion
+        raise ServerError("rollout=server: the request failed on every try: " + "; ".join(failed.values()))
+
+    async def _generate_all(self, token_lists: list[list[int]], indices: list[int], sampling: SamplingParams,
+                            seed: int) -> list[Completion]:
+        limit = asyncio.Semaphore(self.config.max_in_flight)
+        async with self._session() as session:
+            return await asyncio.gather(*(
+                self._request(session, limit, ids, dataclasses.replace(sampling, first_prompt=index), seed)
+                for ids, index in zip(token_lists, indices)))
+
+    def _seed(self, sampling: SamplingParams) -> int:
+        if sampling.seed is not None:
+            return sampling.seed
+        return int(torch.randint(2**62, (), generator=self._generator))
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        """Contract: ``RolloutEngine.generate``; one request per prompt (with ``n`` samples), all in
+        flight at once up to ``max_in_flight``. Randomness is keyed by (seed, prompt index,
+        response) on an rlloom server, so the output does not depend on which server answered."""
+        prompts.require("prompts", "prompt_mask")
+        check_left_padded(prompts["prompts"], prompts["prompt_mask"])
+        token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
+        indices = prompt_indices(prompts, sampling.first_prompt).tolist()
+        answers = asyncio.run(self._generate_all(token_lists, indices, sampling, self._seed(sampling)))
+        return completions_batch(prompts, answers, sampling, self.pad_id)
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Contract: ``AsyncRolloutEngine.generate_one``; ``sampling.seed`` None draws one."""
+        limit = asyncio.Semaphore(self.config.max_in_flight)
+        async with self._session() as session:
+            return await self._request(session, limit, list(prompt_ids), sampling, self._seed(sampling))
+
+    # ------------------------------------------------------------------------------ weights and memory
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request."""
+        from safetensors.torch import save
+
+        on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)
+        for bucket in tensor_buckets(on_host, self.config.weight_bucket_mb * 10**6):
+            blob = base64.b64encode(save(dict(bucket))).decode("ascii")
+            asyncio.run(self._to_all("/update_weights_from_tensor", {"serialized_named_tensors": [blob]}))
+
+    def load_weights_from_dir(self, path: str) -> None:
+        """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read)."""
+        asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path}))
+
+    def sleep(self) -> None:
+        if self.config.sleep_servers:
+            asyncio.run(self._to_all("/release_memory_occupation", {}))
+
+    def wake_up(self) -> None:
+        if self.config.sleep_servers:
+            asyncio.run(self._to_all("/resume_memory_occupation", {}))
+
+    def metrics(self) -> dict[str, float]:
+        """Requests each server answered and requests retried, since the engine started."""
+        result = {f"rollout/server{i}/requests": float(n) for i, n in enumerate(self.requests_served)}
+        result["rollout/retried_requests"] = float(self.retried)
+        return result
+
+    def close(self) -> None:
+        """Nothing to release: the servers belong to whoever started them."""

@@ -1,0 +1,189 @@
+"""The HTTP API's JSON, both ways: the SGLang-compatible subset ``rlloom serve`` answers and
+``rollout=server`` (and ``rollout=sglang``) sends.
+
+``POST /generate`` request (SGLang's ``GenerateReqInput`` fields, token in / token out)::
+
+    {"input_ids": [1, 2, 3] | [[1, 2], [3]],
+     "sampling_params": {"n", "temperature", "top_p", "top_k", "max_new_tokens", "ignore_eos",
+                         "sampling_seed"},          # all optional, defaults as SamplingParams
+     "return_logprob": false,
+     "prompt_index": 0}                             # rlloom extension, see below
+
+Answer: one object per sample, ``{"output_ids": [...], "meta_info": {"id", "finish_reason":
+{"type": "stop", "matched": id} | {"type": "length", "length": L}, "prompt_tokens",
+"completion_tokens", "output_token_logprobs": [[log_prob, token_id, null], ...]}}`` (log-probs only
+with ``return_logprob``); a single prompt with ``n == 1`` gets the object, anything else a list,
+prompt-major (prompt i's n samples are consecutive). No ``text``: nothing is detokenized.
+
+``prompt_index`` (rlloom's own field; SGLang has none): the prompt's index in the caller's whole
+batch, which keys the randomness of its samples with ``sampling_seed`` as in
+:meth:`rlloom.protocols.RolloutEngine.generate` (the i-th prompt of a batched request gets
+``prompt_index + i``). So a trainer's prompts give the same samples whichever server, batch or
+order serves them. A client talking to SGLang itself leaves it out and sends one
+``sampling_seed`` per prompt instead (:func:`sample_seed`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from rlloom import Completion, SamplingParams
+
+SAMPLING_KEYS = {
+    "n": int, "temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "ignore_eos": bool,
+    "sampling_seed": int,
+}
+REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "rid", "stream")
+
+
+class SchemaError(ValueError):
+    """A request or answer that does not follow the schema; the message names the field."""
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """A parsed ``/generate`` request: ``prompts`` (token ids), ``sampling`` with ``first_prompt`` =
+    the first prompt's index, whether to return log-probs and whether ``input_ids`` was a batch."""
+
+    prompts: list[list[int]]
+    sampling: SamplingParams
+    return_logprob: bool
+    batched: bool
+
+
+def _token_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise SchemaError(f"{where} must be a non-empty list of token ids")
+    if not all(isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in value):
+        raise SchemaError(f"{where} must hold non-negative integer token ids")
+    return value
+
+
+def _typed(name: str, value: Any, kind: type) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is not bool and isinstance(value, bool) or not isinstance(value, kind):
+        raise SchemaError(f"sampling_params.{name} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_generate(body: Any) -> GenerateRequest:
+    """A ``/generate`` body as a :class:`GenerateRequest`; :class:`SchemaError` naming the field
+    that is missing, unknown or of the wrong type or value."""
+    if not isinstance(body, dict):
+        raise SchemaError("the body must be a JSON object")
+    unknown = sorted(set(body) - set(REQUEST_KEYS))
+    if "text" in body:
+        raise SchemaError("this server is token in, token out: send input_ids, not text")
+    if unknown:
+        raise SchemaError(f"unknown field(s) {unknown}; supported: {list(REQUEST_KEYS)}")
+    if body.get("stream"):
+        raise SchemaError("stream=true is not supported")
+    ids = body.get("input_ids")
+    batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    prompts = [_token_list(p, f"input_ids[{i}]") for i, p in enumerate(ids)] if batched else [
+        _token_list(ids, "input_ids")]
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise SchemaError("sampling_params must be a JSON object")
+    unknown = sorted(set(params) - set(SAMPLING_KEYS))
+    if unknown:
+        raise SchemaError(f"unknown sampling_params {unknown}; supported: {sorted(SAMPLING_KEYS)}")
+    values = {name: _typed(name, value, SAMPLING_KEYS[name]) for name, value in params.items() if value is not None}
+    index = body.get("prompt_index", 0)
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise SchemaError(f"prompt_index must be a non-negative integer, got {index!r}")
+    seed = values.pop("sampling_seed", None)
+    try:
+        sampling = SamplingParams(**values, seed=seed, first_prompt=index)
+    except ValueError as error:
+        raise SchemaError(str(error).replace("SamplingParams.", "sampling_params.")) from None
+    return GenerateRequest(prompts, sampling, bool(body.get("return_logprob", False)), batched)
+
+
+def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict | list[dict]:
+    """The answer body for ``request`` given one :class:`Completion` per prompt (see the module doc)."""
+    outputs = []
+    for prompt, answer in zip(request.prompts, answers):
+        for j, tokens in enumerate(answer.token_ids):
+            reason = answer.finish_reasons[j]
+            meta: dict[str, Any] = {
+                "id": uuid.uuid4().hex,
+                "finish_reason": ({"type": "length", "length": len(tokens)} if reason == "length"
+                                  else {"type": "stop", "matched": tokens[-1] if tokens else None}),
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(tokens),
+            }
+            if request.return_logprob and answer.log_probs is not None:
+                meta["output_token_logprobs"] = [[lp, token, None] for lp, token in zip(answer.log_probs[j], tokens)]
+            outputs.append({"output_ids": tokens, "meta_info": meta})
+    return outputs[0] if not request.batched and request.sampling.n == 1 else outputs
+
+
+# ------------------------------------------------------------------------------ client side
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser on a 64-bit value."""
+    x &= 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def sample_seed(seed: int, prompt_index: int, copy: int) -> int:
+    """A 63-bit seed for sample ``copy`` of prompt ``prompt_index`` of a call seeded ``seed``, for a
+    server without ``prompt_index`` (SGLang): distinct for every (prompt, sample) of a call."""
+    golden = 0x9E3779B97F4A7C15
+    return _mix(_mix(seed ^ (prompt_index * golden)) ^ (copy * golden)) >> 1
+
+
+def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool) -> list[dict]:
+    """The ``/generate`` bodies asking for ``sampling.n`` samples of one prompt whose index is
+    ``sampling.first_prompt``. An rlloom server gets one body with ``n``, the call's seed and
+    ``prompt_index``. SGLang gets ``n`` bodies of one sample, each with its own
+    :func:`sample_seed`: SGLang gives all ``n`` samples of one request the request's seed."""
+    params = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
+              "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens, "ignore_eos": sampling.ignore_eos}
+    if with_prompt_index:
+        return [{"input_ids": list(prompt_ids), "sampling_params": {**params, "sampling_seed": seed},
+                 "return_logprob": True, "prompt_index": sampling.first_prompt}]
+    return [{"input_ids": list(prompt_ids), "return_logprob": True,
+             "sampling_params": {**params, "n": 1, "sampling_seed": sample_seed(seed, sampling.first_prompt, copy)}}
+            for copy in range(sampling.n)]
+
+
+def merge_completions(parts: list[Completion]) -> Completion:
+    """The samples of several completions of one prompt as one, in order."""
+    log_probs = None if any(p.log_probs is None for p in parts) else [lp for p in parts for lp in p.log_probs]
+    return Completion([ids for p in parts for ids in p.token_ids], log_probs,
+                      [reason for p in parts for reason in p.finish_reasons])
+
+
+def parse_generate_answer(data: Any, n: int) -> Completion:
+    """The answer to one of :func:`generate_bodies` as a :class:`Completion`; :class:`SchemaError` when it
+    is not ``n`` outputs of the documented shape."""
+    outputs = data if isinstance(data, list) else [data]
+    if len(outputs) != n:
+        raise SchemaError(f"expected {n} output(s), got {len(outputs)}")
+    tokens, log_probs, reasons = [], [], []
+    for k, output in enumerate(outputs):
+        if not isinstance(output, dict) or not isinstance(output.get("meta_info"), dict):
+            raise SchemaError(f"output {k} has no meta_info object")
+        ids = output.get("output_ids")
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise SchemaError(f"output {k}: output_ids must be a list of token ids")
+        meta = output["meta_info"]
+        entries = meta.get("output_token_logprobs")
+        if entries is None:
+            log_probs = None
+        elif log_probs is not None:
+            if not isinstance(entries, list) or len(entries) != len(ids) or not all(
+                    isinstance(e, list) and len(e) >= 2 and e[1] == t for e, t in zip(entries, ids)):
+                raise SchemaError(f"output {k}: output_token_logprobs must be one [log_prob, token_id, ...] per output id")
+            log_probs.append([float(e[0]) for e in entries])
+        reason = meta.get("finish_reason")
+        kind = reason.get("type") if isinstance(reason, dict) else reason
+        tokens.append(ids)
+        reasons.append("length" if kind == "length" else "stop")
+    return Completion(tokens, log_probs, reasons)

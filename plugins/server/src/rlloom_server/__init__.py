@@ -1,1 +1,0 @@
-"""rlloom-server: rollout engines behind HTTP (``rlloom serve``) and the client engine ``rollout=server``."""

@@ -1,1 +1,0 @@
-"""rlloom-trackers: TensorBoard, Weights & Biases and MLflow trackers (``trainer.trackers=[...]``)."""

@@ -1,0 +1,42 @@
+"""``rlloom export RUN_OR_CHECKPOINT [--out DIR]``: a checkpoint's policy as a Hugging Face folder that
+``AutoModelForCausalLM.from_pretrained`` loads (:func:`rlloom_trainer.export.export_checkpoint`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from rlloom.config import ConfigError
+
+from rlloom_trainer.commands.targets import resolve_target
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export the checkpoint ``args.checkpoint`` names; print the folder written (stdout) and what it is (stderr)."""
+    from rlloom.controller.local import quiet_transformers
+    from rlloom_trainer.export import export_checkpoint  # imports torch: not when the parser is built
+
+    target = resolve_target(args.checkpoint)
+    if target.checkpoint is None:
+        raise ConfigError(f"{args.checkpoint!r} is already a Hugging Face model folder; export takes a run folder or "
+                          f"a checkpoint")
+    quiet_transformers()
+    out = export_checkpoint(target.checkpoint, args.out or os.path.join(target.run_dir, "export"))
+    print(f"rlloom: wrote the policy of {target.checkpoint} (step {target.step}) to {out}, a Hugging Face folder "
+          f"for AutoModelForCausalLM.from_pretrained", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """write a checkpoint's policy as a Hugging Face folder
+
+    Adds ``rlloom export``'s arguments to ``parser``; returns :func:`cmd_export`."""
+    parser.description = (
+        "Export the actor of a checkpoint for AutoModelForCausalLM.from_pretrained: RUN_DIR (its latest "
+        "checkpoint), RUN_DIR/checkpoints/latest or RUN_DIR/checkpoints/global_step_<N>.")
+    parser.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT")
+    parser.add_argument("--out", help="output folder (default: RUN_DIR/export)")
+    return cmd_export
