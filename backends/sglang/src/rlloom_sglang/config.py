@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
+
+from rlloom.config.limits import Limited
 
 from rlloom_serverkit.config import ServerRolloutConfig
 
 
 @dataclass
-class SGLangRolloutConfig:
+class SGLangRolloutConfig(Limited):
     """- ``url``: attach to a running SGLang server instead of launching one (then the launch
       settings below are unused; the server must hold the run's model).
     - ``offline``: run SGLang in this process (``sglang.Engine``, no HTTP) instead of a server;
@@ -23,6 +25,9 @@ class SGLangRolloutConfig:
       launched server gets ``--enable-memory-saver`` for it).
     - ``weights_dir``: where weight syncs write the safetensors folder SGLang reloads from disk
       (None: a temporary folder, removed on close)."""
+
+    section: ClassVar[str] = "rollout"
+    limits: ClassVar[dict] = {"tp_size": ">= 1", "mem_fraction_static": "in (0, 1)", "startup_timeout_s": "> 0"}
 
     url: Optional[str] = None
     offline: bool = False
@@ -41,17 +46,12 @@ class SGLangRolloutConfig:
     weights_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.url is not None and not str(self.url).startswith(("http://", "https://")):
             raise ValueError(f"rollout.url={self.url!r} is not an http:// or https:// URL")
         if self.url is not None and self.offline:
             raise ValueError("rollout.url and rollout.offline=true exclude each other: attach to a server, or run "
                              "SGLang in this process")
-        if self.tp_size < 1:
-            raise ValueError(f"rollout.tp_size must be >= 1, got {self.tp_size}")
-        if not 0.0 < self.mem_fraction_static < 1.0:
-            raise ValueError(f"rollout.mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
-        if self.startup_timeout_s <= 0:
-            raise ValueError(f"rollout.startup_timeout_s must be > 0, got {self.startup_timeout_s}")
 
     def client_config(self, url: str) -> ServerRolloutConfig:
         """The ``rollout=server`` client settings for one server at ``url``."""

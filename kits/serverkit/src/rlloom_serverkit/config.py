@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from rlloom.config.limits import Limited
 
 
 @dataclass
-class ServerRolloutConfig:
+class ServerRolloutConfig(Limited):
     """- ``urls``: the servers, e.g. ``[http://127.0.0.1:30000]``.
     - ``timeout_s``: longest wait for one request's answer; ``connect_timeout_s``: for a connection.
     - ``retries``: how many times a failed request is sent again (to another server when there is
@@ -16,6 +19,11 @@ class ServerRolloutConfig:
     - ``weight_bucket_mb``: most megabytes of tensors per weight-update request.
     - ``down_s``: how long a server that failed a request is passed over while others are up.
     - ``sleep_servers``: ``sleep()`` / ``wake_up()`` release and resume the servers' memory."""
+
+    section: ClassVar[str] = "rollout"
+    limits: ClassVar[dict] = {**dict.fromkeys(("timeout_s", "connect_timeout_s", "max_in_flight", "weight_bucket_mb"),
+                                              "> 0"),
+                              **dict.fromkeys(("retries", "backoff_s", "down_s"), ">= 0")}
 
     urls: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
@@ -28,13 +36,9 @@ class ServerRolloutConfig:
     sleep_servers: bool = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.urls:
             raise ValueError("rollout.urls is empty: name at least one server, e.g. rollout.urls=[http://127.0.0.1:30000]")
         for url in self.urls:
             if not str(url).startswith(("http://", "https://")):
                 raise ValueError(f"rollout.urls: {url!r} is not an http:// or https:// URL")
-        for name in ("timeout_s", "connect_timeout_s", "max_in_flight", "weight_bucket_mb"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"rollout.{name} must be > 0, got {getattr(self, name)}")
-        if self.retries < 0 or self.backoff_s < 0 or self.down_s < 0:
-            raise ValueError("rollout.retries, rollout.backoff_s and rollout.down_s must be >= 0")
