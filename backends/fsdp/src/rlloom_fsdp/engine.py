@@ -75,7 +75,7 @@ class FSDPTrainEngine:
                 f"EngineSpec.role {spec.role!r} is not supported by the fsdp train engine; choose one of "
                 f"{list(ROLES)}"
             )
-        self.cfg = cfg
+        self.config = cfg
         self.spec = spec
         self.trainable = spec.role in TRAINABLE_ROLES
         self.is_critic = spec.role == "critic"
@@ -131,7 +131,7 @@ class FSDPTrainEngine:
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based)."""
-        return self.cfg.lr_at(step, self.spec.role, self.spec.total_train_steps)
+        return self.config.lr_at(step, self.spec.role, self.spec.total_train_steps)
 
     def reduce_over_dp(self, values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
         """``values`` reduced with ``op`` over all ranks (a collective, on the engine's device so
@@ -158,9 +158,9 @@ class FSDPTrainEngine:
         copied, so the passes over them never wait for a value read back from the GPU), and the inputs
         of the padding passes this rank must add to match the rank with the most micro-batches (the
         first row, once per missing micro-batch)."""
-        cut = micro_batches(batch, rows, self.cfg.max_tokens_per_micro_batch)
+        cut = micro_batches(batch, rows, self.config.max_tokens_per_micro_batch)
         (most,) = self.reduce_over_dp([len(cut)], dist.ReduceOp.MAX)
-        layout = self.cfg.sequence_layout
+        layout = self.config.sequence_layout
         micros = [(micro.to(self.device), model_input(micro, layout).to(self.device)) for micro in cut]
         missing = int(most) - len(cut)
         return micros, [model_input(cut[0].slice(0, 1), layout).to(self.device)] * missing if missing else []
@@ -173,7 +173,7 @@ class FSDPTrainEngine:
         and only real response tokens go through the LM head, in chunks of ``cfg.head_chunk_rows``
         rows (0: :func:`rlloom_fsdp.head.default_chunk_rows`)."""
         return self.model.score_responses(
-            inputs, temperature, entropy, self.cfg.head_chunk_rows or default_chunk_rows(self.vocab_size),
+            inputs, temperature, entropy, self.config.head_chunk_rows or default_chunk_rows(self.vocab_size),
         )
 
     def _values_forward(self, inputs: ModelInput) -> torch.Tensor:
@@ -187,7 +187,7 @@ class FSDPTrainEngine:
         ``entropy`` when ``cfg.train_entropy``), all [b, R] with grad."""
         if self.is_critic:
             return {"values": self._values_forward(inputs)}
-        log_probs, entropies = self._forward(inputs, temperature, self.cfg.train_entropy)
+        log_probs, entropies = self._forward(inputs, temperature, self.config.train_entropy)
         outputs = {"log_probs": log_probs}
         if entropies is not None:
             outputs["entropy"] = entropies
@@ -232,7 +232,7 @@ class FSDPTrainEngine:
         self._check_inputs(batch, "compute_log_probs")
         self._ready()
         temperature = policy_temperature(batch)
-        size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+        size = self.config.log_prob_micro_batch_size or self.config.micro_batch_size
         micros, padding = self._micro_batches(batch, size)
         self.model.eval()
         log_probs, entropies = [], []
@@ -261,7 +261,7 @@ class FSDPTrainEngine:
         self._require_critic("compute_values", wanted=True)
         self._check_inputs(batch, "compute_values")
         self._ready()
-        size = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+        size = self.config.log_prob_micro_batch_size or self.config.micro_batch_size
         micros, padding = self._micro_batches(batch, size)
         self.model.eval()
         with torch.no_grad():
@@ -302,7 +302,7 @@ class FSDPTrainEngine:
         return batch
 
     def train_micro_batches(self, rows: Batch) -> tuple[list[tuple[Batch, ModelInput]], list[ModelInput]]:
-        return self._micro_batches(rows, self.cfg.micro_batch_size)
+        return self._micro_batches(rows, self.config.micro_batch_size)
 
     def backward(self, loss: torch.Tensor) -> None:
         (loss * self.dp_size).backward()
@@ -337,8 +337,8 @@ class FSDPTrainEngine:
         norm = get_total_norm([p.grad for p in parameters], norm_type=2.0)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
-        if self.cfg.grad_clip > 0 and torch.isfinite(norm):
-            clip_grads_with_norm_(parameters, self.cfg.grad_clip, norm)
+        if self.config.grad_clip > 0 and torch.isfinite(norm):
+            clip_grads_with_norm_(parameters, self.config.grad_clip, norm)
         return float(norm)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

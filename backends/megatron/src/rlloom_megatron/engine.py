@@ -119,7 +119,7 @@ class MegatronTrainEngine:
                              f"choose one of {list(ROLES)}")
         with megatron_notices_silenced():
             parallel_state = import_megatron()
-        self.cfg = cfg
+        self.config = cfg
         self.spec = spec
         self.trainable = spec.role in TRAINABLE_ROLES
         self.is_critic = spec.role == "critic"
@@ -198,7 +198,7 @@ class MegatronTrainEngine:
     def _micro_batches(self, union: Batch, rows: int) -> list[Batch]:
         """The TP group's rows cut into micro-batches of ``rows`` rows, or by
         ``cfg.max_tokens_per_micro_batch`` when set (:func:`rlloom_enginekit.packing.micro_batches`)."""
-        return micro_batches(union, rows, self.cfg.max_tokens_per_micro_batch)
+        return micro_batches(union, rows, self.config.max_tokens_per_micro_batch)
 
     def reduce_over_dp(self, values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
         """``values`` reduced with ``op`` over the data-parallel group (one value per TP group)."""
@@ -252,7 +252,7 @@ class MegatronTrainEngine:
     def train_outputs(self, micro: Batch, temperature: float) -> dict[str, torch.Tensor]:
         if self.is_critic:
             return {"values": self._values(micro)}
-        log_probs, entropies = self._forward(micro, temperature, self.cfg.train_entropy)
+        log_probs, entropies = self._forward(micro, temperature, self.config.train_entropy)
         return {"log_probs": log_probs} | ({} if entropies is None else {"entropy": entropies})
 
     def _require_critic(self, method: str, wanted: bool) -> None:
@@ -272,7 +272,7 @@ class MegatronTrainEngine:
         self.model.eval()
         log_probs, entropies = [], []
         with torch.no_grad():
-            for micro in self._micro_batches(union, self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size):
+            for micro in self._micro_batches(union, self.config.log_prob_micro_batch_size or self.config.micro_batch_size):
                 micro_log_probs, micro_entropy = self._forward(micro.to(self.device), temperature, entropy)
                 log_probs.append(micro_log_probs)
                 entropies.append(micro_entropy)
@@ -290,7 +290,7 @@ class MegatronTrainEngine:
         union, start, stop = self._tp_union(batch)
         self.model.eval()
         with torch.no_grad():
-            rows = self.cfg.log_prob_micro_batch_size or self.cfg.micro_batch_size
+            rows = self.config.log_prob_micro_batch_size or self.config.micro_batch_size
             values = [self._values(micro.to(self.device)) for micro in self._micro_batches(union, rows)]
         return Batch({"values": torch.cat(values)[start:stop].cpu()}, meta=batch.meta, batch_size=len(batch))
 
@@ -327,14 +327,14 @@ class MegatronTrainEngine:
     def train_micro_batches(self, rows: Batch) -> tuple[list[tuple[Batch, Batch]], list[Batch]]:
         """Micro-batches on the device, each its own ``inputs``; no padding passes (DDP reduces the
         gradients once, after the last micro-batch)."""
-        micros = [micro.to(self.device) for micro in self._micro_batches(rows, self.cfg.micro_batch_size)]
+        micros = [micro.to(self.device) for micro in self._micro_batches(rows, self.config.micro_batch_size)]
         return [(micro, micro) for micro in micros], []
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
     def lr_at(self, step: int) -> float:
-        return self.cfg.lr_at(step, self.spec.role, self.spec.total_train_steps)
+        return self.config.lr_at(step, self.spec.role, self.spec.total_train_steps)
 
     def extra_sums(self, micros: list[tuple[Batch, Batch]]) -> dict[str, float]:
         return {}

@@ -43,7 +43,7 @@ class InProcessResharder:
     """
 
     def __init__(self, cfg: InProcessResharderConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         from rlloom.devices import CudaPeak

@@ -64,7 +64,7 @@ class RayLauncher:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         import ray
 
-        self.cfg = cfg
+        self.config = cfg
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
             if cfg.address not in (None, "auto", "local"):
@@ -80,7 +80,7 @@ class RayLauncher:
         try:
             if spec.role == "resharder":
                 return SyncHandle(spec, build_role(spec, registry))
-            group = self._group(self.cfg.pool_of(spec.role))
+            group = self._group(self.config.pool_of(spec.role))
             modes = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
             handle = RoleHandle(spec.role, group, modes, registry)
             self.handles.append(handle)
@@ -96,7 +96,7 @@ class RayLauncher:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        size, cfg = self.cfg.pools()[pool], self.cfg
+        size, cfg = self.config.pools()[pool], self.config
         placement = placement_group([cfg.bundle()] * size, strategy="PACK", name=f"rlloom-{pool}")
         ready, _ = ray.wait([placement.ready()], timeout=cfg.call_timeout_s)
         if not ready:

@@ -79,7 +79,7 @@ class BroadcastResharder:
     """Implements :class:`rlloom.protocols.DistributedResharder` with broadcasts from sync rank 0."""
 
     def __init__(self, cfg: BroadcastResharderConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.group: Any = None  # the sync group's backend (ProcessGroupGloo / ProcessGroupNCCL) once connected
         self.rank = -1
         self.device = torch.device("cpu")
@@ -89,10 +89,10 @@ class BroadcastResharder:
         at the same time. Returns when all ``world_size`` members have joined."""
         if self.group is not None:
             raise RuntimeError(f"resharder=broadcast: already connected as rank {self.rank}")
-        nccl = resolve_backend(self.cfg.backend) == "nccl"
+        nccl = resolve_backend(self.config.backend) == "nccl"
         if nccl and not dist.is_nccl_available():
             raise RuntimeError("resharder.backend=nccl: this torch build has no NCCL; use gloo or auto")
-        timeout = datetime.timedelta(seconds=self.cfg.timeout_s)
+        timeout = datetime.timedelta(seconds=self.config.timeout_s)
         store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
         store = dist.PrefixStore(STORE_PREFIX, store)
         if nccl:

@@ -29,20 +29,20 @@ class SafetensorsResharder:
     the seconds of writing plus reloading."""
 
     def __init__(self, cfg: SafetensorsResharderConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         start = time.perf_counter()
-        directory = self.cfg.directory or tempfile.mkdtemp(prefix="rlloom-weights-")
+        directory = self.config.directory or tempfile.mkdtemp(prefix="rlloom-weights-")
         try:
             num_tensors, num_bytes = write_safetensors_dir(
-                train.named_weights(), directory, self.cfg.max_shard_mb * 10**6
+                train.named_weights(), directory, self.config.max_shard_mb * 10**6
             )
             if isinstance(rollout, LoadsWeightsFromDir):
                 rollout.load_weights_from_dir(directory)
             else:
                 rollout.update_weights(read_safetensors_dir(directory))
         finally:
-            if not self.cfg.keep_files and self.cfg.directory is None:
+            if not self.config.keep_files and self.config.directory is None:
                 shutil.rmtree(directory, ignore_errors=True)
         return SyncStats(num_tensors, num_bytes, time.perf_counter() - start)

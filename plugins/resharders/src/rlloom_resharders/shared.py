@@ -30,7 +30,7 @@ class SharedResharder:
     """See the module doc."""
 
     def __init__(self, cfg: SharedResharderConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.freed_bytes = 0  # the rollout's own weights let go so far
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:

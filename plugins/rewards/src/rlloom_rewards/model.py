@@ -50,7 +50,7 @@ class ModelReward:
 
         if not os.path.isfile(os.path.join(cfg.path, "config.json")):
             raise ValueError(f"reward.path={cfg.path!r} is not a local Hugging Face model folder (no config.json)")
-        self.cfg = cfg
+        self.config = cfg
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.path)
         self.tokenizer.truncation_side = "left"
         self.tokenizer.padding_side = "right"
@@ -72,11 +72,11 @@ class ModelReward:
 
         scores = []
         with torch.no_grad():
-            for start in range(0, len(texts), self.cfg.batch_size):
+            for start in range(0, len(texts), self.config.batch_size):
                 encoded = self.tokenizer(
-                    texts[start : start + self.cfg.batch_size], padding=True, truncation=True,
-                    max_length=self.cfg.max_length, return_tensors="pt",
-                ).to(self.cfg.device)
+                    texts[start : start + self.config.batch_size], padding=True, truncation=True,
+                    max_length=self.config.max_length, return_tensors="pt",
+                ).to(self.config.device)
                 logits = self.model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).logits
                 scores.append(logits[:, 0].float().cpu())
         return torch.cat(scores) if scores else torch.zeros(0)
@@ -84,7 +84,7 @@ class ModelReward:
     def __call__(self, batch: Batch) -> RewardResult:
         from rlloom import RewardResult
 
-        batch.require("response_text", *(("prompt_text",) if self.cfg.include_prompt else ()))
+        batch.require("response_text", *(("prompt_text",) if self.config.include_prompt else ()))
         responses = list(batch["response_text"])
-        prompts = list(batch["prompt_text"]) if self.cfg.include_prompt else [""] * len(responses)
+        prompts = list(batch["prompt_text"]) if self.config.include_prompt else [""] * len(responses)
         return RewardResult(scores=self.score_texts([p + r for p, r in zip(prompts, responses, strict=True)]))

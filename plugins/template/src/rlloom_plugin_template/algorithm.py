@@ -30,10 +30,10 @@ class ToyReinforce:
     needs_critic = False
 
     def __init__(self, cfg: ToyReinforceConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
 
     def step(self, ctx, prompts: Batch) -> dict[str, float]:
-        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
+        batch = ctx.score(ctx.generate(prompts, n=self.config.n))
         baseline = batch["scores"].mean()
         batch["advantages"] = (batch["scores"] - baseline).unsqueeze(1) * batch["response_mask"].float()
         ctx.update_actor(batch, reinforce_loss, mini_batch_rows=len(batch))

@@ -18,9 +18,9 @@ class ToyLengthReward:
     """score = 1 if len(response_text.strip()) <= max_chars else 0."""
 
     def __init__(self, cfg: ToyLengthRewardConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
 
     def __call__(self, batch: Batch) -> RewardResult:
-        short = [len(text.strip()) <= self.cfg.max_chars for text in batch["response_text"]]
+        short = [len(text.strip()) <= self.config.max_chars for text in batch["response_text"]]
         scores = torch.tensor(short, dtype=torch.float32)
         return RewardResult(scores=scores, components={"short": scores})

@@ -94,11 +94,11 @@ class Trainer:
         self.resolved = resolved
         self.registry = registry = registry or get_registry()
         sections, choices = resolved.sections, resolved.choices
-        self.cfg = sections["trainer"]
-        seed_everything(self.cfg.seed)
-        self.run_dir = run_dir_of(self.cfg)
-        self.config = OmegaConf.to_container(resolved.cfg, resolve=True)
-        self.checkpoints = CheckpointManager(self.run_dir, self.cfg.keep_last_n)
+        self.config = sections["trainer"]
+        seed_everything(self.config.seed)
+        self.run_dir = run_dir_of(self.config)
+        self.run_config = OmegaConf.to_container(resolved.cfg, resolve=True)
+        self.checkpoints = CheckpointManager(self.run_dir, self.config.keep_last_n)
         resume_from = resume_target(resolved, self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
         self.record = record_yaml(resolved, registry)  # once: provenance runs git, and is the run's start
@@ -122,7 +122,7 @@ class Trainer:
         """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
         registry, sections, choices = self.registry, self.resolved.sections, self.resolved.choices
         try:  # the data first: a bad file is reported before any model is built
-            dataset = registry.build("dataset", choices["data"], sections["data"], self.cfg.seed)
+            dataset = registry.build("dataset", choices["data"], sections["data"], self.config.seed)
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("data", f"data={choices['data']}", error) from error
         quiet_transformers()
@@ -136,20 +136,20 @@ class Trainer:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.encoder = PromptEncoder(self.tokenizer, self.cfg.max_prompt_length)
+        self.encoder = PromptEncoder(self.tokenizer, self.config.max_prompt_length)
         train_records = self.encoder.filter(dataset.train)
         self.val_records = self.encoder.filter(dataset.val)
         self.prompts_dropped = len(dataset.train) + len(dataset.val) - len(train_records) - len(self.val_records)
         self.invalid_rows = dataset.num_invalid if isinstance(dataset, CountsInvalidRows) else 0
-        if self.cfg.val_max_prompts:
-            self.val_records = self.val_records[: self.cfg.val_max_prompts]
-        check_prompt_counts(len(dataset.train), len(train_records), len(self.val_records), self.cfg)
-        self.data = PromptIterator(train_records, self.cfg.train_batch_size, self.cfg.seed)
+        if self.config.val_max_prompts:
+            self.val_records = self.val_records[: self.config.val_max_prompts]
+        check_prompt_counts(len(dataset.train), len(train_records), len(self.val_records), self.config)
+        self.data = PromptIterator(train_records, self.config.train_batch_size, self.config.seed)
 
         self.sampling = sampling_params(sections["sampling"])
         with phase("starting the engines"):
             self.roles = self._start_roles()
-        self.guard = NonFiniteGuard(self.cfg.max_nonfinite_steps, self.run_dir)
+        self.guard = NonFiniteGuard(self.config.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
         self.last_metrics: dict[str, float] = {}  # the latest step's, saved with each checkpoint
@@ -168,7 +168,7 @@ class Trainer:
             if not isinstance(engine_cfg, ChecksModel):
                 continue
             try:
-                engine_cfg.check_model(self.model_path, self.cfg.device)
+                engine_cfg.check_model(self.model_path, self.config.device)
             except ValueError as error:
                 choice = f"{group}={self.resolved.choices[group]}"
                 message = str(error)
@@ -204,7 +204,7 @@ class Trainer:
                 algorithm=self.algorithm.state_dict() if isinstance(self.algorithm, StatefulAlgorithm) else None,
                 rng=rng_state(),
                 choices=dict(self.resolved.choices),
-                config=self.config,
+                config=self.run_config,
                 model_path=self.model_path,
                 optimizer_steps=self.optimizer_steps,
                 metrics=self.last_metrics,
@@ -221,12 +221,12 @@ class Trainer:
         plan = sections["algorithm"]
         per_step = 1
         if isinstance(plan, PlansOptimizerSteps):
-            per_step = plan.optimizer_steps_per_step(self.cfg.train_batch_size)
-        self.optimizer_steps = self.cfg.total_steps * per_step
+            per_step = plan.optimizer_steps_per_step(self.config.train_batch_size)
+        self.optimizer_steps = self.config.total_steps * per_step
 
         def start(role: str, kind: str, group: str, engine: bool = True, engine_role: str | None = None) -> Any:
-            engine_spec = EngineSpec(self.model_path, engine_role or role, self.cfg.seed, self.optimizer_steps,
-                                     self.cfg.device)
+            engine_spec = EngineSpec(self.model_path, engine_role or role, self.config.seed, self.optimizer_steps,
+                                     self.config.device)
             spec = RoleSpec(role, kind, choices[group], sections[group], engine_spec if engine else None)
             try:
                 return self.launcher.start_role(spec, registry)
@@ -251,16 +251,16 @@ class Trainer:
             reward_fn=reward_fn,
             declared={**engines, **functions},
             resharder=start("resharder", "resharder", "resharder", engine=False),
-            sleep_rollout=self.cfg.sleep_rollout,
-            offload_train_engines=self.cfg.offload_train_engines,
+            sleep_rollout=self.config.sleep_rollout,
+            offload_train_engines=self.config.offload_train_engines,
         )
 
     def _start_trackers(self) -> list[Any]:
         """Build ``trainer.trackers``; one that fails to start is left out with a warning."""
         trackers = []
-        for name in self.cfg.trackers:
+        for name in self.config.trackers:
             try:
-                trackers.append(self.registry.build("tracker", name, self.run_dir, self.config))
+                trackers.append(self.registry.build("tracker", name, self.run_dir, self.run_config))
             except Exception as error:  # noqa: BLE001 - a tracker must never kill the run
                 warnings.warn(f"tracker {name} failed to start and is disabled: {error}", stacklevel=2)
         return trackers
@@ -323,7 +323,7 @@ class Trainer:
     def context(self, training: bool = False) -> StepContext:
         """The controller API for one step; ``training`` contexts can draw more training prompts."""
         return StepContext(self.roles, self.tokenizer, self.sampling, self.step,
-                           self.next_training_prompts if training else None, seed=self.cfg.seed)
+                           self.next_training_prompts if training else None, seed=self.config.seed)
 
     def next_training_prompts(self) -> Batch:
         """The next training batch; every draw gets its own uids (``draw<k>-<row>``)."""
@@ -339,7 +339,7 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Sampled and greedy accuracy on the validation prompts (:func:`rlloom_trainer.validation.validate`)."""
         prompts = self.encode(self.val_records, f"val{self.step}")
-        return validate(self.context(), prompts, self.sampling, self.cfg)
+        return validate(self.context(), prompts, self.sampling, self.config)
 
     def fit(self) -> dict[str, float]:
         """Run steps up to ``trainer.total_steps`` (from the resumed step, if any); returns the last
@@ -347,13 +347,13 @@ class Trainer:
         after the last; stops with :class:`~rlloom_trainer.guards.TrainingAborted` after
         ``trainer.max_nonfinite_steps`` non-finite steps in a row."""
         final_path = os.path.join(self.run_dir, FINAL_METRICS)
-        if self.step >= self.cfg.total_steps and os.path.isfile(final_path):
+        if self.step >= self.config.total_steps and os.path.isfile(final_path):
             with open(final_path, encoding="utf-8") as f:
                 return json.load(f)
         final = self.last_metrics  # a run resumed from its final checkpoint only has its end left
-        if self.cfg.val_before_train and self.step == 0:
+        if self.config.val_before_train and self.step == 0:
             self.log(self.validate(), self.step)
-        while self.step < self.cfg.total_steps:
+        while self.step < self.config.total_steps:
             self.step += 1
             start = time.perf_counter()
             ctx = self.context(training=True)
@@ -366,17 +366,17 @@ class Trainer:
             tokens = float(ctx.metrics.get("perf/total_tokens", 0.0))
             if tokens:
                 metrics["perf/throughput"] = tokens / metrics["timing_s/step"]
-            is_last = self.step == self.cfg.total_steps
-            if is_last or (self.cfg.test_freq and self.step % self.cfg.test_freq == 0):
+            is_last = self.step == self.config.total_steps
+            if is_last or (self.config.test_freq and self.step % self.config.test_freq == 0):
                 metrics.update(self.validate())
             self.log(metrics, self.step)
             self.guard.check(self.step, metrics)
-            if self.cfg.dump_rollouts and ctx.last_batch is not None:
-                dump_rollouts(ctx.last_batch, self.cfg.dump_rollouts, self.run_dir, self.step)
+            if self.config.dump_rollouts and ctx.last_batch is not None:
+                dump_rollouts(ctx.last_batch, self.config.dump_rollouts, self.run_dir, self.step)
             self.last_metrics = final = metrics
-            if is_last or (self.cfg.save_freq and self.step % self.cfg.save_freq == 0):
+            if is_last or (self.config.save_freq and self.step % self.config.save_freq == 0):
                 self.save_checkpoint()
-        if self.cfg.save_final_model:
+        if self.config.save_final_model:
             save_hf_folder(self.roles.actor.named_weights(), self.model_path, os.path.join(self.run_dir, "final_model"))
         with open(final_path, "w", encoding="utf-8") as f:
             json.dump(final, f, indent=1, sort_keys=True)
