@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 CONSTRAINTS="$ROOT/.ci/constraints.txt"
 # Every in-tree distribution, except the third-party template (its test installs it like a stranger would).
 PACKAGES=(core)
-for project in backends/*/pyproject.toml algorithms/*/pyproject.toml plugins/*/pyproject.toml; do
+for project in kits/*/pyproject.toml backends/*/pyproject.toml algorithms/*/pyproject.toml plugins/*/pyproject.toml; do
     [[ $project == plugins/template/* ]] || PACKAGES+=("$(dirname "$project")")
 done
 STAMP=.venv/.rlloom-bootstrap

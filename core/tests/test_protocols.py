@@ -17,8 +17,8 @@ from rlloom.algos.config import MiniBatchSchedule
 from rlloom.protocols import Closable, PlansOptimizerSteps, ReportsMetrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCES = [ROOT / "core" / "src", *ROOT.glob("backends/*/src"), *ROOT.glob("plugins/*/src"),
-           *ROOT.glob("algorithms/*/src")]
+SOURCES = [ROOT / "core" / "src", *ROOT.glob("kits/*/src"), *ROOT.glob("backends/*/src"),
+           *ROOT.glob("plugins/*/src"), *ROOT.glob("algorithms/*/src")]
 
 
 def test_importing_the_contract_imports_no_torch():
