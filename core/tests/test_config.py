@@ -14,18 +14,18 @@ import textwrap
 import pytest
 import torch
 from omegaconf import OmegaConf
-from rlloom.algos.config import PolicyLossConfig
 from rlloom.config import ConfigError, compose_config
 from rlloom.config.compose import check_registered_functions
 from rlloom.config.schema import SamplingConfig, TrainerConfig
 from rlloom.plugins.registry import Registry
+from rlloom_algokit.config import PolicyLossConfig
 
 SCHEMAS = """
 from dataclasses import dataclass
 from typing import Optional
 
 from rlloom import hookimpl
-from rlloom.algos.config import MiniBatchSchedule
+from rlloom_algokit.config import MiniBatchSchedule
 
 
 @dataclass
@@ -135,6 +135,8 @@ def registry(tmp_path_factory):
         loaded = Registry(entry_points=[
             importlib.metadata.EntryPoint(name="core", value="rlloom.builtins", group="rlloom"),
             importlib.metadata.EntryPoint(name="trainer", value="rlloom_trainer.plugin", group="rlloom"),  # trackers
+            # the estimator grpo and the policy loss vanilla
+            importlib.metadata.EntryPoint(name="algokit", value="rlloom_algokit.plugin", group="rlloom"),
             importlib.metadata.EntryPoint(name="schemas", value=PLUGIN_MODULE, group="rlloom"),
         ])
         assert loaded.failed() == [], loaded.failed()[0].traceback
@@ -343,7 +345,7 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
     class SharedMathConfig(PolicyLossConfig):
         adv_estimator: str = "grpo"
 
-    check_registered_functions(SharedMathConfig(), registry)  # the core's own estimator and loss
+    check_registered_functions(SharedMathConfig(), registry)  # the algorithm kit's estimator and loss
     with pytest.raises(ConfigError) as info:
         check_registered_functions(SharedMathConfig(adv_estimator="rloo"), registry)
     assert str(info.value) == (

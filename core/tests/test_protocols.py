@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pytest
 
 from rlloom import protocols
-from rlloom.algos.config import MiniBatchSchedule
 from rlloom.protocols import Closable, PlansOptimizerSteps, ReportsMetrics
+from rlloom_algokit.config import MiniBatchSchedule
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "core" / "src", *ROOT.glob("kits/*/src"), *ROOT.glob("backends/*/src"),

@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from rlloom_ppo.config import PPOConfig
+from rlloom_algokit.ppo_config import PPOConfig
 
 
 @dataclass
 class SafeRLHFConfig(PPOConfig):
-    """Safe-RLHF settings: every PPO setting (:class:`rlloom_ppo.config.PPOConfig`; the cost critic
+    """Safe-RLHF settings: every PPO setting (:class:`rlloom_algokit.ppo_config.PPOConfig`; the cost critic
     trains with the critic's settings), two of them with other defaults, plus the constraint's.
 
     Changed defaults, as Safe-RLHF's PPO-Lag script: ``use_kl_in_reward=True`` with ``kl_coef=0.01``

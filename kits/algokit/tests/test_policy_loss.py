@@ -1,14 +1,14 @@
-"""The clipped policy loss (`rlloom.algos.policy_loss.make_policy_loss_fn`, policy_loss=vanilla) against a numpy
+"""The clipped policy loss (`rlloom_algokit.policy_loss.make_policy_loss_fn`, policy_loss=vanilla) against a numpy
 computation of its value and gradient."""
 
 import numpy as np
 import pytest
 import torch
-from rlloom.algos.config import PolicyLossConfig
-from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
-from rlloom.losses import AGG_MODES
 from rlloom.types import MiniBatchStats
+from rlloom_algokit.config import PolicyLossConfig
+from rlloom_algokit.losses import AGG_MODES
+from rlloom_algokit.policy_loss import make_policy_loss_fn
 
 torch.set_num_threads(1)
 
@@ -257,8 +257,8 @@ def test_rows_with_all_zero_advantages_are_named_inert_when_nothing_else_reads_t
 @pytest.mark.parametrize("name", ["vanilla", "cispo", "gspo"])
 def test_every_in_tree_policy_loss_has_no_gradient_where_the_advantage_is_zero(name):
     """The contract inert rows rely on (rlloom.protocols.PolicyLoss): loss and gradient 0 where A = 0."""
-    from rlloom.algos.lookup import get_policy_loss
     from rlloom.plugins.registry import UnknownPluginError
+    from rlloom_algokit.lookup import get_policy_loss
 
     try:
         token_loss = get_policy_loss(name)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlloom_ppo import gae_advantages
+from rlloom_algokit import gae_advantages
 
 
 def numpy_gae(rewards, values, mask, gamma, lam):

@@ -10,12 +10,11 @@ The formulas follow ``ALGORITHMS.md`` (the verl conventions).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
-from rlloom.choices import AGG_MODES, KL_ESTIMATORS
-from rlloom.types import MiniBatchStats
+from rlloom.batch import masked_mean
+from rlloom.types import ClipLossTerms, MiniBatchStats
+from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
 
 LOG_RATIO_CLAMP = 20.0
 """log π − log π_old is clamped to ±this before ``exp`` (keeps the ratio finite)."""
@@ -77,11 +76,6 @@ def aggregate(
     return row_sums.sum() / max(stats.num_seqs * stats.max_response_len, 1)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Σ values·m / Σ m over the whole tensor (0 when the mask is empty)."""
-    return aggregate(values, mask, "token-mean")
-
-
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
     """(values − μ) / sqrt(σ² + 1e-8) with μ, σ² the mean and *unbiased* variance over masked
     tokens (verl's whitening); with ``shift_mean=False`` μ is added back (only the scale changes).
@@ -99,19 +93,6 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     if not shift_mean:
         whitened = torch.where(present, whitened + mean, whitened)
     return whitened
-
-
-class ClipLossTerms(NamedTuple):
-    """Per-token outputs of :func:`ppo_clip_loss`, all [B, R] and 0 where the mask is 0."""
-
-    loss: torch.Tensor
-    """The clipped policy-gradient loss L_t."""
-    clipped: torch.Tensor
-    """1.0 where the clipped term is active (−A·clip(ρ) > −A·ρ): averaged, ``pg_clipfrac``."""
-    dual_clipped: torch.Tensor
-    """1.0 where the dual clip is active (A < 0 and −A·c < the clipped loss): ``pg_clipfrac_lower``."""
-    ppo_kl: torch.Tensor
-    """log π_old − log π per token: averaged, ``ppo_kl``."""
 
 
 def ppo_clip_loss(

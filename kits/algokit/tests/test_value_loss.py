@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rlloom import Batch
-from rlloom.losses import mini_batch_stats
-from rlloom_ppo import clipped_value_loss, explained_variance, make_value_loss_fn
+from rlloom_algokit.losses import mini_batch_stats
+from rlloom_algokit import clipped_value_loss, explained_variance, make_value_loss_fn
 
 # Columns: clipped above (v moved +1 from v_old, target above), unclipped larger, inside the clip
 # range, clipped below, and a masked position holding NaN.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlloom.losses import aggregate, kl_penalized_rewards
-from rlloom_ppo import AdaptiveKLController, FixedKLController
+from rlloom_algokit.losses import aggregate, kl_penalized_rewards
+from rlloom_algokit import AdaptiveKLController, FixedKLController
 
 
 def test_fixed_controller_keeps_its_coefficient():
@@ -53,8 +53,8 @@ def test_kl_penalty_in_reward_matches_numpy(estimator):
 
 
 def test_ppo_keeps_the_adaptive_kl_coefficient_across_a_resume():
-    from rlloom_ppo import PPOConfig
-    from rlloom_ppo.algorithm import PPO
+    from rlloom_algokit.ppo import PPO
+    from rlloom_algokit import PPOConfig
 
     cfg = PPOConfig(use_kl_in_reward=True, kl_ctrl_type="adaptive", kl_coef=0.2, kl_target=0.1, kl_horizon=10)
     before = PPO(cfg)

@@ -6,10 +6,10 @@ from typing import NamedTuple
 
 import torch
 
-from rlloom.batch import Batch
-from rlloom.losses import aggregate, masked_mean
+from rlloom.batch import Batch, masked_mean
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
+from rlloom_algokit.losses import aggregate
 
 
 class ValueLossTerms(NamedTuple):

@@ -1,4 +1,4 @@
-"""rlloom.losses against hand-worked values and independent numpy formulas."""
+"""rlloom_algokit.losses against hand-worked values and independent numpy formulas."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlloom.losses import (
+from rlloom_algokit.losses import (
     AGG_MODES,
     aggregate,
     kl_estimate,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlloom.losses import aggregate, discounted_returns, ppo_clip_loss, sequence_log_ratio
+from rlloom_algokit.losses import aggregate, discounted_returns, ppo_clip_loss, sequence_log_ratio
 
 
 def test_discounted_returns_by_hand():

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.algos.config import MiniBatchSchedule, PolicyLossConfig
-from rlloom.choices import KL_ESTIMATORS
+from rlloom_algokit.choices import KL_ESTIMATORS
+from rlloom_algokit.config import MiniBatchSchedule, PolicyLossConfig
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 
@@ -23,12 +23,12 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
       rollout weights stay as they are). Note verl updates the actor once ``critic_warmup <= step``,
       i.e. one step earlier.
 
-    Advantages (GAE, see :func:`rlloom_ppo.gae.gae_advantages`): ``gamma`` (discount) and ``lam``
+    Advantages (GAE, see :func:`rlloom_algokit.gae.gae_advantages`): ``gamma`` (discount) and ``lam``
     (GAE λ), both in [0, 1].
 
     Losses:
 
-    - the policy loss's fields (:class:`rlloom.algos.config.PolicyLossConfig`): the clip range
+    - the policy loss's fields (:class:`rlloom_algokit.config.PolicyLossConfig`): the clip range
       ``clip_ratio_low`` / ``clip_ratio_high``, the dual clip ``clip_ratio_c``, ``loss_agg_mode``
       (for the value loss too), ``loss_scale_factor``, ``entropy_coeff``, the KL loss
       ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``, and ``policy_loss``;
@@ -37,10 +37,10 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
     KL penalty in the reward (verl's ``use_kl_in_reward``):
 
     - ``use_kl_in_reward``: token_level_rewards = token_level_scores − β·kl_t, kl_t the estimator
-      ``kl_penalty`` (see :data:`rlloom.losses.KL_ESTIMATORS`) of the behaviour vs reference
+      ``kl_penalty`` (see :data:`rlloom_algokit.losses.KL_ESTIMATORS`) of the behaviour vs reference
       log-probs.
     - ``kl_coef``: the initial (``fixed``: constant) β; ``kl_ctrl_type``: ``fixed`` or ``adaptive``
-      (see :class:`rlloom_ppo.kl_control.AdaptiveKLController`, with ``kl_target`` and
+      (see :class:`rlloom_algokit.kl_control.AdaptiveKLController`, with ``kl_target`` and
       ``kl_horizon``, counted in responses).
 
     A reference model is loaded when ``use_kl_in_reward`` or ``use_kl_loss``.

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from rlloom.algos.lookup import get_advantage_estimator
 from rlloom.protocols import AdvantageEstimator
+from rlloom_algokit.lookup import get_advantage_estimator
 
 if TYPE_CHECKING:
     from rlloom.plugins.registry import Registry
@@ -107,7 +107,7 @@ def compute_advantages(
     registry: Registry | None = None,
 ) -> torch.Tensor:
     """Advantages [N, R] from ``estimator``: a registered name (looked up in ``registry``, by
-    default the process's, see :func:`rlloom.algos.lookup.get_advantage_estimator`) or the function
+    default the process's, see :func:`rlloom_algokit.lookup.get_advantage_estimator`) or the function
     itself, called with every input of :class:`rlloom.protocols.AdvantageEstimator` (the
     defaults here for those not given)."""
     fn = get_advantage_estimator(estimator, registry) if isinstance(estimator, str) else estimator

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from rlloom.choices import AGG_MODES, KL_ESTIMATORS
+from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
 
 DEFAULT_POLICY_LOSS = "vanilla"
 """The policy loss registered by the core: PPO's clipped surrogate with dual clip
-(:func:`rlloom.algos.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
+(:func:`rlloom_algokit.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
 
 
 class MiniBatchSchedule:
@@ -30,19 +30,19 @@ class MiniBatchSchedule:
 
 @dataclass
 class PolicyLossConfig:
-    """The fields :func:`rlloom.algos.policy_loss.make_policy_loss_fn` reads.
+    """The fields :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` reads.
 
     - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio.
     - ``clip_ratio_c``: dual-clip bound c (> 1) for negative advantages (verl's default 3); None
       disables it.
-    - ``loss_agg_mode``: one of :data:`rlloom.choices.AGG_MODES` (Dr.GRPO pairs with
+    - ``loss_agg_mode``: one of :data:`rlloom_algokit.choices.AGG_MODES` (Dr.GRPO pairs with
       ``seq-mean-token-sum-norm``); used for the policy, entropy and KL terms alike.
     - ``loss_scale_factor``: the constant length L that ``seq-mean-token-sum-norm`` divides by
       (with the number of sequences); None: the step's ``sampling.max_new_tokens``. A constant, as
       Dr.GRPO and verl (its ``loss_scale_factor``, else its fixed ``response_length``) have it, so
       a token's weight does not change with the step's longest response.
     - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the loss,
-      with estimator ``kl_loss_type`` (see :data:`rlloom.choices.KL_ESTIMATORS`); needs a
+      with estimator ``kl_loss_type`` (see :data:`rlloom_algokit.choices.KL_ESTIMATORS`); needs a
       reference model.
     - ``entropy_coeff``: subtract coef·agg(entropy) (0 disables the bonus).
     - ``policy_loss``: the per-token loss, by name: any function a plugin registers with the

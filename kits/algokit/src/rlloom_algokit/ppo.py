@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom.losses import aggregate, kl_penalized_rewards
-from rlloom_ppo.config import PPOConfig
-from rlloom_ppo.gae import gae_advantages
-from rlloom_ppo.kl_control import AdaptiveKLController, FixedKLController
-from rlloom_ppo.value_loss import explained_variance, make_value_loss_fn
+from rlloom_algokit.gae import gae_advantages
+from rlloom_algokit.kl_control import AdaptiveKLController, FixedKLController
+from rlloom_algokit.losses import aggregate, kl_penalized_rewards
+from rlloom_algokit.policy_loss import make_policy_loss_fn
+from rlloom_algokit.ppo_config import PPOConfig
+from rlloom_algokit.value_loss import explained_variance, make_value_loss_fn
 
 
 def masked_summary(prefix: str, values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -53,7 +53,7 @@ class PPO:
 
     def token_level_rewards(self, batch: Batch, metrics: dict[str, float]) -> torch.Tensor:
         """``token_level_scores`` minus β·KL when ``use_kl_in_reward`` (see
-        :func:`rlloom.losses.kl_penalized_rewards` of π_old against π_ref; β then adapts to the batch KL —
+        :func:`rlloom_algokit.losses.kl_penalized_rewards` of π_old against π_ref; β then adapts to the batch KL —
         the mean over responses of each response's token-mean KL — and
         ``actor/kl_coef`` (the β used) and ``actor/reward_kl_penalty`` (the KL) are logged), else the
         scores unchanged."""

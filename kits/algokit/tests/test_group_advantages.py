@@ -1,10 +1,10 @@
-"""Group-relative advantages (`rlloom.algos.advantages.group_relative_advantages`, the estimator
+"""Group-relative advantages (`rlloom_algokit.advantages.group_relative_advantages`, the estimator
 ``grpo``) against per-group numpy statistics."""
 
 import numpy as np
 import pytest
 import torch
-from rlloom.algos.advantages import group_relative_advantages
+from rlloom_algokit.advantages import group_relative_advantages
 
 EPS = 1e-6
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlloom.losses import masked_whiten
+from rlloom_algokit.losses import masked_whiten
 
 
 def gae_advantages(
@@ -27,7 +27,7 @@ def gae_advantages(
     mask, is skipped as if it were not there). Then
 
         returns = A + V            (before whitening: the critic's targets),
-        advantages = whiten(A)     (:func:`rlloom.losses.masked_whiten`: zero mean, unit variance
+        advantages = whiten(A)     (:func:`rlloom_algokit.losses.masked_whiten`: zero mean, unit variance
                                     over the masked tokens of the whole batch).
 
     With fewer than two masked tokens in the batch there is no variance to whiten by, and the

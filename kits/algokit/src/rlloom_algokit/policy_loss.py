@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from rlloom.algos.config import PolicyLossConfig
-from rlloom.algos.lookup import get_policy_loss
-from rlloom.batch import Batch
-from rlloom.losses import ClipLossTerms, aggregate, kl_estimate, masked_mean, mini_batch_stats, ppo_clip_loss
+from rlloom.batch import Batch, masked_mean
 from rlloom.protocols import LossFn
-from rlloom.types import MiniBatchStats
+from rlloom.types import ClipLossTerms, MiniBatchStats
+from rlloom_algokit.config import PolicyLossConfig
+from rlloom_algokit.lookup import get_policy_loss
+from rlloom_algokit.losses import aggregate, kl_estimate, mini_batch_stats, ppo_clip_loss
 
 if TYPE_CHECKING:
     from rlloom.plugins.registry import Registry
@@ -34,7 +34,7 @@ def vanilla_policy_loss(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor, *,
     clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float],
 ) -> ClipLossTerms:
-    """``policy_loss=vanilla``: PPO's clipped surrogate with dual clip (:func:`rlloom.losses.ppo_clip_loss`)."""
+    """``policy_loss=vanilla``: PPO's clipped surrogate with dual clip (:func:`rlloom_algokit.losses.ppo_clip_loss`)."""
     return ppo_clip_loss(log_probs, old_log_probs, advantages, response_mask, clip_low=clip_ratio_low,
                          clip_high=clip_ratio_high, clip_ratio_c=clip_ratio_c)
 
@@ -42,7 +42,7 @@ def vanilla_policy_loss(
 def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None) -> LossFn:
     """A :data:`rlloom.protocols.LossFn` for ``cfg``.
 
-    With ``agg`` = :func:`rlloom.losses.aggregate` in mode ``cfg.loss_agg_mode`` over the
+    With ``agg`` = :func:`rlloom_algokit.losses.aggregate` in mode ``cfg.loss_agg_mode`` over the
     ``response_mask``, normalised by the mini-batch ``stats``:
 
         loss = agg(L) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
@@ -53,7 +53,7 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
     ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
     current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the
     separate forward pass that would compute the same numbers — and KL (only when ``use_kl_loss``) is
-    :func:`rlloom.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
+    :func:`rlloom_algokit.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
     needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0.
 
     With ``seq-mean-token-sum-norm`` the length in the denominator is the constant
