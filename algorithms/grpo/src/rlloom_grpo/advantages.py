@@ -1,6 +1,7 @@
 """The GRPO family's advantage estimators (registered under the names given with each): GRPO's
 pass@k, RLOO's leave-one-out, ReMax's greedy baseline, REINFORCE++'s whitened returns. The
-group-relative advantage itself is the core's (:func:`rlloom_algokit.advantages.group_relative_advantages`)."""
+group-relative advantage itself is the algorithm kit's
+(:func:`rlloom_algokit.advantages.group_relative_advantages`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The GRPO family's policy losses (``algorithm.policy_loss``): CISPO's clipped importance-sampling
 weight (MiniMax-M1, arXiv 2506.13585) and GSPO's sequence-level ratio. PPO's clipped surrogate
-(``vanilla``) is the core's (:func:`rlloom_algokit.losses.ppo_clip_loss`)."""
+(``vanilla``) is the algorithm kit's (:func:`rlloom_algokit.losses.ppo_clip_loss`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Entry point ``grpo``: registers the GRPO family, ``algorithm=grpo`` and its presets (``cispo``,
 ``gspo``, ``rloo``, ``remax``, ``reinforce_pp``, ``reinforce_pp_baseline``: a config class each,
-:mod:`rlloom_grpo.config`), and the family's advantage estimators and policy losses. GRPO's step, its config, the estimator ``grpo``
-and the policy loss ``vanilla`` are the algorithm kit's (:mod:`rlloom_algokit`), which DAPO shares."""
+:mod:`rlloom_grpo.config`), and the family's advantage estimators and policy losses. GRPO's step,
+its config, the estimator ``grpo`` and the policy loss ``vanilla`` are the algorithm kit's
+(:mod:`rlloom_algokit`), which DAPO shares."""
 
 import rlloom
 from rlloom_algokit.grpo_config import GRPOConfig

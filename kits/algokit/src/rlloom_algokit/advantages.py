@@ -1,4 +1,4 @@
-"""Advantage estimation: the group-relative advantage several algorithms build on, the core's
+"""Advantage estimation: the group-relative advantage several algorithms build on, this kit's
 registered estimator ``grpo``, and :func:`compute_advantages`, the one call for every registered
 estimator (:class:`rlloom.protocols.AdvantageEstimator`)."""
 

@@ -9,8 +9,8 @@ from typing import ClassVar, Optional
 from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
 
 DEFAULT_POLICY_LOSS = "vanilla"
-"""The policy loss registered by the core: PPO's clipped surrogate with dual clip
-(:func:`rlloom_algokit.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
+"""The policy loss this kit registers (:mod:`rlloom_algokit.plugin`): PPO's clipped surrogate with
+dual clip (:func:`rlloom_algokit.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
 
 
 class MiniBatchSchedule:
@@ -46,7 +46,7 @@ class PolicyLossConfig:
       reference model.
     - ``entropy_coeff``: subtract coef·agg(entropy) (0 disables the bonus).
     - ``policy_loss``: the per-token loss, by name: any function a plugin registers with the
-      ``register_policy_losses`` hook (the core's ``vanilla``: PPO's clipped surrogate); checked
+      ``register_policy_losses`` hook (this kit's ``vanilla``: PPO's clipped surrogate); checked
       against the installed ones when the config is composed.
     - ``skip_zero_advantage_rows``: when the loss has no KL and no entropy term, rows whose
       advantages are 0 on every token (GRPO groups whose samples all scored the same) have zero

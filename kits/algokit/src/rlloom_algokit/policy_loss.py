@@ -1,4 +1,4 @@
-"""The policy loss of the clipped-policy algorithms: a registered per-token loss (the core's
+"""The policy loss of the clipped-policy algorithms: a registered per-token loss (the kit's
 ``vanilla``: PPO's clipped surrogate), aggregated, plus the optional entropy bonus and KL-to-
 reference term (:func:`make_policy_loss_fn`)."""
 
