@@ -3,7 +3,7 @@
 Workers are started with the ``spawn`` method (no copy of the trainer's threads or CUDA state),
 on first use, and are reused across batches; rows are only sent once a worker has started. A row
 is sent to an idle worker as the pickled pair ``(fn, args)``; the worker answers with an
-:class:`~rlloom.scoring.outcome.Outcome`. A worker still busy ``timeout_s`` seconds after it got its
+:class:`~rlloom_rewardkit.outcome.Outcome`. A worker still busy ``timeout_s`` seconds after it got its
 row is killed (its row is a timeout) and replaced; a worker that dies (segfault, ``os._exit``)
 makes its row an error and is replaced too.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from rlloom.scoring.outcome import ERROR, TIMEOUT, Outcome, call, describe
+from rlloom_rewardkit.outcome import ERROR, TIMEOUT, Outcome, call, describe
 
 
 def _serve(conn: Connection) -> None:

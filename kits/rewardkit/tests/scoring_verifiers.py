@@ -1,4 +1,4 @@
-"""Verifiers for the tests of :mod:`rlloom.scoring`, in a module of their own so that worker processes
+"""Verifiers for the tests of :mod:`rlloom_rewardkit`, in a module of their own so that worker processes
 import them by name (this folder is on ``sys.path`` under pytest, and spawned workers inherit it).
 
 Behaviour is chosen by the response text, so that a test knows each row's expected outcome.
@@ -7,7 +7,7 @@ Behaviour is chosen by the response text, so that a test knows each row's expect
 import os
 import time
 
-from rlloom.scoring import SampleTimeout, Verdict
+from rlloom_rewardkit import SampleTimeout, Verdict
 
 
 def by_prefix(response, ground_truth):

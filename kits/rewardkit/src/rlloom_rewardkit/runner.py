@@ -1,6 +1,6 @@
 """Reward execution: score rows in-process or in a process pool, with a per-sample timeout.
 
-A reward supplies ``verify(*row) -> Verdict`` (:class:`~rlloom.scoring.outcome.Verdict`: a score and
+A reward supplies ``verify(*row) -> Verdict`` (:class:`~rlloom_rewardkit.outcome.Verdict`: a score and
 named components) and a list of rows; :class:`RowScorer` turns them into a
 :class:`~rlloom.RewardResult` (:class:`RowReward` is a reward function that takes the rows from a
 batch's fields and scores them so):
@@ -8,14 +8,14 @@ batch's fields and scores them so):
 - ``num_workers == 0``: rows run one after another in this process. With ``timeout_s > 0`` each
   call is interrupted by ``SIGALRM`` after ``timeout_s`` seconds (Python code only: a call stuck
   inside a C extension is interrupted when it returns to Python); this needs the main thread.
-- ``num_workers >= 1``: rows run in a :class:`~rlloom.scoring.pool.WorkerPool`; a call still
+- ``num_workers >= 1``: rows run in a :class:`~rlloom_rewardkit.pool.WorkerPool`; a call still
   running after ``timeout_s`` seconds has its worker killed. ``verify`` must then be picklable by
   reference (see that module).
 
 A row whose ``verify`` raises, returns something that is not a :class:`Verdict`, lacks one of the
 scorer's declared ``components``, or whose score or components are not finite numbers is an
 **error**: scored ``error_score`` and counted in ``num_errors``. A row that runs out of time (or
-whose verifier raises :class:`~rlloom.scoring.outcome.SampleTimeout`) is a **timeout**: scored
+whose verifier raises :class:`~rlloom_rewardkit.outcome.SampleTimeout`) is a **timeout**: scored
 ``timeout_score`` and counted in ``num_timeouts``. Nothing propagates.
 
 Components are the declared names and every name a scored verdict carries, in sorted order; a row that lacks
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlloom.scoring.outcome import ERROR, OK, TIMEOUT, Outcome, Verdict, call, describe
-from rlloom.scoring.pool import WorkerPool
+from rlloom_rewardkit.outcome import ERROR, OK, TIMEOUT, Outcome, Verdict, call, describe
+from rlloom_rewardkit.pool import WorkerPool
 
 if TYPE_CHECKING:  # annotations only: reward plugins import this module while registering, without torch
     from rlloom import Batch, RewardResult
@@ -83,7 +83,7 @@ def _alarm(timeout_s: float) -> Iterator[None]:
 
 
 def call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Outcome:
-    """:func:`~rlloom.scoring.outcome.call` of ``fn(*args)`` in this process, interrupted after
+    """:func:`~rlloom_rewardkit.outcome.call` of ``fn(*args)`` in this process, interrupted after
     ``timeout_s`` seconds."""
     try:
         with _alarm(timeout_s):

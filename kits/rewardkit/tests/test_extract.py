@@ -1,7 +1,7 @@
 """Answer extraction on hand-written cases."""
 
 import pytest
-from rlloom_tasks.extract import answer_tag, boxed_content, gsm8k_answer, last_integer, last_number
+from rlloom_rewardkit.extract import answer_tag, boxed_content, gsm8k_answer, last_integer, last_number
 
 
 @pytest.mark.parametrize(

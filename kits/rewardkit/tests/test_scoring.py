@@ -10,7 +10,7 @@ import pytest
 import scoring_verifiers as fns
 import torch
 from rlloom import Batch, BatchError
-from rlloom.scoring import ExecutionConfig, RowReward, RowScorer, Verdict
+from rlloom_rewardkit import ExecutionConfig, RowReward, RowScorer, Verdict
 
 
 def rows(responses: list[str], ground_truth: float = 2.0) -> list[tuple]:
