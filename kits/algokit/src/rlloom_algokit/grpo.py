@@ -20,7 +20,7 @@ class GRPO:
     a reference model only for the KL loss.
 
     The advantage estimator and the policy loss are looked up by name among the registered ones
-    (:mod:`rlloom.algos.lookup`): ``cfg.adv_estimator`` (a key of :class:`GRPOConfig`, or fixed by
+    (:mod:`rlloom_algokit.lookup`): ``cfg.adv_estimator`` (a key of :class:`GRPOConfig`, or fixed by
     a preset's config class, as :class:`rlloom_grpo.config.RLOOConfig`'s ``rloo``) and
     ``cfg.policy_loss``."""
 
@@ -49,7 +49,7 @@ class GRPO:
         return batch.get("token_level_scores")
 
     def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """``advantages`` [N, R] float32 from the estimator (:func:`rlloom.algos.advantages.compute_advantages`)
+        """``advantages`` [N, R] float32 from the estimator (:func:`rlloom_algokit.advantages.compute_advantages`)
         of the batch's ``scores``, :meth:`token_level_rewards`, ``response_mask``, groups of equal
         ``uid`` and ``reward_baselines`` (None where the batch has none), with
         :meth:`advantage_options`."""
@@ -88,7 +88,7 @@ class GRPO:
         """Behaviour log-probs, and reference log-probs when ``needs_reference``.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
-        steps (or ``recompute_old_log_probs``); see :func:`rlloom.algos.policy_loss.make_policy_loss_fn`."""
+        steps (or ``recompute_old_log_probs``); see :func:`rlloom_algokit.policy_loss.make_policy_loss_fn`."""
         if self.needs_old_log_probs(batch, num_prompts):
             stages.old_log_probs(batch)
         if self.needs_reference:

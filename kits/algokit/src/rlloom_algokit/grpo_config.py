@@ -10,9 +10,9 @@ from rlloom_algokit.config import MiniBatchSchedule, PolicyLossConfig
 
 @dataclass
 class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
-    """The policy-loss fields (:class:`rlloom.algos.config.PolicyLossConfig`: clip range, dual clip,
+    """The policy-loss fields (:class:`rlloom_algokit.config.PolicyLossConfig`: clip range, dual clip,
     aggregation, KL loss, entropy bonus, ``policy_loss``) and those of GRPO's step
-    (:class:`rlloom_grpo.algorithm.GRPO`). Units: *prompts* or *responses* (= prompts × ``n``) as
+    (:class:`rlloom_algokit.grpo.GRPO`). Units: *prompts* or *responses* (= prompts × ``n``) as
     stated.
 
     - ``n``: responses sampled per prompt (the group size).
@@ -49,7 +49,7 @@ class GRPOConfig(GRPOStepConfig):
 
     - ``norm_adv_by_std``: divide advantages by the group std (GRPO); False gives Dr.GRPO.
     - ``adv_estimator``: the advantage estimator, by name: ``grpo`` (group-relative, see
-      :func:`rlloom.algos.advantages.group_relative_advantages`), ``grpo_passk`` (only each
+      :func:`rlloom_algokit.advantages.group_relative_advantages`), ``grpo_passk`` (only each
       group's best sample learns, see :func:`rlloom_grpo.advantages.passk_advantages`; divided by
       the group std when ``norm_adv_by_std``; needs ``n`` >= 2, as verl's), ``rloo``, ``remax``,
       ``reinforce_pp`` (:mod:`rlloom_grpo.advantages`), or any other a plugin registers
