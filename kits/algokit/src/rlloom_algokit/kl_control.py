@@ -1,4 +1,5 @@
-"""Controllers of the coefficient β of the KL penalty in the reward (:func:`rlloom_algokit.losses.kl_penalized_rewards`)."""
+"""Controllers of the coefficient β of the KL penalty in the reward
+(:func:`rlloom_algokit.losses.kl_penalized_rewards`)."""
 
 from __future__ import annotations
 
