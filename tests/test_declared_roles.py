@@ -77,7 +77,7 @@ class Judged:
 def register_algorithms(register):
     register("judged", Judged, config=JudgedConfig)
 '''
-NEEDED = {"core", "tasks", "models", "hf", "fsdp", "trainer", "grpo"}
+NEEDED = {"core", "tasks", "models", "hf", "fsdp", "trainer", "grpo", "algokit"}
 
 
 @pytest.fixture(scope="module")

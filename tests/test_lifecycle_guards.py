@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from rlloom import RewardResult, hookimpl
-from rlloom_grpo.algorithm import GRPO
-from rlloom_grpo.config import GRPOConfig
+from rlloom_algokit.grpo import GRPO
+from rlloom_algokit.grpo_config import GRPOConfig
 
 
 @dataclass

@@ -53,7 +53,7 @@ def test_a_lazy_factory_builds_the_named_class():
         from rlloom.plugins.registry import get_registry
         component = get_registry().get("algorithm", "grpo")
         print(component.target, "torch" in sys.modules)
-        from rlloom_grpo.algorithm import GRPO
+        from rlloom_algokit.grpo import GRPO
         print(component.factory is GRPO, "torch" in sys.modules)
     """)
-    assert done.stdout.split() == ["rlloom_grpo.algorithm:GRPO", "False", "True", "True"], done.stderr
+    assert done.stdout.split() == ["rlloom_algokit.grpo:GRPO", "False", "True", "True"], done.stderr

@@ -8,7 +8,7 @@ import torch
 from rlloom import EngineSpec, SamplingParams
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.data import PromptEncoder, PromptRecord
-from rlloom.losses import mini_batch_stats
+from rlloom_algokit.losses import mini_batch_stats
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_hf.config import HFRolloutConfig

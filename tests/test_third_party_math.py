@@ -13,14 +13,13 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from rlloom.algos.advantages import compute_advantages
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, compose_config
-from rlloom.losses import mini_batch_stats
 from rlloom.plugins import registry as registry_module
 from rlloom.plugins.registry import Registry
-from rlloom_grpo import GRPO, GRPOConfig
-from rlloom_ppo import PPO, PPOConfig
+from rlloom_algokit.advantages import compute_advantages
+from rlloom_algokit.losses import mini_batch_stats
+from rlloom_algokit import GRPO, PPO, GRPOConfig, PPOConfig
 from rlloom_trainer.testing import train_tiny, training_rows
 
 MODULE = "rlloom_test_third_party_math"
@@ -29,7 +28,7 @@ PLUGIN = '''
 import torch
 
 from rlloom import hookimpl
-from rlloom.losses import ClipLossTerms
+from rlloom.types import ClipLossTerms
 
 CALLS = {"estimator": [], "loss": []}  # what the run handed the functions, for the test to recompute
 

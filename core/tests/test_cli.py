@@ -88,14 +88,15 @@ def test_plugins_json_lists_core_builtins():
     rows = json.loads(result.stdout)
     version = importlib.metadata.version("rlloom")
     core_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom")
-    assert core_rows == [("advantage_estimator", "grpo"),
-                         ("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
+    assert core_rows == [("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
                          ("dispatch_mode", "dp_split_tokens"), ("dispatch_mode", "dp_split_uneven"),
                          ("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero"), ("launcher", "local"),
-                         ("policy_loss", "vanilla"), ("resharder", "in_process")]
+                         ("resharder", "in_process")]
     for row in rows:
         if row["distribution"] == "rlloom":
             assert (row["version"], row["status"]) == (version, "loaded")
+    algokit_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-algokit")
+    assert algokit_rows == [("advantage_estimator", "grpo"), ("policy_loss", "vanilla")]
     trainer_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-trainer")
     assert trainer_rows == sorted([*(("command", name) for name in ("train", "eval", "generate", "chat", "export", "plot")),
                                    *(("tracker", name) for name in ("console", "jsonl", "tensorboard", "wandb", "mlflow"))])

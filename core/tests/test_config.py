@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import sys
 import re
+import sys
 import textwrap
 from typing import ClassVar
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-from rlloom.algos.config import PolicyLossConfig
 from rlloom.config import ConfigError, compose_config
 from rlloom.config.compose import check_registered_functions, run_sections
 from rlloom.config.roles import role_groups
 from rlloom.config.schema import SamplingConfig, TrainerConfig
 from rlloom.plugins.registry import Registry
 from rlloom.types import Role
+from rlloom_algokit.config import PolicyLossConfig
 
 SCHEMAS = """
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from typing import ClassVar, Optional
 
 from rlloom import hookimpl
 from rlloom.types import Role
-from rlloom.algos.config import MiniBatchSchedule
+from rlloom_algokit.config import MiniBatchSchedule
 
 
 @dataclass
@@ -142,6 +142,8 @@ def registry(tmp_path_factory):
         loaded = Registry(entry_points=[
             importlib.metadata.EntryPoint(name="core", value="rlloom.builtins", group="rlloom"),
             importlib.metadata.EntryPoint(name="trainer", value="rlloom_trainer.plugin", group="rlloom"),  # trackers
+            # the estimator grpo and the policy loss vanilla
+            importlib.metadata.EntryPoint(name="algokit", value="rlloom_algokit.plugin", group="rlloom"),
             importlib.metadata.EntryPoint(name="schemas", value=PLUGIN_MODULE, group="rlloom"),
         ])
         assert loaded.failed() == [], loaded.failed()[0].traceback
@@ -378,7 +380,7 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
     class SharedMathConfig(PolicyLossConfig):
         adv_estimator: str = "grpo"
 
-    check_registered_functions(SharedMathConfig(), registry)  # the core's own estimator and loss
+    check_registered_functions(SharedMathConfig(), registry)  # the algorithm kit's estimator and loss
     with pytest.raises(ConfigError) as info:
         check_registered_functions(SharedMathConfig(adv_estimator="rloo"), registry)
     assert str(info.value) == (

@@ -1,5 +1,5 @@
-"""The contract module: torch-free, the optional abilities asked with ``isinstance`` (never probed by
-name anywhere in the repository), and the algorithm config telling the trainer its optimizer steps."""
+"""The contract module: torch-free, and the optional abilities asked with ``isinstance`` (never probed by
+name anywhere in the repository)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ import pathlib
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
-
-import pytest
 
 from rlloom import protocols
-from rlloom.algos.config import MiniBatchSchedule
 from rlloom.protocols import Closable, PlansOptimizerSteps, ReportsMetrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -47,24 +43,6 @@ def test_no_plugin_or_core_module_probes_an_ability_by_name():
     found = [f"{path.relative_to(ROOT)}: {name}" for source in SOURCES for path in source.rglob("*.py")
              for name in probe.findall(path.read_text()) if name in members]
     assert found == []
-
-
-@dataclass
-class Schedule(MiniBatchSchedule):
-    ppo_epochs: int = 1
-    ppo_mini_batch_size: int = 0
-
-
-@pytest.mark.parametrize(("epochs", "mini", "batch", "steps"), [(1, 0, 8, 1), (1, 2, 8, 4), (3, 4, 8, 6)])
-def test_mini_batch_schedule_counts_optimizer_steps(epochs, mini, batch, steps):
-    schedule = Schedule(ppo_epochs=epochs, ppo_mini_batch_size=mini)
-    assert isinstance(schedule, PlansOptimizerSteps)
-    assert schedule.optimizer_steps_per_step(batch) == steps  # epochs * batch / (mini or batch)
-
-
-def test_mini_batch_schedule_names_the_keys_when_it_cannot_cut_the_batch():
-    with pytest.raises(ValueError, match=r"algorithm.ppo_mini_batch_size=3 must divide trainer.train_batch_size=8"):
-        Schedule(ppo_mini_batch_size=3).optimizer_steps_per_step(8)
 
 
 def test_an_object_has_an_ability_exactly_when_it_has_the_member():

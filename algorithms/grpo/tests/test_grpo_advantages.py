@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlloom.batch import Batch
-from rlloom_grpo import GRPO, GRPOConfig
+from rlloom_algokit import GRPO, GRPOConfig
 
 
 def test_passk_needs_two_samples_per_group():

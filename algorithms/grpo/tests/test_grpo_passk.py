@@ -5,7 +5,8 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.plugins.registry import UnknownPluginError
-from rlloom_grpo import GRPO, GRPOConfig, passk_advantages
+from rlloom_algokit import GRPO, GRPOConfig
+from rlloom_grpo import passk_advantages
 
 
 def test_only_the_best_sample_of_each_group_learns():

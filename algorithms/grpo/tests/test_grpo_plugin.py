@@ -2,7 +2,7 @@
 
 import pytest
 from omegaconf import OmegaConf
-from rlloom_grpo import GRPO, GRPOConfig
+from rlloom_algokit import GRPO, GRPOConfig
 from rlloom_trainer.testing import entry_point_registry
 
 

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 import torch
-from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
-from rlloom.losses import mini_batch_stats
-from rlloom_grpo import GRPO, GSPOConfig
+from rlloom_algokit.losses import mini_batch_stats
+from rlloom_algokit.policy_loss import make_policy_loss_fn
+from rlloom_algokit import GRPO
+from rlloom_grpo import GSPOConfig
 from rlloom_trainer.testing import train_tiny, training_rows
 
 from family_checks import assert_reward_rises, built_member

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from rlloom.batch import Batch
-from rlloom.losses import kl_penalized_rewards
+from rlloom_algokit.losses import kl_penalized_rewards
 from rlloom_grpo import (
     ReinforcePP,
     ReinforcePPBaselineConfig,

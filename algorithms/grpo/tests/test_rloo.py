@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from rlloom_grpo import GRPO, RLOOConfig, rloo_advantages
+from rlloom_algokit import GRPO
+from rlloom_grpo import RLOOConfig, rloo_advantages
 from rlloom_trainer.testing import train_tiny, training_rows
 
 from family_checks import assert_reward_rises, built_member

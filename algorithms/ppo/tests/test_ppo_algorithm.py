@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rlloom import Batch
-from rlloom.losses import mini_batch_stats
 from rlloom.plugins.registry import Registry
-from rlloom_ppo import PPO, PPOConfig
+from rlloom_algokit.losses import mini_batch_stats
+from rlloom_algokit import PPO, PPOConfig
 
 
 def test_plugin_registers_ppo():
@@ -23,14 +23,14 @@ def test_plugin_registers_ppo():
 
 
 def test_ppo_builds_and_trains_without_the_grpo_plugin():
-    # rlloom-grpo made unimportable: PPO's policy loss is the core's (rlloom.algos), found in the registry
+    # rlloom-grpo made unimportable: PPO's policy loss is the core's (rlloom_algokit), found in the registry
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import sys
         sys.modules["rlloom_grpo"] = None
         import torch
         from rlloom import Batch
-        from rlloom.losses import mini_batch_stats
-        from rlloom_ppo import PPO, PPOConfig
+        from rlloom_algokit.losses import mini_batch_stats
+        from rlloom_algokit import PPO, PPOConfig
         batch = Batch({"advantages": torch.tensor([[1.0, -2.0]]), "response_mask": torch.ones(1, 2)})
         loss_fn = PPO(PPOConfig()).policy_loss_fn
         loss, _ = loss_fn(batch, {"log_probs": torch.zeros(1, 2)}, mini_batch_stats(torch.ones(1, 2)))

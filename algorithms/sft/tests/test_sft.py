@@ -9,8 +9,8 @@ import torch
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, compose_config
 from rlloom.data import PromptEncoder, PromptRecord
-from rlloom.losses import mini_batch_stats
 from rlloom.types import EngineSpec
+from rlloom_algokit.losses import mini_batch_stats
 from rlloom_models.config import TinyModelConfig
 from rlloom_models.plugin import tiny
 from rlloom_models.tiny import build_tokenizer

@@ -19,9 +19,9 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlloom import Batch, EngineSpec
-from rlloom.algos.config import PolicyLossConfig
-from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.choices import DeviceError
+from rlloom_algokit.config import PolicyLossConfig
+from rlloom_algokit.policy_loss import make_policy_loss_fn
 from rlloom_enginekit.devices import peak_bf16_flops
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine, process_group
 from rlloom_fsdp.perf import train_flops

@@ -436,8 +436,8 @@ def test_world_size_2_matches_world_size_1(model_dir, engines, tmp_path):
 def test_rows_with_zero_advantages_are_left_out_with_the_same_update(zeroed, model_dir, engines):
     """The policy loss names rows whose advantages are all 0 inert (zero gradient): the engine runs
     only the others (all inert: the first row alone), and the step equals training every row."""
-    from rlloom.algos.config import PolicyLossConfig
-    from rlloom.algos.policy_loss import ZeroAdvantageRowsInert, make_policy_loss_fn
+    from rlloom_algokit.config import PolicyLossConfig
+    from rlloom_algokit.policy_loss import ZeroAdvantageRowsInert, make_policy_loss_fn
 
     batch = make_batch()  # row 1's response is empty: inert whatever its advantages
     batch["advantages"][zeroed] = 0.0

@@ -170,8 +170,8 @@ def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_di
 def test_tp1_rows_with_zero_advantages_are_left_out_with_the_same_update(model_dir):
     """The policy loss names rows whose advantages are all 0 inert: megatron runs the others only,
     reports the fraction left out, and its step equals one that trains every row."""
-    from rlloom.algos.config import PolicyLossConfig
-    from rlloom.algos.policy_loss import make_policy_loss_fn
+    from rlloom_algokit.config import PolicyLossConfig
+    from rlloom_algokit.policy_loss import make_policy_loss_fn
 
     batch = make_batch()
     batch["advantages"][[2, 3]] = 0.0  # with row 1 (an empty response): three inert rows

@@ -334,3 +334,13 @@ class Batch:
 def row_tokens(batch: Batch) -> torch.Tensor:
     """Real tokens (prompt + response) of each row of ``batch``: [B]."""
     return batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ values·m / Σ m over the whole tensor (0 when the mask is empty): the token mean of a [B, R]
+    field over the ``response_mask``. Padding is selected away, so an ``inf`` or ``nan`` there
+    cannot leak in."""
+    if values.shape != mask.shape:
+        raise ValueError(f"values and mask must have the same shape, got {tuple(values.shape)} and {tuple(mask.shape)}")
+    present = mask.bool()
+    return torch.where(present, values, torch.zeros_like(values)).sum(dim=1).sum() / max(int(present.sum()), 1)

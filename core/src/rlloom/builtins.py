@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rlloom.algos.config import DEFAULT_POLICY_LOSS
 from rlloom.config.schema import TrainerConfig
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
@@ -32,16 +31,6 @@ def register_dispatch_modes(register):
 @hookimpl
 def register_resharders(register):
     register("in_process", InProcessResharder, config=InProcessResharderConfig)
-
-
-@hookimpl
-def register_advantage_estimators(register):
-    register("grpo", "rlloom.algos.advantages:grpo_estimator")
-
-
-@hookimpl
-def register_policy_losses(register):
-    register(DEFAULT_POLICY_LOSS, "rlloom.algos.policy_loss:vanilla_policy_loss")
 
 
 @hookimpl

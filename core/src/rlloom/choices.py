@@ -1,28 +1,8 @@
-"""The valid values of config keys that the core and plugin config schemas share, and the device
-name check; importable without torch, so composing and checking a config (and reporting its error)
-never waits for torch to load. The modules that compute with these names (:mod:`rlloom.losses`,
-:mod:`rlloom.devices`) import them from here."""
+"""The valid device settings and their check, shared by the core and plugin config schemas;
+importable without torch, so composing and checking a config (and reporting its error) never waits
+for torch to load. :mod:`rlloom.devices` resolves them."""
 
 from __future__ import annotations
-
-AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-"""The loss aggregation modes understood by :func:`rlloom.losses.aggregate`."""
-
-KL_ESTIMATORS: dict[str, str] = {
-    "k1": "k1",
-    "kl": "k1",
-    "abs": "abs",
-    "k2": "k2",
-    "mse": "k2",
-    "k3": "k3",
-    "low_var_kl": "k3",
-}
-"""Accepted names of :func:`rlloom.losses.kl_estimate` estimators -> the canonical estimator they denote."""
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 """Device settings (``cuda:<N>`` too); resolved where a role runs (:func:`rlloom.devices.resolve_device`)."""

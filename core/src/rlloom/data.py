@@ -1,13 +1,16 @@
-"""Prompt records (what a ``data=<name>`` plugin's :class:`~rlloom.protocols.PromptDataset` holds), and
-turning prompts into token batches.
+"""Prompt records (what a ``data=<name>`` plugin's :class:`~rlloom.protocols.PromptDataset` holds), the
+plain train/val container of them (:class:`Splits`, with the seeded split of a finite problem set that
+the in-tree datasets share), and turning prompts into token batches.
 
 Importing this module does not import torch (a dataset plugin's registration stays light); the
 encoder and the iterator import it when they run."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from rlloom.batch import Batch
@@ -28,6 +31,40 @@ class PromptRecord:
     ground_truth: Any
     data_source: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Disjoint ``train`` and ``val`` prompts, in a fixed order (a :class:`rlloom.protocols.PromptDataset`)."""
+
+    train: list[PromptRecord]
+    val: list[PromptRecord]
+
+
+def seeded_split(items: Sequence[T], seed: int, num_val: int, num_train: int, name: str) -> tuple[list[T], list[T]]:
+    """``(train, val)``: ``items`` shuffled by ``random.Random(seed).shuffle``; the first ``num_val``
+    are val, the next ``num_train`` are train (``num_train == 0``: all the rest).
+
+    Raises ``ValueError`` (naming the dataset ``name``) when a size is negative, when
+    ``num_val + num_train`` exceeds ``len(items)``, or when no training item is left.
+    """
+    if num_val < 0 or num_train < 0:
+        raise ValueError(f"data={name}: num_val={num_val} and num_train={num_train} must be >= 0")
+    if num_val + num_train > len(items):
+        raise ValueError(
+            f"data={name}: num_val + num_train = {num_val} + {num_train} = {num_val + num_train} exceeds "
+            f"the {len(items)} distinct problems of this config"
+        )
+    if num_train == 0 and num_val >= len(items):
+        raise ValueError(f"data={name}: num_val={num_val} leaves none of the {len(items)} problems for training")
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    val = order[:num_val]
+    train = order[num_val : num_val + num_train] if num_train else order[num_val:]
+    return train, val
 
 
 class PromptEncoder:

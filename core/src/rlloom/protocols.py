@@ -26,10 +26,9 @@ if TYPE_CHECKING:
 
     from rlloom.batch import Batch
     from rlloom.data import PromptRecord
-    from rlloom.losses import ClipLossTerms
     from rlloom.plugins.registry import Registry
-    from rlloom.types import (Completion, MiniBatchStats, RankCall, RewardResult, Role, RoleSpec, SamplingParams,
-                              SyncStats)
+    from rlloom.types import (ClipLossTerms, Completion, MiniBatchStats, RankCall, RewardResult, Role, RoleSpec,
+                              SamplingParams, SyncStats)
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
@@ -319,7 +318,7 @@ class AdvantageEstimator(Protocol):
     """The one signature of every advantage estimator (hook ``register_advantage_estimators``, config
     key ``algorithm.adv_estimator``). Every argument is passed, by keyword; an estimator reads the
     ones it needs and ignores the rest (end its signature with ``**_``). An input the batch does not
-    hold is None: raise naming it (:func:`rlloom.algos.advantages.need`).
+    hold is None: raise naming it (:func:`rlloom_algokit.advantages.need`).
 
     - ``scores`` [N] float32: each response's sequence score (an empty response keeps its score);
     - ``token_level_rewards`` [N, R] float32: rewards placed on tokens (the score on the last
@@ -351,9 +350,9 @@ class PolicyLoss(Protocol):
     """The one signature of every policy loss (hook ``register_policy_losses``, config key
     ``algorithm.policy_loss``): per-token terms from the current ``log_probs``, the behaviour
     ``old_log_probs`` (constants), ``advantages`` and the ``response_mask`` (all [B, R]) and the clip
-    settings of :class:`rlloom.algos.config.PolicyLossConfig`, by keyword. Returns
-    :class:`rlloom.losses.ClipLossTerms` (loss, clip indicators, per-token log π_old − log π), all
-    0 on padding; :func:`rlloom.algos.policy_loss.make_policy_loss_fn` aggregates them and adds
+    settings of :class:`rlloom_algokit.config.PolicyLossConfig`, by keyword. Returns
+    :class:`rlloom.types.ClipLossTerms` (loss, clip indicators, per-token log π_old − log π), all
+    0 on padding; :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` aggregates them and adds
     the entropy and KL terms. A token whose advantage is 0 must get loss 0 with zero gradient (every
     in-tree loss is linear in the advantage): rows whose advantages are all 0 are left out of the
     update by default (``algorithm.skip_zero_advantage_rows``, :class:`NamesInertRows`)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -253,3 +253,17 @@ class MiniBatchStats:
             [float(lengths.sum()), float(len(response_mask)), float((lengths > 0).sum())], dist.ReduceOp.SUM)
         (longest,) = reduce([float(response_mask.shape[1])], dist.ReduceOp.MAX)
         return cls(int(tokens), int(seqs), int(nonempty), int(longest))
+
+
+class ClipLossTerms(NamedTuple):
+    """Per-token outputs of a policy loss (:class:`rlloom.protocols.PolicyLoss`), all [B, R] and 0 where
+    the mask is 0."""
+
+    loss: torch.Tensor
+    """The clipped policy-gradient loss L_t."""
+    clipped: torch.Tensor
+    """1.0 where the clipped term is active (−A·clip(ρ) > −A·ρ): averaged, ``pg_clipfrac``."""
+    dual_clipped: torch.Tensor
+    """1.0 where the dual clip is active (A < 0 and −A·c < the clipped loss): ``pg_clipfrac_lower``."""
+    ppo_kl: torch.Tensor
+    """log π_old − log π per token: averaged, ``ppo_kl``."""

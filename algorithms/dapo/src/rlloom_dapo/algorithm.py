@@ -7,10 +7,10 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
+from rlloom_algokit.grpo import GRPO
 from rlloom_dapo.config import DAPOConfig
 from rlloom_dapo.sampling import filter_values, varied_groups
 from rlloom_dapo.shaping import apply_overlong_penalty
-from rlloom_grpo.algorithm import GRPO
 
 
 class DAPO(GRPO):

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom_grpo.config import GRPOConfig
+from rlloom_algokit.grpo_config import GRPOConfig
 
 FILTER_METRICS = ("acc", "score")
 """``algorithm.filter_groups_metric`` choices (see :func:`rlloom_dapo.sampling.filter_values`)."""
@@ -11,7 +11,7 @@ FILTER_METRICS = ("acc", "score")
 
 @dataclass
 class DAPOConfig(GRPOConfig):
-    """DAPO = GRPO's fields (see :class:`rlloom_grpo.config.GRPOConfig`) with DAPO's defaults
+    """DAPO = GRPO's fields (see :class:`rlloom_algokit.grpo_config.GRPOConfig`) with DAPO's defaults
     (clip-higher ``clip_ratio_high=0.28``, ``token-mean`` aggregation, no KL loss) plus:
 
     - ``dynamic_sampling``: drop groups whose ``filter_groups_metric`` values are all equal and

@@ -1,16 +1,14 @@
 """The GRPO family for rlloom: ``algorithm=grpo`` (and Dr.GRPO), ``cispo``, ``gspo``, ``rloo``,
-``remax``, ``reinforce_pp`` and ``reinforce_pp_baseline``: GRPO's step, the configs that make the
-presets (:mod:`.config`), their advantage estimators (:mod:`.advantages`) and policy losses
-(:mod:`.losses`). The group-relative advantage and the clipped policy loss GRPO uses are the
-core's (:mod:`rlloom.algos`)."""
+``remax``, ``reinforce_pp`` and ``reinforce_pp_baseline``: the configs that make the presets
+(:mod:`.config`), the two steps that differ from GRPO's (:mod:`.algorithm`), their advantage
+estimators (:mod:`.advantages`) and policy losses (:mod:`.losses`). GRPO's step and config, the
+group-relative advantage and the clipped policy loss are the algorithm kit's (:mod:`rlloom_algokit`),
+which DAPO shares."""
 
 from rlloom.lazy import lazy_exports
 
 __all__ = [
     "CISPOConfig",
-    "GRPO",
-    "GRPOConfig",
-    "GRPOStepConfig",
     "GSPOConfig",
     "RLOOConfig",
     "ReMax",
@@ -30,8 +28,8 @@ __all__ = [
 __getattr__ = lazy_exports(__name__, {  # imported on first use: the plugin registers without torch
     **dict.fromkeys(["passk_advantages", "reinforce_pp_advantages", "reinforce_pp_baseline_advantages",
                      "remax_advantages", "rloo_advantages"], ".advantages"),
-    **dict.fromkeys(["GRPO", "ReMax", "ReinforcePP"], ".algorithm"),
-    **dict.fromkeys(["CISPOConfig", "GRPOConfig", "GRPOStepConfig", "GSPOConfig", "RLOOConfig", "ReMaxConfig",
-                     "ReinforcePPBaselineConfig", "ReinforcePPConfig"], ".config"),
+    **dict.fromkeys(["ReMax", "ReinforcePP"], ".algorithm"),
+    **dict.fromkeys(["CISPOConfig", "GSPOConfig", "RLOOConfig", "ReMaxConfig", "ReinforcePPBaselineConfig",
+                     "ReinforcePPConfig"], ".config"),
     **dict.fromkeys(["cispo_token_loss", "gspo_policy_loss"], ".losses"),
 })

@@ -1,6 +1,7 @@
 """The GRPO family's advantage estimators (registered under the names given with each): GRPO's
 pass@k, RLOO's leave-one-out, ReMax's greedy baseline, REINFORCE++'s whitened returns. The
-group-relative advantage itself is the core's (:func:`rlloom.algos.advantages.group_relative_advantages`)."""
+group-relative advantage itself is the algorithm kit's
+(:func:`rlloom_algokit.advantages.group_relative_advantages`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Optional
 
 import torch
-from rlloom.algos.advantages import group_index, group_relative_advantages, need
-from rlloom.losses import discounted_returns, masked_whiten
+from rlloom_algokit.advantages import group_index, group_relative_advantages, need
+from rlloom_algokit.losses import discounted_returns, masked_whiten
 
 
 def passk_advantages(
@@ -101,8 +102,8 @@ def remax_estimator(*, token_level_rewards: Optional[torch.Tensor], baselines: O
 
 def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """REINFORCE++: G_t = r_t + γ·G_{t+1} over each response's token rewards ``rewards`` [N, R]
-    (:func:`rlloom.losses.discounted_returns`), then whitened over all response tokens of the batch
-    (:func:`rlloom.losses.masked_whiten`; 0 on padding)."""
+    (:func:`rlloom_algokit.losses.discounted_returns`), then whitened over all response tokens of the batch
+    (:func:`rlloom_algokit.losses.masked_whiten`; 0 on padding)."""
     return masked_whiten(discounted_returns(rewards, mask, gamma), mask)
 
 

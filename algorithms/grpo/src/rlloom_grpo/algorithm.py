@@ -1,129 +1,20 @@
-"""The GRPO family's algorithm objects: ``GRPO`` (what it needs, its loss and its advantages), and
-the two members whose step or reward differs from it, ``ReMax`` and ``ReinforcePP``. The other
-members (``cispo``, ``gspo``, ``rloo``, ``reinforce_pp_baseline``) are ``GRPO`` or ``ReinforcePP``
-with another config (:mod:`rlloom_grpo.config`)."""
+"""The GRPO family's algorithm objects whose step or reward differs from GRPO's
+(:class:`rlloom_algokit.grpo.GRPO`), ``ReMax`` and ``ReinforcePP``. The other members (``grpo``,
+``cispo``, ``gspo``, ``rloo``, ``reinforce_pp_baseline``) are ``GRPO`` or ``ReinforcePP`` with
+another config (:mod:`rlloom_grpo.config`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from rlloom.algos.advantages import compute_advantages
-from rlloom.algos.lookup import get_advantage_estimator
-from rlloom.algos.policy_loss import make_policy_loss_fn
 from rlloom.batch import Batch
-from rlloom.controller.step import Concurrent, StepContext
-from rlloom.losses import kl_penalized_rewards
-from rlloom_grpo.config import GRPOConfig, GRPOStepConfig, ReinforcePPConfig, ReMaxConfig
-
-
-class GRPO:
-    """Group relative policy optimization (Dr.GRPO with ``norm_adv_by_std=False``). No critic;
-    a reference model only for the KL loss.
-
-    The advantage estimator and the policy loss are looked up by name among the registered ones
-    (:mod:`rlloom.algos.lookup`): ``cfg.adv_estimator`` (a key of :class:`GRPOConfig`, or fixed by
-    a preset's config class, as :class:`rlloom_grpo.config.RLOOConfig`'s ``rloo``) and
-    ``cfg.policy_loss``."""
-
-    needs_critic = False
-
-    def __init__(self, cfg: GRPOStepConfig) -> None:
-        self.cfg = cfg
-        self.estimator = get_advantage_estimator(cfg.adv_estimator)
-        self.loss_fn = make_policy_loss_fn(cfg)
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.cfg.use_kl_loss
-
-    def advantage_options(self) -> dict[str, Any]:
-        """The estimator's settings from the config: ``norm_by_std`` and ``eps`` when it is a
-        :class:`GRPOConfig` (its ``norm_adv_by_std`` and ``epsilon``), else none (the estimator's
-        defaults); a subclass whose config has others (REINFORCE++'s ``gamma``) adds them."""
-        if not isinstance(self.cfg, GRPOConfig):
-            return {}
-        return {"norm_by_std": self.cfg.norm_adv_by_std, "eps": self.cfg.epsilon}
-
-    def token_level_rewards(self, batch: Batch) -> Optional[torch.Tensor]:
-        """The token-level rewards the estimator gets: ``token_level_scores`` (GRPO's reward has no
-        KL penalty)."""
-        return batch.get("token_level_scores")
-
-    def compute_advantages(self, batch: Batch) -> torch.Tensor:
-        """``advantages`` [N, R] float32 from the estimator (:func:`rlloom.algos.advantages.compute_advantages`)
-        of the batch's ``scores``, :meth:`token_level_rewards`, ``response_mask``, groups of equal
-        ``uid`` and ``reward_baselines`` (None where the batch has none), with
-        :meth:`advantage_options`."""
-        batch.require("uid", "response_mask")
-        return compute_advantages(
-            self.estimator,
-            response_mask=batch["response_mask"],
-            scores=batch.get("scores"),
-            token_level_rewards=self.token_level_rewards(batch),
-            group_ids=batch["uid"],
-            baselines=batch.get("reward_baselines"),
-            **self.advantage_options(),
-        )
-
-    def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
-        """One GRPO step: n responses per prompt → rewards, with the log-probs computed at the same
-        time → :meth:`update` → weight sync."""
-        batch = ctx.generate(prompts, n=self.cfg.n)
-        with ctx.concurrently() as run:
-            run.score(batch)
-            self.log_probs(run, batch, len(prompts))
-        self.update(ctx, batch, len(prompts))
-        ctx.sync_weights()
-        return ctx.metrics
-
-    def learn(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
-        """Train on a scored ``batch`` of ``num_prompts`` groups of ``cfg.n`` responses:
-        :meth:`log_probs` (their calls run concurrently), then :meth:`update`. Algorithms that build
-        their scored batch their own way (DAPO's dynamic sampling, ReMax's greedy baseline) end their
-        step with this and the weight sync."""
-        with ctx.concurrently() as run:
-            self.log_probs(run, batch, num_prompts)
-        self.update(ctx, batch, num_prompts)
-
-    def log_probs(self, stages: StepContext | Concurrent, batch: Batch, num_prompts: int) -> None:
-        """Behaviour log-probs, and reference log-probs when ``needs_reference``.
-
-        Behaviour log-probs need their own forward pass only when the step takes several optimizer
-        steps (or ``recompute_old_log_probs``); see :func:`rlloom.algos.policy_loss.make_policy_loss_fn`."""
-        if self.needs_old_log_probs(batch, num_prompts):
-            stages.old_log_probs(batch)
-        if self.needs_reference:
-            stages.ref_log_probs(batch)
-
-    def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
-        """Whether the step needs a separate behaviour-log-prob pass: several optimizer steps, or
-        ``cfg.recompute_old_log_probs``."""
-        return self.cfg.recompute_old_log_probs or not self._one_update(num_prompts)
-
-    def _mini_batch_prompts(self, num_prompts: int) -> int:
-        return self.cfg.ppo_mini_batch_size or num_prompts
-
-    def _one_update(self, num_prompts: int) -> bool:
-        return self.cfg.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
-
-    def update(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
-        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), then the
-        clipped policy update(s)."""
-        cfg = self.cfg
-        with ctx.timed("adv"):
-            advantages = batch["advantages"] = self.compute_advantages(batch)
-        mask = batch["response_mask"].bool()
-        if mask.any():
-            ctx.metrics.update({
-                "critic/advantages/mean": float(advantages[mask].mean()),
-                "critic/advantages/max": float(advantages[mask].max()),
-                "critic/advantages/min": float(advantages[mask].min()),
-            })
-        ctx.update_actor(batch, self.loss_fn, mini_batch_rows=self._mini_batch_prompts(num_prompts) * cfg.n,
-                         epochs=cfg.ppo_epochs)
+from rlloom.controller.step import StepContext
+from rlloom_algokit.grpo import GRPO
+from rlloom_algokit.losses import kl_penalized_rewards
+from rlloom_grpo.config import ReinforcePPConfig, ReMaxConfig
 
 
 class ReMax(GRPO):
@@ -137,7 +28,7 @@ class ReMax(GRPO):
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """Greedy rollout of each prompt (stage ``gen_baseline``), scored → ``n`` sampled responses
         per prompt, scored, each given its prompt's greedy score as ``reward_baselines`` → GRPO's
-        update (:meth:`rlloom_grpo.GRPO.learn`). Metric ``remax/baseline_score/mean``; the
+        update (:meth:`rlloom_algokit.grpo.GRPO.learn`). Metric ``remax/baseline_score/mean``; the
         ``critic/score/*`` metrics are the sampled responses' (scored last)."""
         greedy = dataclasses.replace(ctx.sampling, temperature=0.0)
         baseline = ctx.score(ctx.generate(prompts, 1, greedy, stage="gen_baseline"))
@@ -188,4 +79,3 @@ class ReinforcePP(GRPO):
 
     def advantage_options(self) -> dict[str, Any]:
         return {"gamma": self.cfg.gamma}
-

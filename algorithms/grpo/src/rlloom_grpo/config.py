@@ -10,73 +10,8 @@ The estimator a config's algorithm uses is its ``adv_estimator``: a key where th
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from rlloom.algos.config import MiniBatchSchedule, PolicyLossConfig
-from rlloom.choices import KL_ESTIMATORS
-
-
-@dataclass
-class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
-    """The policy-loss fields (:class:`rlloom.algos.config.PolicyLossConfig`: clip range, dual clip,
-    aggregation, KL loss, entropy bonus, ``policy_loss``) and those of GRPO's step
-    (:class:`rlloom_grpo.algorithm.GRPO`). Units: *prompts* or *responses* (= prompts × ``n``) as
-    stated.
-
-    - ``n``: responses sampled per prompt (the group size).
-    - ``ppo_epochs``: passes over each step's batch.
-    - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
-      step's batch is one mini-batch (one optimizer step per epoch).
-    - ``recompute_old_log_probs``: compute behaviour log-probs with a separate forward pass even
-      when the step takes a single optimizer step (then they equal the training forward's own
-      log-probs, so by default that pass is skipped). With several optimizer steps per step
-      (``ppo_epochs`` > 1 or mini-batches) they are always computed.
-
-    A subclass names its advantage estimator as ``adv_estimator`` (module docstring).
-    """
-
-    n: int = 8
-    ppo_epochs: int = 1
-    ppo_mini_batch_size: int = 0
-    recompute_old_log_probs: bool = False
-
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.n < 1:
-            problems.append(f"n must be >= 1, got {self.n}")
-        if self.ppo_epochs < 1:
-            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
-        if self.ppo_mini_batch_size < 0:
-            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
-        return problems
-
-
-@dataclass
-class GRPOConfig(GRPOStepConfig):
-    """GRPO / Dr.GRPO settings: :class:`GRPOStepConfig`'s, and the advantage's:
-
-    - ``norm_adv_by_std``: divide advantages by the group std (GRPO); False gives Dr.GRPO.
-    - ``adv_estimator``: the advantage estimator, by name: ``grpo`` (group-relative, see
-      :func:`rlloom.algos.advantages.group_relative_advantages`), ``grpo_passk`` (only each
-      group's best sample learns, see :func:`rlloom_grpo.advantages.passk_advantages`; divided by
-      the group std when ``norm_adv_by_std``; needs ``n`` >= 2, as verl's), ``rloo``, ``remax``,
-      ``reinforce_pp`` (:mod:`rlloom_grpo.advantages`), or any other a plugin registers
-      (``rlloom plugins`` lists them); checked against the installed ones when the config is composed.
-    - ``epsilon``: added to the group std before dividing.
-    """
-
-    algorithm_name: ClassVar[str] = "grpo"
-
-    norm_adv_by_std: bool = True
-    adv_estimator: str = "grpo"
-    epsilon: float = 1e-6
-
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.adv_estimator == "grpo_passk" and self.n < 2:
-            problems.append(f"adv_estimator=grpo_passk compares the best of a group with the second best and "
-                            f"needs n >= 2, got n={self.n}")
-        if not self.epsilon > 0:
-            problems.append(f"epsilon must be > 0, got {self.epsilon}")
-        return problems
+from rlloom_algokit.choices import KL_ESTIMATORS
+from rlloom_algokit.grpo_config import GRPOConfig, GRPOStepConfig
 
 
 @dataclass
@@ -143,7 +78,7 @@ class ReinforcePPConfig(GRPOStepConfig):
 
     - ``gamma``: discount of the token-level return (``reinforce_pp`` only).
     - ``use_kl_in_reward`` / ``kl_coef`` / ``kl_penalty``: subtract β·KL_t (estimator
-      ``kl_penalty``, see :data:`rlloom.choices.KL_ESTIMATORS`) from every response token's reward;
+      ``kl_penalty``, see :data:`rlloom_algokit.choices.KL_ESTIMATORS`) from every response token's reward;
       needs a reference model.
 
     The estimator is ``reinforce_pp`` (:func:`rlloom_grpo.advantages.reinforce_pp_advantages`).

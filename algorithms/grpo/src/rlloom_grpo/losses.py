@@ -1,6 +1,6 @@
 """The GRPO family's policy losses (``algorithm.policy_loss``): CISPO's clipped importance-sampling
 weight (MiniMax-M1, arXiv 2506.13585) and GSPO's sequence-level ratio. PPO's clipped surrogate
-(``vanilla``) is the core's (:func:`rlloom.losses.ppo_clip_loss`)."""
+(``vanilla``) is the algorithm kit's (:func:`rlloom_algokit.losses.ppo_clip_loss`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Optional
 
 import torch
 
-from rlloom.losses import LOG_RATIO_CLAMP, ClipLossTerms, ppo_clip_loss, sequence_log_ratio
+from rlloom.types import ClipLossTerms
+from rlloom_algokit.losses import LOG_RATIO_CLAMP, ppo_clip_loss, sequence_log_ratio
 
 
 def cispo_token_loss(
@@ -43,8 +44,8 @@ def gspo_policy_loss(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
     clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float],
 ) -> ClipLossTerms:
-    """``policy_loss=gspo``: :func:`rlloom.losses.ppo_clip_loss` with the token ratio replaced by the
-    sequence ratio s_i = exp(mean_t(log π − log π_old)) (:func:`rlloom.losses.sequence_log_ratio`):
+    """``policy_loss=gspo``: :func:`rlloom_algokit.losses.ppo_clip_loss` with the token ratio replaced by the
+    sequence ratio s_i = exp(mean_t(log π − log π_old)) (:func:`rlloom_algokit.losses.sequence_log_ratio`):
 
         L_it = max(−A_it·s_it, −A_it·clip(s_it, 1 − clip_ratio_low, 1 + clip_ratio_high)),
         s_it = s_i in value, ∇ s_it = s_i·∇ log π_it,
@@ -53,7 +54,7 @@ def gspo_policy_loss(
     gradient of a row is that of −A_i·s_i). It is done by handing the PPO loss the behaviour
     log-probs sg[log π − log s_it], so that its log π − log π_old is exactly log s_it; ``ppo_kl`` is
     then the token mean of −log s_i. With ``old_log_probs`` = sg[log π] (a single on-policy update)
-    s_i = 1. The entropy and KL terms of :func:`rlloom.algos.policy_loss.make_policy_loss_fn` use the
+    s_i = 1. The entropy and KL terms of :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` use the
     unmodified log-probs.
     """
     log_ratio = sequence_log_ratio(log_probs, old_log_probs, mask)

@@ -1,27 +1,29 @@
 """Entry point ``grpo``: registers the GRPO family, ``algorithm=grpo`` and its presets (``cispo``,
 ``gspo``, ``rloo``, ``remax``, ``reinforce_pp``, ``reinforce_pp_baseline``: a config class each,
-:mod:`rlloom_grpo.config`), and the family's advantage estimators and policy losses (the estimator
-``grpo`` and the policy loss ``vanilla`` are the core's)."""
+:mod:`rlloom_grpo.config`), and the family's advantage estimators and policy losses. GRPO's step,
+its config, the estimator ``grpo`` and the policy loss ``vanilla`` are the algorithm kit's
+(:mod:`rlloom_algokit`), which DAPO shares."""
 
 import rlloom
+from rlloom_algokit.grpo_config import GRPOConfig
 from rlloom_grpo import config
 
 ALGORITHMS = {
-    # algorithm=<name>: (the algorithm class, its config)
-    "grpo": ("GRPO", config.GRPOConfig),
-    "cispo": ("GRPO", config.CISPOConfig),
-    "gspo": ("GRPO", config.GSPOConfig),
-    "rloo": ("GRPO", config.RLOOConfig),
-    "remax": ("ReMax", config.ReMaxConfig),
-    "reinforce_pp": ("ReinforcePP", config.ReinforcePPConfig),
-    "reinforce_pp_baseline": ("ReinforcePP", config.ReinforcePPBaselineConfig),
+    # algorithm=<name>: (the algorithm class as "module:attribute", its config)
+    "grpo": ("rlloom_algokit.grpo:GRPO", GRPOConfig),
+    "cispo": ("rlloom_algokit.grpo:GRPO", config.CISPOConfig),
+    "gspo": ("rlloom_algokit.grpo:GRPO", config.GSPOConfig),
+    "rloo": ("rlloom_algokit.grpo:GRPO", config.RLOOConfig),
+    "remax": ("rlloom_grpo.algorithm:ReMax", config.ReMaxConfig),
+    "reinforce_pp": ("rlloom_grpo.algorithm:ReinforcePP", config.ReinforcePPConfig),
+    "reinforce_pp_baseline": ("rlloom_grpo.algorithm:ReinforcePP", config.ReinforcePPBaselineConfig),
 }
 
 
 @rlloom.hookimpl
 def register_algorithms(register):
     for name, (algorithm, schema) in ALGORITHMS.items():
-        register(name, f"rlloom_grpo.algorithm:{algorithm}", config=schema)
+        register(name, algorithm, config=schema)
 
 
 @rlloom.hookimpl

@@ -1,9 +1,9 @@
 """Entry point ``ppo``: registers ``algorithm=ppo``."""
 
 import rlloom
-from rlloom_ppo.config import PPOConfig
+from rlloom_algokit.ppo_config import PPOConfig
 
 
 @rlloom.hookimpl
 def register_algorithms(register):
-    register("ppo", "rlloom_ppo.algorithm:PPO", config=PPOConfig)
+    register("ppo", "rlloom_algokit.ppo:PPO", config=PPOConfig)

@@ -8,9 +8,9 @@ import torch
 
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
-from rlloom_ppo.algorithm import PPO, masked_summary
-from rlloom_ppo.gae import gae_advantages
-from rlloom_ppo.value_loss import explained_variance, make_value_loss_fn
+from rlloom_algokit.gae import gae_advantages
+from rlloom_algokit.ppo import PPO, masked_summary
+from rlloom_algokit.value_loss import explained_variance, make_value_loss_fn
 from rlloom_safe_rlhf.config import SafeRLHFConfig
 from rlloom_safe_rlhf.lagrange import LagrangeMultiplier
 

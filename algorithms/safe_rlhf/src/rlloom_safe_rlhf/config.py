@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from rlloom.types import Role
-from rlloom_ppo.config import PPOConfig
+from rlloom_algokit.ppo_config import PPOConfig
 
 
 @dataclass
 class SafeRLHFConfig(PPOConfig):
-    """Safe-RLHF settings: every PPO setting (:class:`rlloom_ppo.config.PPOConfig`; the cost critic
+    """Safe-RLHF settings: every PPO setting (:class:`rlloom_algokit.ppo_config.PPOConfig`; the cost critic
     trains with the critic's settings), two of them with other defaults, plus the constraint's. The
     algorithm adds two roles (``extra_roles``): the cost function ``cost`` (chosen with
     ``cost=<reward function>``) and the cost critic ``cost_critic`` (a train engine serving as a critic).

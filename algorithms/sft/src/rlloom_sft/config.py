@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlloom.choices import AGG_MODES
+from rlloom_algokit.choices import AGG_MODES
 
 GROUND_TRUTH = "ground_truth"
 """The ``response_key`` that trains on ``str(PromptRecord.ground_truth)`` instead of an ``extra`` entry."""
@@ -19,7 +19,7 @@ class SFTConfig:
     - ``max_response_length``: demonstration tokens kept (EOS included), > 0; longer ones are cut
       on the right and so lose their EOS. Also the constant length L that
       ``seq-mean-token-sum-norm`` divides by.
-    - ``loss_agg_mode``: one of :data:`rlloom.choices.AGG_MODES`, how the per-token NLL is reduced.
+    - ``loss_agg_mode``: one of :data:`rlloom_algokit.choices.AGG_MODES`, how the per-token NLL is reduced.
     - ``ppo_mini_batch_size``: prompts per optimizer step; 0 = the whole step's batch (one
       optimizer step per epoch). Must divide ``trainer.train_batch_size``.
     - ``ppo_epochs``: passes over each step's batch, >= 1.

@@ -7,15 +7,15 @@ import dataclasses
 import torch
 
 from rlloom.batch import Batch
-from rlloom.losses import aggregate, mini_batch_stats
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
+from rlloom_algokit.losses import aggregate, mini_batch_stats
 from rlloom_sft.config import SFTConfig
 
 
 def make_sft_loss_fn(cfg: SFTConfig) -> LossFn:
     """A :data:`rlloom.protocols.LossFn`: with NLL_t = −log π(y_t | prompt, y_<t) on each response
-    token (``outputs["log_probs"]``) and ``agg`` = :func:`rlloom.losses.aggregate` in mode
+    token (``outputs["log_probs"]``) and ``agg`` = :func:`rlloom_algokit.losses.aggregate` in mode
     ``cfg.loss_agg_mode`` over ``response_mask``, normalised by the mini-batch ``stats``:
 
         loss = agg(NLL)          (token-mean: Σ NLL_t / response tokens in the mini-batch)

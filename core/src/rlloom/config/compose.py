@@ -22,7 +22,6 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from rlloom.algos.lookup import ADVANTAGE_ESTIMATOR, POLICY_LOSS
 from rlloom.choices import DeviceError
 from rlloom.config.errors import ConfigError
 from rlloom.config.run_name import name_run, run_dir_of
@@ -309,9 +308,9 @@ def check_device_here(name: str) -> None:
         raise ConfigError(str(error)) from None
 
 
-REGISTERED_FUNCTION_KEYS = {"adv_estimator": ADVANTAGE_ESTIMATOR, "policy_loss": POLICY_LOSS}
-"""Algorithm config keys whose value names a function a plugin registered -> its registry kind
-(:mod:`rlloom.algos.lookup`)."""
+REGISTERED_FUNCTION_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss"}
+"""Algorithm config keys whose value names a function a plugin registered -> its registry kind (hooks
+``register_advantage_estimators`` / ``register_policy_losses``)."""
 
 
 def check_registered_functions(algorithm: Any, registry: Registry) -> None:

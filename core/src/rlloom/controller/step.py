@@ -22,9 +22,8 @@ from typing import Any
 
 import torch
 
-from rlloom.batch import Batch, row_tokens
+from rlloom.batch import Batch, masked_mean, row_tokens
 from rlloom.controller.futures import overlap_s, submit
-from rlloom.losses import masked_mean
 from rlloom.protocols import Future, LossFn, ReportsMetrics, Resharder, RewardFn, RolloutEngine, TrainEngine
 from rlloom.types import RewardResult, Role, SamplingParams
 

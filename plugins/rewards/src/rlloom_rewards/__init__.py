@@ -4,6 +4,6 @@ Rewards (``reward=<name>``): ``math`` (:mod:`rlloom_rewards.math_answer`), ``cod
 (:mod:`rlloom_rewards.code.reward`, sandboxed by :mod:`rlloom_rewards.code.sandbox`), ``python``
 (:mod:`rlloom_rewards.python_fn`), ``combined`` (:mod:`rlloom_rewards.combined`), ``model``
 (:mod:`rlloom_rewards.model`). Dataset: ``data=humaneval`` (:mod:`rlloom_rewards.code.humaneval`).
-Rule-based rewards run their verifier through the core's :mod:`rlloom.scoring` (in-process or a
+Rule-based rewards run their verifier through the reward kit, :mod:`rlloom_rewardkit` (in-process or a
 process pool, per-sample timeouts, errors and timeouts counted).
 """

@@ -16,7 +16,7 @@ number makes the row an error.
 **Equivalence** is ``math_verify.verify(gold, answer)``: numeric equality after rounding to
 ``float_rounding`` decimals (``0.5`` = ``\\frac{1}{2}`` = ``1/2``) and symbolic equality of
 expressions (``(x+1)^2`` = ``x^2+2x+1``). math-verify's own ``SIGALRM`` timeouts are switched off:
-the per-sample limit is ``reward.timeout_s`` (:mod:`rlloom.scoring.runner`).
+the per-sample limit is ``reward.timeout_s`` (:mod:`rlloom_rewardkit.runner`).
 
 Score: ``correct_score`` when equal, else ``incorrect_score`` (also when no answer is found).
 Components: ``correct`` (1.0/0.0) and ``extracted`` (1.0 when an answer was found).
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward
+from rlloom_rewardkit import ExecutionConfig, RowReward
 
 from rlloom_rewards.math_verifier import MathVerifier
 

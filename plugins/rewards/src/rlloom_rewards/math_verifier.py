@@ -9,8 +9,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom.scoring.outcome import Verdict
-from rlloom_tasks import extract
+from rlloom_rewardkit import extract
+from rlloom_rewardkit.outcome import Verdict
 
 
 def _parse(text: str) -> list:

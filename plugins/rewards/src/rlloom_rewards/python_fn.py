@@ -14,7 +14,7 @@ from the current directory). The function is called once per response::
 
 A call that raises, or returns anything else, is an error: scored ``reward.error_score`` and counted
 in ``reward/errors``; ``reward.timeout_s`` and ``reward.num_workers`` work as for every row-scored
-reward (:mod:`rlloom.scoring.runner`). With ``num_workers >= 1`` the function is loaded again
+reward (:mod:`rlloom_rewardkit.runner`). With ``num_workers >= 1`` the function is loaded again
 in every worker process, so it must not rely on state set up by the trainer's process.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward
+from rlloom_rewardkit import ExecutionConfig, RowReward
 
 from rlloom_rewards.user_function import UserFunction, load_function
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom.scoring.outcome import Verdict
+from rlloom_rewardkit.outcome import Verdict
 
 
 @functools.cache

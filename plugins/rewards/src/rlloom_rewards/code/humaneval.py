@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from rlloom.data import PromptRecord
-from rlloom_tasks.data.splits import Splits, seeded_split
+from rlloom.data import PromptRecord, Splits, seeded_split
 
 
 class PromptStyle(Enum):

@@ -35,7 +35,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward
+from rlloom_rewardkit import ExecutionConfig, RowReward
 
 from rlloom_rewards.code.sandbox import SandboxLimits, sandbox_python
 from rlloom_rewards.code.verifier import CodeVerifier

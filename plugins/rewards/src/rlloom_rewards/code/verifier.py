@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom.scoring.outcome import SampleTimeout, Verdict
+from rlloom_rewardkit.outcome import SampleTimeout, Verdict
 
 from rlloom_rewards.code.harness import CheckJob, run_tests
 from rlloom_rewards.code.sandbox import SandboxLimits

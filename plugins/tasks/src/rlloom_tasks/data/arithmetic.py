@@ -16,9 +16,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 
-from rlloom.data import PromptRecord
+from rlloom.data import PromptRecord, Splits, seeded_split
 
-from rlloom_tasks.data.splits import Splits, seeded_split
 
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 MAX_PROBLEMS = 1_000_000  # the problem set is enumerated and shuffled in memory

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.data import PromptRecord
+from rlloom.data import PromptRecord, Splits, seeded_split
 
-from rlloom_tasks.data.splits import Splits, seeded_split
 
 VERBS = ("pick", "choose", "name", "give", "say", "write")
 OBJECTS = ("a digit", "one digit", "a single digit", "any digit")

@@ -21,9 +21,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlloom.data import PromptRecord
+from rlloom.data import PromptRecord, Splits
 
-from rlloom_tasks.data.splits import Splits
 
 DRAWS_PER_QUESTION = 10
 RESERVED_OPTIONS = ("size", "seed")  # set from num_train/num_val and the run's seed

@@ -1,11 +1,11 @@
 """``reward=arithmetic``: is the last integer of the response the ground-truth integer?
 
 Reads the object fields ``response_text`` and ``ground_truth`` (an int, or a string holding
-one). Score per row: ``correct_score`` if :func:`~rlloom_tasks.extract.last_integer` of the
+one). Score per row: ``correct_score`` if :func:`~rlloom_rewardkit.extract.last_integer` of the
 response equals ``int(ground_truth)``, else ``incorrect_score`` (also when the response holds no
 number); ``error_score`` when the row cannot be checked (e.g. a ground truth that is not an
 integer). Component ``correct``: 1.0 or 0.0. ``num_workers`` / ``timeout_s`` / ``timeout_score``: as
-for every row-scored reward (:mod:`rlloom.scoring.runner`).
+for every row-scored reward (:mod:`rlloom_rewardkit.runner`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward, Verdict
-from rlloom_tasks.extract import last_integer
+from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
+from rlloom_rewardkit.extract import last_integer
 
 
 @dataclass

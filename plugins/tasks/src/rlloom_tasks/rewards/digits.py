@@ -4,14 +4,14 @@ Score per row: (number of characters c with ``c.isdigit()``) / (number of charac
 empty response; ``error_score`` when the row cannot be checked. A dense reward that a random-init
 model (``model=tiny``, ``data=digits``) learns within a minute: the ``preset=tiny`` smoke task.
 Component ``digit_fraction``. ``num_workers`` / ``timeout_s`` / ``timeout_score``: as for every
-row-scored reward (:mod:`rlloom.scoring.runner`).
+row-scored reward (:mod:`rlloom_rewardkit.runner`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward, Verdict
+from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
 
 
 @dataclass

@@ -5,7 +5,7 @@ A synthetic *cost* for ``algorithm=safe_rlhf`` on ``data=digits`` (``cost=forbid
 ``digits`` (default ``"01234"``), so a constrained policy learns to answer with the other digits.
 Score per row: ``1.0`` if any character of the response is in ``digits``, else ``0.0``;
 ``error_score`` when the row cannot be checked. Component ``forbidden``. ``num_workers`` /
-``timeout_s`` / ``timeout_score``: as for every row-scored reward (:mod:`rlloom.scoring.runner`).
+``timeout_s`` / ``timeout_score``: as for every row-scored reward (:mod:`rlloom_rewardkit.runner`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward, Verdict
+from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
 
 
 @dataclass

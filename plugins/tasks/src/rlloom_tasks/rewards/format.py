@@ -5,7 +5,7 @@ Reads the object field ``response_text``. Score per row: ``match_score`` when
 ``error_score`` when the row cannot be checked (e.g. a response that is not a string).
 Component ``format``: 1.0 or 0.0. With the default pattern ``\\d`` a response scores 1.0 exactly
 when it is one digit (the tiny-model smoke task, paired with ``data=digits``). ``num_workers`` /
-``timeout_s`` / ``timeout_score``: as for every row-scored reward (:mod:`rlloom.scoring.runner`).
+``timeout_s`` / ``timeout_score``: as for every row-scored reward (:mod:`rlloom_rewardkit.runner`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from rlloom.scoring import ExecutionConfig, RowReward, Verdict
+from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
 
 
 @dataclass

@@ -11,7 +11,7 @@ the row's ``extra`` is malformed.
 
 Components: ``correct`` (1.0 when the score is 1.0) and ``format`` (1.0 when an answer was
 extracted). ``num_workers`` / ``timeout_s`` / ``timeout_score``: as for every row-scored reward
-(:mod:`rlloom.scoring.runner`).
+(:mod:`rlloom_rewardkit.runner`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from rlloom.scoring import ExecutionConfig, RowReward, Verdict
-from rlloom_tasks import extract
+from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
+from rlloom_rewardkit import extract
 
 
 class AnswerFormat(Enum):

@@ -1,0 +1,102 @@
+"""The policy-loss settings every clipped-policy algorithm shares: a torch-free Hydra structured
+config that algorithm configs extend (``GRPOConfig``, ``PPOConfig``, …)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
+
+DEFAULT_POLICY_LOSS = "vanilla"
+"""The policy loss this kit registers (:mod:`rlloom_algokit.plugin`): PPO's clipped surrogate with
+dual clip (:func:`rlloom_algokit.policy_loss.vanilla_policy_loss`, verl's ``vanilla``)."""
+
+
+class MiniBatchSchedule:
+    """For algorithm configs with ``ppo_epochs`` (passes over a step's batch) and
+    ``ppo_mini_batch_size`` (*prompts* per optimizer step; 0: the whole step's): their
+    :class:`~rlloom.protocols.PlansOptimizerSteps` ability, ``epochs × train_batch_size / mini``."""
+
+    def optimizer_steps_per_step(self, train_batch_size: int) -> int:
+        mini = self.ppo_mini_batch_size or train_batch_size
+        if train_batch_size % mini:
+            raise ValueError(
+                f"algorithm.ppo_mini_batch_size={mini} must divide trainer.train_batch_size={train_batch_size} "
+                "(both count prompts): each step is split into equal mini-batches."
+            )
+        return train_batch_size // mini * self.ppo_epochs
+
+
+@dataclass
+class PolicyLossConfig:
+    """The fields :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` reads.
+
+    - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range [1 − low, 1 + high] of the ratio.
+    - ``clip_ratio_c``: dual-clip bound c (> 1) for negative advantages (verl's default 3); None
+      disables it.
+    - ``loss_agg_mode``: one of :data:`rlloom_algokit.choices.AGG_MODES` (Dr.GRPO pairs with
+      ``seq-mean-token-sum-norm``); used for the policy, entropy and KL terms alike.
+    - ``loss_scale_factor``: the constant length L that ``seq-mean-token-sum-norm`` divides by
+      (with the number of sequences); None: the step's ``sampling.max_new_tokens``. A constant, as
+      Dr.GRPO and verl (its ``loss_scale_factor``, else its fixed ``response_length``) have it, so
+      a token's weight does not change with the step's longest response.
+    - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: add β·agg(KL(π ‖ π_ref)) to the loss,
+      with estimator ``kl_loss_type`` (see :data:`rlloom_algokit.choices.KL_ESTIMATORS`); needs a
+      reference model.
+    - ``entropy_coeff``: subtract coef·agg(entropy) (0 disables the bonus).
+    - ``policy_loss``: the per-token loss, by name: any function a plugin registers with the
+      ``register_policy_losses`` hook (this kit's ``vanilla``: PPO's clipped surrogate); checked
+      against the installed ones when the config is composed.
+    - ``skip_zero_advantage_rows``: when the loss has no KL and no entropy term, rows whose
+      advantages are 0 on every token (GRPO groups whose samples all scored the same) have zero
+      gradient, and the train engine leaves them out of its forward and backward passes: the same
+      update for less compute (:class:`rlloom.protocols.NamesInertRows`). The loss's metrics
+      (``pg_clipfrac``, ``entropy``, ``training/rollout_probs_diff_mean``, …) then cover the
+      trained rows; ``actor/skipped_rows`` is the fraction left out. False trains every row.
+
+    Subclasses add their own checks by extending :meth:`problems`; ``algorithm_name`` names the
+    ``algorithm=`` choice in the error.
+    """
+
+    algorithm_name: ClassVar[str] = ""  # the config group option, for error messages
+
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: Optional[float] = 3.0
+    loss_agg_mode: str = "token-mean"
+    loss_scale_factor: Optional[int] = None
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "k3"
+    entropy_coeff: float = 0.0
+    policy_loss: str = DEFAULT_POLICY_LOSS
+    skip_zero_advantage_rows: bool = True
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            what = f"algorithm={self.algorithm_name}" if self.algorithm_name else "policy-loss"
+            raise ValueError(f"invalid {what} config: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, one phrase per key (empty: valid)."""
+        problems = []
+        if self.clip_ratio_low < 0:
+            problems.append(f"clip_ratio_low must be >= 0, got {self.clip_ratio_low}")
+        if self.clip_ratio_high < 0:
+            problems.append(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
+            problems.append(f"clip_ratio_c must be > 1 (or null to disable dual clip), got {self.clip_ratio_c}")
+        if self.loss_scale_factor is not None and self.loss_scale_factor < 1:
+            problems.append(f"loss_scale_factor must be >= 1 (or null: sampling.max_new_tokens), got "
+                            f"{self.loss_scale_factor}")
+        if self.loss_agg_mode not in AGG_MODES:
+            problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
+        if self.kl_loss_type not in KL_ESTIMATORS:
+            problems.append(f"kl_loss_type must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_loss_type!r}")
+        if self.kl_loss_coef < 0:
+            problems.append(f"kl_loss_coef must be >= 0, got {self.kl_loss_coef}")
+        if not self.policy_loss:
+            problems.append("policy_loss must name a registered policy loss, got ''")
+        return problems

@@ -1,0 +1,90 @@
+"""``algorithm=ppo`` config schema (a Hydra structured config)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rlloom_algokit.choices import KL_ESTIMATORS
+from rlloom_algokit.config import MiniBatchSchedule, PolicyLossConfig
+
+KL_CTRL_TYPES = ("fixed", "adaptive")
+
+
+@dataclass
+class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
+    """PPO settings (verl's defaults). Units: *prompts* or *responses* (= prompts × ``n``) as stated.
+
+    Sampling and schedule:
+
+    - ``n``: responses sampled per prompt (PPO's critic supplies the baseline, so 1 by default).
+    - ``ppo_epochs``: passes over each step's batch (actor and critic alike).
+    - ``ppo_mini_batch_size``: *prompts* per optimizer step (× ``n`` responses); 0 = the whole
+      step's batch is one mini-batch.
+    - ``critic_warmup``: the first ``critic_warmup`` steps train only the critic (the actor and the
+      rollout weights stay as they are). Note verl updates the actor once ``critic_warmup <= step``,
+      i.e. one step earlier.
+
+    Advantages (GAE, see :func:`rlloom_algokit.gae.gae_advantages`): ``gamma`` (discount) and ``lam``
+    (GAE λ), both in [0, 1].
+
+    Losses:
+
+    - the policy loss's fields (:class:`rlloom_algokit.config.PolicyLossConfig`): the clip range
+      ``clip_ratio_low`` / ``clip_ratio_high``, the dual clip ``clip_ratio_c``, ``loss_agg_mode``
+      (for the value loss too), ``loss_scale_factor``, ``entropy_coeff``, the KL loss
+      ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``, and ``policy_loss``;
+    - ``cliprange_value``: the value clip ε_v: v_clip = v_old + clip(v − v_old, ±ε_v).
+
+    KL penalty in the reward (verl's ``use_kl_in_reward``):
+
+    - ``use_kl_in_reward``: token_level_rewards = token_level_scores − β·kl_t, kl_t the estimator
+      ``kl_penalty`` (see :data:`rlloom_algokit.losses.KL_ESTIMATORS`) of the behaviour vs reference
+      log-probs.
+    - ``kl_coef``: the initial (``fixed``: constant) β; ``kl_ctrl_type``: ``fixed`` or ``adaptive``
+      (see :class:`rlloom_algokit.kl_control.AdaptiveKLController`, with ``kl_target`` and
+      ``kl_horizon``, counted in responses).
+
+    A reference model is loaded when ``use_kl_in_reward`` or ``use_kl_loss``.
+    """
+
+    algorithm_name: ClassVar[str] = "ppo"
+
+    n: int = 1
+    gamma: float = 1.0
+    lam: float = 1.0
+    cliprange_value: float = 0.5
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 0
+    critic_warmup: int = 0
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_coef: float = 0.001
+    kl_ctrl_type: str = "fixed"
+    kl_target: float = 0.1
+    kl_horizon: int = 10000
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.n < 1:
+            problems.append(f"n must be >= 1, got {self.n}")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.cliprange_value > 0:
+            problems.append(f"cliprange_value must be > 0, got {self.cliprange_value}")
+        if self.ppo_epochs < 1:
+            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if self.ppo_mini_batch_size < 0:
+            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
+        if self.critic_warmup < 0:
+            problems.append(f"critic_warmup must be >= 0, got {self.critic_warmup}")
+        if self.kl_penalty not in KL_ESTIMATORS:
+            problems.append(f"kl_penalty must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_penalty!r}")
+        if self.kl_coef < 0:
+            problems.append(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_ctrl_type not in KL_CTRL_TYPES:
+            problems.append(f"kl_ctrl_type must be one of {list(KL_CTRL_TYPES)}, got {self.kl_ctrl_type!r}")
+        if not self.kl_target > 0:
+            problems.append(f"kl_target must be > 0, got {self.kl_target}")
+        if self.kl_horizon < 1:
+            problems.append(f"kl_horizon must be >= 1, got {self.kl_horizon}")
+        return problems
