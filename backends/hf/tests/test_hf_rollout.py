@@ -564,3 +564,27 @@ def test_cancelled_request_is_withdrawn_and_errors_reach_every_request(model_dir
     errors = asyncio.run(while_asleep())
     assert all(isinstance(e, RuntimeError) and "asleep" in str(e) for e in errors)
     engine.close()
+
+
+def test_a_request_the_engine_cannot_take_fails_alone_and_the_worker_goes_on(model_dirs):
+    """Ids outside the vocabulary (an IndexError in the embedding) and an id no int64 holds (the
+    batch cannot even be built) batched with good requests: the scheduler reruns the failed call
+    one request at a time, so only the bad requests fail, the good ones get what they get alone,
+    and a later request is served."""
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=4, seed=3)
+    alone = [asyncio.run(engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i)))
+             for i, ids in enumerate(PROMPTS)]
+
+    async def mixed():
+        bad = [engine.generate_one([5, len(VOCAB) + 7], sampling), engine.generate_one([5, 2**70], sampling)]
+        good = [engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i)) for i, ids in enumerate(PROMPTS)]
+        return await asyncio.gather(*bad, *good, return_exceptions=True)
+
+    answers = asyncio.run(mixed())
+    assert isinstance(answers[0], IndexError) and "Overflow" in str(answers[1]), answers[:2]
+    assert [a.token_ids for a in answers[2:]] == [a.token_ids for a in alone]
+    assert asyncio.run(engine.generate_one(PROMPTS[0], sampling)).token_ids == alone[0].token_ids
+    engine.close()
