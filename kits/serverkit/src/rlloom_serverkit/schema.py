@@ -15,7 +15,7 @@ must fit an int64, token ids, seeds and prompt indices must be non-negative, eve
 finite, and the values must be in :class:`~rlloom.SamplingParams`' ranges; anything else is a
 :class:`SchemaError` naming the field. Checks that need the model or the server's limits (the
 vocabulary, the context, ``n`` and ``max_new_tokens`` under the server's caps) are the server's
-(:mod:`rlloom_server.door`). Without ``max_new_tokens`` a request asks for SGLang's default,
+(``rlloom serve``'s door). Without ``max_new_tokens`` a request asks for SGLang's default,
 :data:`DEFAULT_MAX_NEW_TOKENS`, which the server shortens to what fits the context
 (``GenerateRequest.max_new_tokens_given`` is False).
 
