@@ -64,6 +64,15 @@ def test_server_limits_read_the_model_config(tmp_path):
         321, 30, ServeConfig().max_n, 9, ServeConfig().max_total_tokens)
 
 
+def test_a_model_without_a_context_length_needs_the_option(tmp_path):
+    from transformers import MambaConfig  # a state-space model: no position limit in its config
+
+    MambaConfig(vocab_size=321).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="names no context length .* give rlloom serve --context-length"):
+        server_limits(ServeConfig(), str(tmp_path), engine=object())
+    assert server_limits(ServeConfig(context_length=64), str(tmp_path), object()).context_length == 64
+
+
 def test_budget_admits_in_arrival_order_and_a_withdrawn_wait_leaves_the_line():
     async def scenario():
         budget = TokenBudget(10)
