@@ -564,3 +564,59 @@ def test_cancelled_request_is_withdrawn_and_errors_reach_every_request(model_dir
     errors = asyncio.run(while_asleep())
     assert all(isinstance(e, RuntimeError) and "asleep" in str(e) for e in errors)
     engine.close()
+
+
+def test_a_request_the_engine_cannot_take_fails_alone_and_the_worker_goes_on(model_dirs):
+    """Ids outside the vocabulary (an IndexError in the embedding) and an id no int64 holds (the
+    batch cannot even be built) batched with good requests: the scheduler reruns the failed call
+    one request at a time, so only the bad requests fail, the good ones get what they get alone,
+    and a later request is served."""
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=4, seed=3)
+    alone = [asyncio.run(engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i)))
+             for i, ids in enumerate(PROMPTS)]
+
+    async def mixed():
+        bad = [engine.generate_one([5, len(VOCAB) + 7], sampling), engine.generate_one([5, 2**70], sampling)]
+        good = [engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i)) for i, ids in enumerate(PROMPTS)]
+        return await asyncio.gather(*bad, *good, return_exceptions=True)
+
+    answers = asyncio.run(mixed())
+    assert isinstance(answers[0], IndexError) and "Overflow" in str(answers[1]), answers[:2]
+    assert [a.token_ids for a in answers[2:]] == [a.token_ids for a in alone]
+    assert asyncio.run(engine.generate_one(PROMPTS[0], sampling)).token_ids == alone[0].token_ids
+    engine.close()
+
+
+def test_response_buffers_grow_with_the_response_not_max_new_tokens():
+    """A chunk asking for 10^12 new tokens holds FIRST_WIDTH columns until a step needs more, then
+    twice as many (sized by M up front, these buffers would need 20 TB)."""
+    from rlloom_hf.decode import FIRST_WIDTH, ResponseSlots, grown
+
+    slots = ResponseSlots(rows=2, max_new=10**12, pad_id=PAD, device=torch.device("cpu"))
+    stop = torch.tensor([EOS])
+    for step in range(FIRST_WIDTH + 1):
+        slots.record(step, torch.tensor([7, 8]), torch.tensor([-0.5, -0.25]), stop)
+    assert slots.tokens.shape == slots.mask.shape == slots.log_probs.shape == (2, 2 * FIRST_WIDTH)
+    chunk = slots.chunk(FIRST_WIDTH + 1)
+    assert chunk.tokens.eq(torch.tensor([[7], [8]])).all() and chunk.mask.eq(1).all()
+    assert torch.equal(grown(torch.ones(1, 3), needed=5, limit=5, fill=0), torch.tensor([[1.0, 1, 1, 0, 0]]))
+    assert ResponseSlots(rows=1, max_new=5, pad_id=PAD, device=torch.device("cpu")).tokens.shape == (1, 5)
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_responses_longer_than_the_first_buffers_match_the_teacher_forced_forward(model_dirs, reference, decode):
+    """Past FIRST_WIDTH tokens the buffers (and the eager loop's attention mask) have grown: the
+    log-probs still match."""
+    from rlloom_hf.decode import FIRST_WIDTH
+
+    engine = make_engine(model_dirs["main"], decode=decode)
+    out = engine.generate(left_padded(PROMPTS[:2]), SamplingParams(
+        n=1, temperature=1.0, max_new_tokens=2 * FIRST_WIDTH + 5, seed=2, ignore_eos=True))
+    assert out["responses"].shape[1] == 2 * FIRST_WIDTH + 5
+    for row in range(2):
+        response = real_response(out, row)
+        expected = teacher_forced(reference, PROMPTS[row], response, 1.0)
+        assert float((out["rollout_log_probs"][row, : len(response)].double() - expected).abs().max()) < 1e-3

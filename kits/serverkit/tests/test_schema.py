@@ -8,6 +8,7 @@ import pytest
 from rlloom import Completion, SamplingParams
 
 from rlloom_serverkit.schema import (
+    DEFAULT_MAX_NEW_TOKENS,
     SchemaError,
     generate_bodies,
     merge_completions,
@@ -61,10 +62,40 @@ def test_batched_input_and_prompt_index():
     ({"input_ids": [1], "prompt_index": -1}, "prompt_index"),
     ({"input_ids": [1], "lora_path": "x"}, "lora_path"),
     ({"input_ids": [1], "stream": True}, "stream"),
+    ({"input_ids": [2**70]}, "int64"),
+    ({"input_ids": [[1], [2**63]]}, r"input_ids[1]"),
+    ({"input_ids": [1], "sampling_params": {"temperature": float("nan")}}, "sampling_params.temperature must be finite"),
+    ({"input_ids": [1], "sampling_params": {"temperature": float("inf")}}, "sampling_params.temperature must be finite"),
+    ({"input_ids": [1], "sampling_params": {"top_p": float("nan")}}, "sampling_params.top_p"),
+    ({"input_ids": [1], "sampling_params": {"sampling_seed": -1}}, "sampling_params.sampling_seed"),
+    ({"input_ids": [1], "sampling_params": {"sampling_seed": 2**64}}, "sampling_params.sampling_seed"),
+    ({"input_ids": [1], "sampling_params": {"sampling_seed": 1.5}}, "sampling_params.sampling_seed"),
+    ({"input_ids": [1], "sampling_params": {"top_k": 2**70}}, "sampling_params.top_k"),
+    ({"input_ids": [1], "sampling_params": {"n": 2**64}}, "sampling_params.n"),
+    ({"input_ids": [1], "sampling_params": {"max_new_tokens": 0}}, "sampling_params.max_new_tokens"),
+    ({"input_ids": [[1], [2]], "prompt_index": 2**63 - 1}, "prompt_index"),
+    ({"input_ids": [1], "return_logprob": "false"}, "return_logprob"),
 ])
 def test_malformed_requests_name_the_field(body, named):
     with pytest.raises(SchemaError, match=named.replace("[", r"\[").replace("]", r"\]")):
         parse_generate(body)
+
+
+def test_json_nan_and_infinity_literals_are_refused():
+    """Python's json (aiohttp's request.json) reads NaN and Infinity: they must not pass as floats."""
+    import json
+
+    for literal in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(SchemaError, match="sampling_params.temperature must be finite"):
+            parse_generate(json.loads('{"input_ids": [1], "sampling_params": {"temperature": %s}}' % literal))
+
+
+def test_max_new_tokens_defaults_to_sglangs_128_and_says_it_was_not_given():
+    default = parse_generate({"input_ids": [1], "return_logprob": None})
+    assert default.sampling.max_new_tokens == DEFAULT_MAX_NEW_TOKENS == 128
+    assert not default.max_new_tokens_given and not default.return_logprob
+    given = parse_generate({"input_ids": [1], "sampling_params": {"max_new_tokens": 7}})
+    assert given.sampling.max_new_tokens == 7 and given.max_new_tokens_given
 
 
 def test_render_then_parse_round_trip_and_shapes():

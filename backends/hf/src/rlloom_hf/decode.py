@@ -3,7 +3,9 @@
 One call prefills each distinct prompt once, copies its KV cache to the rows that answer it, then
 decodes the running rows one token per model call until each row has produced a stop token or
 ``max_new_tokens`` tokens. A row that stops leaves the batch (its KV cache rows are dropped), so
-later model calls compute only the rows still running. Position ids follow ``cumsum(attention_mask) - 1`` (as in
+later model calls compute only the rows still running. No buffer is sized by ``max_new_tokens`` up
+front: the response slots and the attention mask start at :data:`FIRST_WIDTH` columns and double
+when a step needs more (:func:`grown`), and the KV cache grows by the token. Position ids follow ``cumsum(attention_mask) - 1`` (as in
 :func:`rlloom_enginekit.sequences.concat_prompt_response`), so the first real prompt token is at
 position 0 whatever the left padding, and the log-probs match a teacher-forced forward over
 prompt + response.
@@ -33,21 +35,43 @@ class DecodedChunk:
     log_probs: torch.Tensor
 
 
+FIRST_WIDTH = 64  # columns of the response buffers before they first grow
+
+
+def grown(tensor: torch.Tensor, needed: int, limit: int, fill: float) -> torch.Tensor:
+    """``tensor`` [N, W] when W >= ``needed``, else a copy widened with ``fill`` columns to
+    min(``limit``, max(``needed``, 2W)): doubling, so T steps copy O(T) columns in all."""
+    width = tensor.shape[1]
+    if width >= needed:
+        return tensor
+    extra = tensor.new_full((tensor.shape[0], min(limit, max(needed, 2 * width)) - width), fill)
+    return torch.cat([tensor, extra], dim=1)
+
+
 class ResponseSlots:
     """The responses of a chunk while they are decoded, shared by the eager and static loops:
-    ``tokens`` [N, M] (pad id after a row stops), ``mask`` [N, M], ``log_probs`` [N, M] of the sampled
-    tokens, and ``finished`` [N] (the row has emitted a stop id)."""
+    ``tokens`` [N, W] (pad id after a row stops), ``mask`` [N, W], ``log_probs`` [N, W] of the sampled
+    tokens, and ``finished`` [N] (the row has emitted a stop id). W starts at min(M, :data:`FIRST_WIDTH`)
+    for M = ``max_new`` and grows (:func:`grown`, at most M) as steps are recorded."""
 
     def __init__(self, rows: int, max_new: int, pad_id: int, device: torch.device) -> None:
         self.pad_id = pad_id
-        self.tokens = torch.full((rows, max_new), pad_id, dtype=torch.long, device=device)
-        self.mask = torch.zeros((rows, max_new), dtype=torch.long, device=device)
-        self.log_probs = torch.zeros((rows, max_new), dtype=torch.float32, device=device)
+        self.max_new = max_new
+        width = min(max_new, FIRST_WIDTH)
+        self.tokens = torch.full((rows, width), pad_id, dtype=torch.long, device=device)
+        self.mask = torch.zeros((rows, width), dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((rows, width), dtype=torch.float32, device=device)
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
+
+    def _room_for(self, step: int) -> None:
+        self.tokens = grown(self.tokens, step + 1, self.max_new, self.pad_id)
+        self.mask = grown(self.mask, step + 1, self.max_new, 0)
+        self.log_probs = grown(self.log_probs, step + 1, self.max_new, 0.0)
 
     def record(self, step: int, picked: torch.Tensor, picked_log_probs: torch.Tensor, stop_ids: torch.Tensor) -> None:
         """Write the tokens drawn at ``step`` for every row (the static loop computes all of them):
         running rows keep theirs, finished rows get padding; mark rows that drew a stop id."""
+        self._room_for(step)
         alive = ~self.finished
         self.tokens[:, step] = torch.where(alive, picked, self.pad_id)
         self.log_probs[:, step] = torch.where(alive, picked_log_probs, 0.0)
@@ -58,6 +82,7 @@ class ResponseSlots:
                        stop_ids: torch.Tensor) -> None:
         """Write the tokens drawn at ``step`` for ``rows`` (indices of rows still running, one per
         entry of ``picked``); mark those that drew a stop id."""
+        self._room_for(step)
         self.tokens[rows, step] = picked
         self.log_probs[rows, step] = picked_log_probs
         self.mask[rows, step] = 1
@@ -107,7 +132,7 @@ def decode_chunk(
     logits = prefill.logits[owner, -1]
 
     rows, prompt_len, max_new = len(owner), prompt_mask.shape[1], sampling.max_new_tokens
-    attention = torch.cat([prompt_mask[owner], prompt_mask.new_ones(rows, max_new)], dim=1)
+    attention = prompt_mask[owner]
     next_position = prompt_mask.sum(dim=1)[owner].unsqueeze(1)
     slots = ResponseSlots(rows, max_new, pad_id, logits.device)
     running = torch.arange(rows, device=logits.device)  # the chunk's rows the model still runs, in batch order
@@ -121,6 +146,7 @@ def decode_chunk(
             running, attention, next_position = running[kept], attention[kept], next_position[kept]
             cache.reorder_cache(kept)
             streams = None if streams is None else streams.select(kept)
+        attention = grown(attention, prompt_len + step + 1, prompt_len + max_new, 1)
         out = model(
             input_ids=slots.tokens[running, step : step + 1],
             attention_mask=attention[:, : prompt_len + step + 1],

@@ -16,8 +16,12 @@ endpoint                           what it does
 Generation goes through a :class:`~rlloom_enginekit.batching.BatchingScheduler`, so concurrent requests are
 batched; weight updates and sleep run on the engine's thread between batches. At most
 ``max_concurrency`` generate requests are served at once (more get 503 at once, so a client can
-go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504. A malformed
-request gets 400 with the field named; an engine that fails gets 500 with its message.
+go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504. A request is
+checked whole before it reaches a batch (:mod:`rlloom_server.door`): a malformed one, or one outside
+the model's vocabulary or context or the server's ``n`` / ``max_new_tokens`` limits, gets 400 with
+the field named; one larger than the token budget 413. An admitted request waits for its tokens
+in the budget of tokens in flight (:class:`~rlloom_server.budget.TokenBudget`). An engine that
+fails gets 500 with its message.
 Weight answers follow SGLang: ``{"success": bool, "message": str}``.
 """
 
@@ -36,8 +40,10 @@ from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.safetensors_dir import read_safetensors_dir
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
+from rlloom_server.budget import TokenBudget
 from rlloom_server.config import ServeConfig
-from rlloom_serverkit.schema import SchemaError, parse_generate, render_generate
+from rlloom_server.door import Limits, RequestTooLarge, admit
+from rlloom_serverkit.schema import GenerateRequest, SchemaError, parse_generate, render_generate
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -71,11 +77,15 @@ def read_safetensors_bytes(blobs: Any) -> list[tuple[str, Any]]:
 
 
 class RolloutServer:
-    """The routes over ``engine`` (a :class:`~rlloom.protocols.RolloutEngine`); see the module doc."""
+    """The routes over ``engine`` (a :class:`~rlloom.protocols.RolloutEngine`) within ``limits``
+    (:func:`rlloom_server.door.server_limits`); see the module doc."""
 
-    def __init__(self, engine: RolloutEngine, cfg: ServeConfig, model_path: str, engine_name: str) -> None:
+    def __init__(self, engine: RolloutEngine, cfg: ServeConfig, model_path: str, engine_name: str,
+                 limits: Limits) -> None:
         self.engine = engine
         self.cfg = cfg
+        self.limits = limits
+        self.budget = TokenBudget(limits.max_total_tokens)
         self.model_path = model_path
         self.engine_name = engine_name
         self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
@@ -111,19 +121,25 @@ class RolloutServer:
             return _error(503, f"the server is at its limit of {self.cfg.max_concurrency} concurrent requests")
         self.in_flight += 1
         try:
-            parsed = parse_generate(await _json(request))
-            calls = [self.scheduler.generate_one(ids, dataclasses.replace(
-                parsed.sampling, first_prompt=parsed.sampling.first_prompt + i)) for i, ids in enumerate(parsed.prompts)]
-            answers = await asyncio.wait_for(asyncio.gather(*calls), self.cfg.request_timeout_s)
+            parsed, cost = admit(parse_generate(await _json(request)), self.limits)
+            answers = await asyncio.wait_for(self._generate(parsed, cost), self.cfg.request_timeout_s)
             return web.json_response(render_generate(parsed, answers))
         except SchemaError as error:
             return _error(400, str(error))
+        except RequestTooLarge as error:
+            return _error(413, str(error))
         except asyncio.TimeoutError:
             return _error(504, f"the request took longer than request_timeout_s={self.cfg.request_timeout_s}")
         except Exception as error:  # noqa: BLE001 - the engine's failure goes back to the caller
             return _error(500, f"{type(error).__name__}: {error}")
         finally:
             self.in_flight -= 1
+
+    async def _generate(self, parsed: GenerateRequest, cost: int) -> list:
+        """The request's completions, one per prompt, once ``cost`` tokens of the budget are free."""
+        async with self.budget.reserve(cost):
+            return await asyncio.gather(*(self.scheduler.generate_one(ids, dataclasses.replace(
+                parsed.sampling, first_prompt=parsed.sampling.first_prompt + i)) for i, ids in enumerate(parsed.prompts)))
 
     async def _weights(self, load) -> web.Response:
         try:

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from rlloom.config import compose_config
+from rlloom.config.errors import ConfigError
 from rlloom.controller.local import RoleStartError, build_role
 from rlloom.plugins.registry import get_registry
 from rlloom.types import EngineSpec, RoleSpec
@@ -33,14 +34,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate requests served at once; more get 503")
     parser.add_argument("--request-timeout-s", type=float, default=defaults.request_timeout_s)
     parser.add_argument("--max-batch-prompts", type=int, default=defaults.max_batch_prompts)
+    parser.add_argument("--context-length", type=_positive, default=defaults.context_length,
+                        help="longest prompt + response in tokens (default: the model's max_position_embeddings)")
+    parser.add_argument("--max-n", type=_positive, default=defaults.max_n,
+                        help=f"most samples per request (default {defaults.max_n})")
+    parser.add_argument("--max-new-tokens-limit", type=_positive, default=defaults.max_new_tokens_limit,
+                        help="most max_new_tokens per request (default: the context length)")
+    parser.add_argument("--max-total-tokens", type=_positive, default=defaults.max_total_tokens,
+                        help=f"tokens in flight, n x (prompt + max_new_tokens) over the requests served; "
+                             f"more wait, a larger request gets 413 (default {defaults.max_total_tokens})")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the engine the overrides name and serve it until a stop signal; returns 0."""
     from rlloom_server.app import RolloutServer
+    from rlloom_server.door import server_limits
 
     cfg = ServeConfig(host=args.host, port=args.port, max_concurrency=args.max_concurrency,
-                      request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts)
+                      request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts,
+                      context_length=args.context_length, max_n=args.max_n,
+                      max_new_tokens_limit=args.max_new_tokens_limit, max_total_tokens=args.max_total_tokens)
     resolved = compose_config(args.overrides)
     registry, choices, sections = get_registry(), resolved.choices, resolved.sections
     trainer = sections["trainer"]
@@ -50,7 +70,12 @@ def run(args: argparse.Namespace) -> int:
                                      EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)), registry)
     except Exception as error:  # noqa: BLE001 - one paragraph, exit 2 (rlloom.cli)
         raise RoleStartError("rollout", f"rollout={choices['rollout']}", error) from error
-    server = RolloutServer(engine, cfg, model_path, choices["rollout"])
+    try:
+        limits = server_limits(cfg, model_path, engine)
+    except ValueError as error:
+        engine.close()
+        raise ConfigError(str(error)) from None
+    server = RolloutServer(engine, cfg, model_path, choices["rollout"], limits)
     asyncio.run(_serve(server, cfg))
     return 0
 

@@ -6,7 +6,9 @@ arrived (after waiting ``max_wait_s`` for more), groups requests whose sampling 
 apart from ``first_prompt``, and runs each group as one ``engine.generate`` call of at most
 ``max_batch_prompts`` prompts, every row carrying its request's prompt index
 (:data:`rlloom.batch.PROMPT_INDEX_FIELD`). So a request returns what the batch call would give its
-prompt, whatever it was batched with.
+prompt, whatever it was batched with. A call that fails is run again one request at a time, so
+only the requests that fail alone get the error (an input the engine cannot take never fails or
+stops the others; the worker itself never dies of one).
 
 The engine runs on one thread of its own, never two calls at once: :meth:`run_exclusive` puts other
 engine work (weight updates, sleep) in the same line, between generate calls.
@@ -131,25 +133,32 @@ class BatchingScheduler:
                     await self._run_batch(sampling, requests[start : start + self.max_batch_prompts])
 
     async def _run_batch(self, sampling: SamplingParams, requests: list[_Request]) -> None:
+        """One engine call for ``requests``. When it fails, each request is run again alone, so a
+        request the engine cannot serve fails by itself, not the requests batched with it."""
         requests = [r for r in requests if not r.future.done()]  # cancelled while earlier batches ran
         if not requests:
             return
-        prompts, mask = left_pad([r.prompt_ids for r in requests])
-        batch = Batch({"prompts": prompts, "prompt_mask": mask,
-                       PROMPT_INDEX_FIELD: torch.tensor([r.sampling.first_prompt for r in requests])},
-                      batch_size=len(requests))
         self.generate_calls += 1
         try:
-            out = await self.run_exclusive(self.engine.generate, batch, sampling)
-            answers = completions(out, sampling.n, sampling.max_new_tokens)
-        except Exception as error:  # every request of the batch learns why
-            for request in requests:
-                if not request.future.done():
-                    request.future.set_exception(error)
+            answers = await self._generate(sampling, requests)
+        except Exception as error:
+            if len(requests) > 1:
+                for request in requests:
+                    await self._run_batch(sampling, [request])
+            elif not requests[0].future.done():
+                requests[0].future.set_exception(error)
             return
         for request, answer in zip(requests, answers):
             if not request.future.done():
                 request.future.set_result(answer)
+
+    async def _generate(self, sampling: SamplingParams, requests: list[_Request]) -> list[Completion]:
+        prompts, mask = left_pad([r.prompt_ids for r in requests])
+        batch = Batch({"prompts": prompts, "prompt_mask": mask,
+                       PROMPT_INDEX_FIELD: torch.tensor([r.sampling.first_prompt for r in requests])},
+                      batch_size=len(requests))
+        out = await self.run_exclusive(self.engine.generate, batch, sampling)
+        return completions(out, sampling.n, sampling.max_new_tokens)
 
     def close(self) -> None:
         """Stop the worker and the engine's thread (the engine itself stays open)."""

@@ -5,9 +5,19 @@
 
     {"input_ids": [1, 2, 3] | [[1, 2], [3]],
      "sampling_params": {"n", "temperature", "top_p", "top_k", "max_new_tokens", "ignore_eos",
-                         "sampling_seed"},          # all optional, defaults as SamplingParams
+                         "sampling_seed"},          # all optional, defaults as SamplingParams but
+                                                    # max_new_tokens (SGLang's 128, see below)
      "return_logprob": false,
      "prompt_index": 0}                             # rlloom extension, see below
+
+Every integer (token ids, ``n``, ``top_k``, ``max_new_tokens``, ``sampling_seed``, ``prompt_index``)
+must fit an int64, token ids, seeds and prompt indices must be non-negative, every float must be
+finite, and the values must be in :class:`~rlloom.SamplingParams`' ranges; anything else is a
+:class:`SchemaError` naming the field. Checks that need the model or the server's limits (the
+vocabulary, the context, ``n`` and ``max_new_tokens`` under the server's caps) are the server's
+(``rlloom serve``'s door). Without ``max_new_tokens`` a request asks for SGLang's default,
+:data:`DEFAULT_MAX_NEW_TOKENS`, which the server shortens to what fits the context
+(``GenerateRequest.max_new_tokens_given`` is False).
 
 Answer: one object per sample, ``{"output_ids": [...], "meta_info": {"id", "finish_reason":
 {"type": "stop", "matched": id} | {"type": "length", "length": L}, "prompt_tokens",
@@ -25,6 +35,7 @@ order serves them. A client talking to SGLang itself leaves it out and sends one
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +47,8 @@ SAMPLING_KEYS = {
     "sampling_seed": int,
 }
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "rid", "stream")
+INT64_MAX = 2**63 - 1
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default (its SamplingParams.max_new_tokens)
 
 
 class SchemaError(ValueError):
@@ -45,28 +58,42 @@ class SchemaError(ValueError):
 @dataclass(frozen=True)
 class GenerateRequest:
     """A parsed ``/generate`` request: ``prompts`` (token ids), ``sampling`` with ``first_prompt`` =
-    the first prompt's index, whether to return log-probs and whether ``input_ids`` was a batch."""
+    the first prompt's index, whether to return log-probs, whether ``input_ids`` was a batch and
+    whether the request named ``max_new_tokens`` (else it is :data:`DEFAULT_MAX_NEW_TOKENS`)."""
 
     prompts: list[list[int]]
     sampling: SamplingParams
     return_logprob: bool
     batched: bool
+    max_new_tokens_given: bool = True
 
 
 def _token_list(value: Any, where: str) -> list[int]:
     if not isinstance(value, list) or not value:
         raise SchemaError(f"{where} must be a non-empty list of token ids")
-    if not all(isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in value):
-        raise SchemaError(f"{where} must hold non-negative integer token ids")
+    if not all(isinstance(token, int) and not isinstance(token, bool) and 0 <= token <= INT64_MAX for token in value):
+        raise SchemaError(f"{where} must hold non-negative integer token ids (int64)")
     return value
 
 
 def _typed(name: str, value: Any, kind: type) -> Any:
+    """``value`` as ``kind``: an int within int64, a finite float (an int is taken as a float), a bool."""
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if kind is not bool and isinstance(value, bool) or not isinstance(value, kind):
         raise SchemaError(f"sampling_params.{name} must be {kind.__name__}, got {value!r}")
+    if kind is int and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise SchemaError(f"sampling_params.{name}={value} does not fit an int64")
+    if kind is float and not math.isfinite(value):
+        raise SchemaError(f"sampling_params.{name} must be finite, got {value!r}")
     return value
+
+
+def _prompt_index(body: dict, prompts: int) -> int:
+    index = body.get("prompt_index", 0)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INT64_MAX - prompts:
+        raise SchemaError(f"prompt_index must be a non-negative integer (int64 for each prompt), got {index!r}")
+    return index
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -92,15 +119,19 @@ def parse_generate(body: Any) -> GenerateRequest:
     if unknown:
         raise SchemaError(f"unknown sampling_params {unknown}; supported: {sorted(SAMPLING_KEYS)}")
     values = {name: _typed(name, value, SAMPLING_KEYS[name]) for name, value in params.items() if value is not None}
-    index = body.get("prompt_index", 0)
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise SchemaError(f"prompt_index must be a non-negative integer, got {index!r}")
     seed = values.pop("sampling_seed", None)
+    if seed is not None and seed < 0:
+        raise SchemaError(f"sampling_params.sampling_seed must be a non-negative integer, got {seed}")
+    given = "max_new_tokens" in values
+    values.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    return_logprob = False if body.get("return_logprob") is None else body["return_logprob"]
+    if not isinstance(return_logprob, bool):
+        raise SchemaError(f"return_logprob must be true or false, got {return_logprob!r}")
     try:
-        sampling = SamplingParams(**values, seed=seed, first_prompt=index)
+        sampling = SamplingParams(**values, seed=seed, first_prompt=_prompt_index(body, len(prompts)))
     except ValueError as error:
         raise SchemaError(str(error).replace("SamplingParams.", "sampling_params.")) from None
-    return GenerateRequest(prompts, sampling, bool(body.get("return_logprob", False)), batched)
+    return GenerateRequest(prompts, sampling, return_logprob, batched, given)
 
 
 def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict | list[dict]:
