@@ -11,7 +11,8 @@ class ServeConfig:
     """- ``max_concurrency``: generate requests served at once; more are refused with 503.
     - ``request_timeout_s``: longest a generate request may take before it is cancelled (504).
     - ``max_batch_prompts``: most prompts in one engine call.
-    - ``max_body_mb``: largest request body (weight updates carry whole buckets)."""
+    - ``max_body_mb``: largest request body (weight updates carry whole buckets).
+    - ``api_key``: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -19,3 +20,4 @@ class ServeConfig:
     request_timeout_s: float = 600.0
     max_batch_prompts: int = 64
     max_body_mb: int = 4096
+    api_key: str | None = None

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate requests served at once; more get 503")
     parser.add_argument("--request-timeout-s", type=float, default=defaults.request_timeout_s)
     parser.add_argument("--max-batch-prompts", type=int, default=defaults.max_batch_prompts)
+    parser.add_argument("--api-key", default=defaults.api_key,
+                        help="every route but /health then needs the header 'Authorization: Bearer <key>'")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from rlloom_server.app import RolloutServer
 
     cfg = ServeConfig(host=args.host, port=args.port, max_concurrency=args.max_concurrency,
-                      request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts)
+                      request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts,
+                      api_key=args.api_key)
     resolved = compose_config(args.overrides)
     registry, choices, sections = get_registry(), resolved.choices, resolved.sections
     trainer = sections["trainer"]
