@@ -103,11 +103,13 @@ def test_openai_chat_completions_apply_the_template_and_equal_generate(server):
     (choice,) = answer.choices
     assert choice.prompt_token_ids == prompt and choice.token_ids == expected["output_ids"]
     assert choice.message.role == "assistant" and choice.message.content == expected["text"]
-    assert [t.logprob for t in choice.logprobs.content] == [lp for lp, _, _ in expected["meta_info"]["output_token_logprobs"]]
+    expected_log_probs = [lp for lp, _, _ in expected["meta_info"]["output_token_logprobs"]]
+    assert [t.logprob for t in choice.logprobs.content] == expected_log_probs
     assert answer.object == "chat.completion" and answer.id.startswith("chatcmpl-")
     chunks = list(client.chat.completions.create(**args, stream=True))
     assert [c.object for c in chunks] == ["chat.completion.chunk"]
-    assert chunks[0].choices[0].delta.content == expected["text"] and chunks[0].choices[0].token_ids == expected["output_ids"]
+    (streamed,) = chunks[0].choices
+    assert streamed.delta.content == expected["text"] and streamed.token_ids == expected["output_ids"]
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(**args, top_logprobs=2)
 

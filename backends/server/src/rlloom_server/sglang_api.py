@@ -176,7 +176,8 @@ class NativeRoutes:
             await asyncio.wait_for(self.server.scheduler.generate_one(
                 [0], SamplingParams(temperature=0.0, max_new_tokens=1)), self.server.cfg.request_timeout_s)
         except Exception as error:  # noqa: BLE001 - the health check reports any failure
-            return web.json_response({"error": {"message": f"{type(error).__name__}: {error}", "code": 503}}, status=503)
+            message = f"{type(error).__name__}: {error}"
+            return web.json_response({"error": {"message": message, "code": 503}}, status=503)
         return web.Response(text="ok")
 
 
