@@ -1,19 +1,20 @@
-"""The HTTP server of ``rlloom serve``: one rollout engine behind SGLang's native endpoints.
+"""The HTTP server of ``rlloom serve``: one rollout engine behind SGLang's native endpoints and OpenAI's.
 
 =================================  ==========================================================
 endpoint                           what it does
 =================================  ==========================================================
 ``GET /health``                    200 when the server answers
 ``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true}``
-``POST /generate``                 token in / token out (:mod:`rlloom_serverkit.schema`)
+``POST /generate``                 token ids or text in, both out (:mod:`rlloom_serverkit.schema`, ``sglang_api``)
 ``POST /update_weights_from_disk`` ``{"model_path": dir}``: the ``*.safetensors`` files of ``dir``
 ``POST /update_weights_from_tensor`` ``{"serialized_named_tensors": [base64 safetensors bytes, ...]}``
 ``POST /release_memory_occupation`` the engine's ``sleep()``
 ``POST /resume_memory_occupation`` the engine's ``wake_up()``
 ``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
-``/tokenize``, ``/detokenize``, ... SGLang's text routes (:mod:`rlloom_server.sglang_api`)
-``/v1/models``, ``/v1/completions`` OpenAI's API (:mod:`rlloom_server.openai_api`)
-``/v1/chat/completions``
+``/tokenize``, ``/detokenize``     SGLang's text routes, ``/get_server_info``, ``/health_generate``
+                                   (:mod:`rlloom_server.sglang_api`)
+``/v1/...``                        OpenAI's models, completions and chat completions
+                                   (:mod:`rlloom_server.openai_api`)
 =================================  ==========================================================
 
 ``/generate`` and the OpenAI routes share one path (:meth:`RolloutServer.generate`): a *dialect*

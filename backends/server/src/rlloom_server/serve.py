@@ -24,8 +24,8 @@ from rlloom_server.config import ServeConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ServeConfig()
-    parser.description = ("Serve a rollout engine over HTTP (SGLang-compatible /generate, weight updates, "
-                          "release/resume memory, health). Overrides are the same as for rlloom train.")
+    parser.description = ("Serve a rollout engine over HTTP (SGLang-compatible /generate, OpenAI-compatible /v1, "
+                          "weight updates, release/resume memory, health). Overrides are the same as for rlloom train.")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (rollout=hf, model=tiny, preset=tiny, ...)")
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
