@@ -146,6 +146,22 @@ def test_what_the_engines_cannot_do_is_refused_naming_the_field(server, body, na
     assert status == 400 and named in error["error"]["message"]
 
 
+@pytest.mark.parametrize("path, body, named", [
+    ("completions", {"prompt": "hi", "logprobs": 2}, "logprobs"),
+    ("completions", {"prompt": "hi", "presence_penalty": 0.5}, "presence_penalty"),
+    ("completions", {"prompt": "hi", "echo": True}, "echo"),
+    ("completions", {"prompt": "", "max_tokens": 2}, "prompt"),
+    ("completions", {"prompt": [1, 10**6]}, "prompt"),
+    ("completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": []}, "tools"),
+    ("chat/completions", {"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": "yes"}, "logprobs"),
+])
+def test_openai_requests_the_engines_cannot_serve_get_400_naming_the_field(server, path, body, named):
+    status, error = post(f"{server.url}/v1/{path}", {"model": "any", **body})
+    assert status == 400 and named in error["error"]["message"], error
+
+
 def test_stop_ids_end_in_the_engine_and_stop_strings_cut_the_answer(server):
     def run(**params):
         status, answer = post(server.url + "/generate", {"input_ids": [5, 6, 7], "sampling_params": {

@@ -42,8 +42,8 @@ COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "n", "se
                          "stream_options", "user", "presence_penalty", "frequency_penalty", "logit_bias", "top_k",
                          "ignore_eos", "return_token_ids"})
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": {}, "echo": False, "suffix": ""}
-RENAMED = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.sampling_seed": "seed",
-           "sampling_params.": ""}
+RENAMED = {"input_ids": "prompt", "sampling_params.max_new_tokens": "max_tokens",
+           "sampling_params.sampling_seed": "seed", "sampling_params.": ""}
 
 
 @dataclass(frozen=True)
