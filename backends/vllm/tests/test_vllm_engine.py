@@ -111,6 +111,20 @@ def test_ignore_eos_runs_every_response_to_max_new_tokens(engines):
     assert params.ignore_eos and not params.stop_token_ids  # vLLM's own EOS check is off too
 
 
+def test_a_calls_stop_token_ids_end_its_responses_even_with_ignore_eos(engines):
+    rollout, _, _ = engines
+    prompts = prompt_batch(rollout.tokenizer)
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8, ignore_eos=True)
+    full = rollout.generate(prompts, greedy)
+    stop = int(full["responses"][0, 2])  # the 3rd greedy token of row 0
+    cut = rollout.generate(prompts, dataclasses.replace(greedy, stop_token_ids=(stop,)))
+    for row in range(len(prompts)):
+        tokens = full["responses"][row].tolist()
+        expected = tokens.index(stop) + 1 if stop in tokens else len(tokens)
+        assert cut["responses"][row, : int(cut["response_mask"][row].sum())].tolist() == tokens[:expected]
+    assert int(cut["response_mask"][0].sum()) <= 3
+
+
 def test_seeds(engines):
     rollout, _, _ = engines
     prompts = prompt_batch(rollout.tokenizer, [PROMPTS[0], PROMPTS[0]])  # the same prompt twice

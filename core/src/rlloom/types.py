@@ -25,6 +25,8 @@ class SamplingParams:
     randomness from (seed, prompt index, response index), so a call split over ranks by prompts
     (each piece with its ``first_prompt``) samples what the whole call would. ``ignore_eos``: stop
     tokens do not end a response; every response has ``max_new_tokens`` tokens (benchmarks).
+    ``stop_token_ids``: ids that end a response besides the model's own stop ids (kept in the
+    response, as a stop id is; they apply with ``ignore_eos`` too).
     """
 
     n: int = 1
@@ -35,6 +37,7 @@ class SamplingParams:
     seed: int | None = None
     first_prompt: int = 0
     ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -49,6 +52,9 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.first_prompt < 0:
             raise ValueError(f"SamplingParams.first_prompt must be >= 0, got {self.first_prompt}")
+        if not isinstance(self.stop_token_ids, tuple) or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"SamplingParams.stop_token_ids must be a tuple of token ids, got {self.stop_token_ids!r}")
 
     @property
     def greedy(self) -> bool:

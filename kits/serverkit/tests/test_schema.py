@@ -51,7 +51,7 @@ def test_batched_input_and_prompt_index():
 
 @pytest.mark.parametrize("body, named", [
     ([1, 2], "JSON object"),
-    ({"text": "hi"}, "input_ids, not text"),
+    ({"text": "hi"}, "unknown field.*text"),  # text is rlloom serve's dialect's, not the token core's
     ({"input_ids": []}, "input_ids"),
     ({"input_ids": [1, -2]}, "non-negative"),
     ({"input_ids": [[1], []]}, "input_ids[1]"),
@@ -140,6 +140,9 @@ def test_client_bodies_for_both_dialects():
     assert len(sglang_bodies) == 3 and all("prompt_index" not in body for body in sglang_bodies)
     assert [b["sampling_params"]["n"] for b in sglang_bodies] == [1, 1, 1]
     assert [b["sampling_params"]["sampling_seed"] for b in sglang_bodies] == [sample_seed(99, 4, j) for j in range(3)]
+    stopping = generate_bodies([1], SamplingParams(stop_token_ids=(7, 3)), seed=1, with_prompt_index=False)
+    assert stopping[0]["sampling_params"]["stop_token_ids"] == [7, 3]
+    assert "stop_token_ids" not in sglang_bodies[0]["sampling_params"]
     seeds = {sample_seed(99, i, j) for i in range(300) for j in range(4)}
     assert len(seeds) == 1200 and all(0 <= s < 2**63 for s in seeds)
 

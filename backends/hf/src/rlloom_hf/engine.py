@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
-from rlloom_enginekit.prompts import check_left_padded, pad_token_id, prompt_indices, stop_token_ids
+from rlloom_enginekit.prompts import check_left_padded, pad_token_id, prompt_indices, stop_ids_for, stop_token_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import DECODE_MODES, HFRolloutConfig
@@ -102,7 +102,7 @@ class HFRolloutEngine:
         ``sampling.seed`` set, the same weights and prompt give the same response whatever else is
         in the batch, the chunk size, or how a call was split; without it the seed is drawn from
         the engine's generator (seeded with ``spec.seed``). ``sampling.ignore_eos``: no stop id
-        ends a response.
+        of the model's ends a response (``sampling.stop_token_ids`` still do).
         """
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
@@ -111,7 +111,7 @@ class HFRolloutEngine:
         seed = sampling.seed
         if seed is None:
             seed = int(torch.randint(2**62, (), generator=self._generator))
-        stop_ids = torch.tensor([] if sampling.ignore_eos else self.stop_ids, dtype=torch.long, device=self.device)
+        stop_ids = torch.tensor(stop_ids_for(self.stop_ids, sampling), dtype=torch.long, device=self.device)
         decode, stream_type = (functools.partial(decode_chunk, model), ResponseStreams) if self._static is None else (
             self._static.decode, CounterStreams)
 

@@ -1,17 +1,26 @@
-"""The HTTP server of ``rlloom serve``: one rollout engine behind SGLang's native endpoints.
+"""The HTTP server of ``rlloom serve``: one rollout engine behind SGLang's native endpoints and OpenAI's.
 
 =================================  ==========================================================
 endpoint                           what it does
 =================================  ==========================================================
 ``GET /health``                    200 when the server answers
 ``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true}``
-``POST /generate``                 token in / token out (:mod:`rlloom_serverkit.schema`)
+``POST /generate``                 token ids or text in, both out (:mod:`rlloom_serverkit.schema`, ``sglang_api``)
 ``POST /update_weights_from_disk`` ``{"model_path": dir}``: the ``*.safetensors`` files of ``dir``
 ``POST /update_weights_from_tensor`` ``{"serialized_named_tensors": [base64 safetensors bytes, ...]}``
 ``POST /release_memory_occupation`` the engine's ``sleep()``
 ``POST /resume_memory_occupation`` the engine's ``wake_up()``
 ``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
+``/tokenize``, ``/detokenize``     SGLang's text routes, ``/get_server_info``, ``/health_generate``
+                                   (:mod:`rlloom_server.sglang_api`)
+``/v1/...``                        OpenAI's models, completions and chat completions
+                                   (:mod:`rlloom_server.openai_api`)
 =================================  ==========================================================
+
+``/generate`` and the OpenAI routes share one path (:meth:`RolloutServer.generate`): a *dialect*
+turns the body into a ``/generate`` request and writes the answer (SGLang's by default, with text,
+``rid``, stop strings and streaming: :class:`rlloom_server.sglang_api.GenerateDialect`). With
+``api_key`` set, every route but ``/health`` needs it (:mod:`rlloom_server.auth`).
 
 Generation goes through a :class:`~rlloom_enginekit.batching.BatchingScheduler`, so concurrent requests are
 batched; weight updates and sleep run on the engine's thread between batches. At most
@@ -33,17 +42,21 @@ import binascii
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.safetensors_dir import read_safetensors_dir
+from rlloom import Completion
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
+from rlloom_server import openai_api, sglang_api
+from rlloom_server.auth import api_key_middleware
 from rlloom_server.budget import TokenBudget
 from rlloom_server.config import ServeConfig
 from rlloom_server.door import Limits, RequestTooLarge, admit
-from rlloom_serverkit.schema import GenerateRequest, SchemaError, parse_generate, render_generate
+from rlloom_server.text import ServedTokenizer
+from rlloom_serverkit.schema import GenerateRequest, SchemaError
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -76,6 +89,17 @@ def read_safetensors_bytes(blobs: Any) -> list[tuple[str, Any]]:
     return tensors
 
 
+class Dialect(Protocol):
+    """One API's generate requests over the server's core: ``parse(body) -> (GenerateRequest,
+    extras)`` (SchemaError naming the field), ``answer(request, parsed, completions, extras)``
+    writes the answer (JSON, or server-sent events)."""
+
+    def parse(self, body: Any) -> tuple[GenerateRequest, Any]: ...
+
+    async def answer(self, request: web.Request, parsed: GenerateRequest, answers: list[Completion],
+                     extras: Any) -> web.StreamResponse: ...
+
+
 class RolloutServer:
     """The routes over ``engine`` (a :class:`~rlloom.protocols.RolloutEngine`) within ``limits``
     (:func:`rlloom_server.door.server_limits`); see the module doc."""
@@ -90,9 +114,12 @@ class RolloutServer:
         self.engine_name = engine_name
         self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
         self.in_flight = 0
+        self.tokenizer = ServedTokenizer(model_path)
+        self.sglang = sglang_api.GenerateDialect(self.tokenizer)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.cfg.max_body_mb * 2**20)
+        middlewares = [] if self.cfg.api_key is None else [api_key_middleware(self.cfg.api_key)]
+        app = web.Application(client_max_size=self.cfg.max_body_mb * 2**20, middlewares=middlewares)
         app.add_routes([
             web.get("/health", self.health),
             web.get("/get_model_info", self.model_info),
@@ -102,6 +129,8 @@ class RolloutServer:
             web.post("/release_memory_occupation", self.release_memory),
             web.post("/resume_memory_occupation", self.resume_memory),
             web.post("/flush_cache", self.flush_cache),
+            *sglang_api.routes(self),
+            *openai_api.routes(self),
         ])
         app.on_cleanup.append(self._close)
         return app
@@ -116,14 +145,17 @@ class RolloutServer:
     async def model_info(self, _request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_path, "engine": self.engine_name, "is_generation": True})
 
-    async def generate(self, request: web.Request) -> web.Response:
+    async def generate(self, request: web.Request, dialect: Dialect | None = None) -> web.StreamResponse:
+        """A generate request in ``dialect`` (SGLang's ``/generate`` when None)."""
+        dialect = dialect or self.sglang
         if self.in_flight >= self.cfg.max_concurrency:
             return _error(503, f"the server is at its limit of {self.cfg.max_concurrency} concurrent requests")
         self.in_flight += 1
         try:
-            parsed, cost = admit(parse_generate(await _json(request)), self.limits)
+            parsed, extras = dialect.parse(await _json(request))
+            parsed, cost = admit(parsed, self.limits)
             answers = await asyncio.wait_for(self._generate(parsed, cost), self.cfg.request_timeout_s)
-            return web.json_response(render_generate(parsed, answers))
+            return await dialect.answer(request, parsed, answers, extras)
         except SchemaError as error:
             return _error(400, str(error))
         except RequestTooLarge as error:

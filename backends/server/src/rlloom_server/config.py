@@ -18,7 +18,8 @@ class ServeConfig:
     - ``max_new_tokens_limit``: most ``max_new_tokens`` one request may ask for; None: the context length.
     - ``max_total_tokens``: the budget of tokens in flight, n x (prompt + max_new_tokens) summed over
       the requests being served; a request waits until its tokens are free, one larger than the
-      whole budget gets 413 (:mod:`rlloom_server.door`)."""
+      whole budget gets 413 (:mod:`rlloom_server.door`).
+    - ``api_key``: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -30,3 +31,4 @@ class ServeConfig:
     max_n: int = 256
     max_new_tokens_limit: int | None = None
     max_total_tokens: int = 2**22
+    api_key: str | None = None

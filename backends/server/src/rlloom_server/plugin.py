@@ -17,7 +17,7 @@ def build_engine(cfg: ServerRolloutConfig, spec: EngineSpec):
 
 
 def serve_command(parser):
-    """serve a rollout engine over HTTP (SGLang-compatible API)"""
+    """serve a rollout engine over HTTP (SGLang- and OpenAI-compatible APIs)"""
     from rlloom_server import serve
 
     serve.add_arguments(parser)

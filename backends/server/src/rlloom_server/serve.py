@@ -25,8 +25,8 @@ from rlloom_server.config import ServeConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ServeConfig()
-    parser.description = ("Serve a rollout engine over HTTP (SGLang-compatible /generate, weight updates, "
-                          "release/resume memory, health). Overrides are the same as for rlloom train.")
+    parser.description = ("Serve a rollout engine over HTTP (SGLang-compatible /generate, OpenAI-compatible /v1, "
+                          "weight updates, release/resume memory, health). Overrides are the same as for rlloom train.")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (rollout=hf, model=tiny, preset=tiny, ...)")
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-total-tokens", type=_positive, default=defaults.max_total_tokens,
                         help=f"tokens in flight, n x (prompt + max_new_tokens) over the requests served; "
                              f"more wait, a larger request gets 413 (default {defaults.max_total_tokens})")
+    parser.add_argument("--api-key", default=defaults.api_key,
+                        help="every route but /health then needs the header 'Authorization: Bearer <key>'")
 
 
 def _positive(text: str) -> int:
@@ -60,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = ServeConfig(host=args.host, port=args.port, max_concurrency=args.max_concurrency,
                       request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts,
                       context_length=args.context_length, max_n=args.max_n,
-                      max_new_tokens_limit=args.max_new_tokens_limit, max_total_tokens=args.max_total_tokens)
+                      max_new_tokens_limit=args.max_new_tokens_limit, max_total_tokens=args.max_total_tokens,
+                      api_key=args.api_key)
     resolved = compose_config(args.overrides)
     registry, choices, sections = get_registry(), resolved.choices, resolved.sections
     trainer = sections["trainer"]

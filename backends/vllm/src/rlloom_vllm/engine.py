@@ -11,7 +11,7 @@ import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
 from rlloom_enginekit.prompts import (check_left_padded, pad_token_id, prompt_indices, prompt_token_lists,
-                                     stop_token_ids)
+                                     stop_ids_for, stop_token_ids)
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from rlloom_vllm.config import VLLMRolloutConfig
@@ -100,8 +100,8 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------------------ generation
     def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
         """vLLM ``SamplingParams`` for one request: ``n`` samples, stop on the stop ids (kept in the
-        output; with ``sampling.ignore_eos`` no stop id, vLLM's ``ignore_eos``, so every response
-        runs to ``max_new_tokens``), the sampled token's log-prob only (none when
+        output; with ``sampling.ignore_eos`` none of the model's, vLLM's ``ignore_eos``, so a response
+        runs to ``max_new_tokens`` unless it meets one of ``sampling.stop_token_ids``), the sampled token's log-prob only (none when
         ``sampling.filtered``: see :mod:`rlloom_vllm.outputs`), no detokenisation."""
         return self._sampling_type(
             n=n,
@@ -109,7 +109,7 @@ class VLLMRolloutEngine:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_tokens=sampling.max_new_tokens,
-            stop_token_ids=[] if sampling.ignore_eos else self.stop_ids,
+            stop_token_ids=stop_ids_for(self.stop_ids, sampling),
             ignore_eos=sampling.ignore_eos,
             logprobs=None if sampling.filtered else 0,
             seed=seed,

@@ -21,6 +21,13 @@ def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     return sorted(set(ids))
 
 
+def stop_ids_for(model_stop_ids: list[int], sampling: Any) -> list[int]:
+    """The ids that end a response of a call with ``sampling`` (a :class:`~rlloom.types.SamplingParams`):
+    the model's ``model_stop_ids`` (none with ``sampling.ignore_eos``) and ``sampling.stop_token_ids``,
+    sorted, without duplicates."""
+    return sorted(set(() if sampling.ignore_eos else model_stop_ids) | set(sampling.stop_token_ids))
+
+
 def pad_token_id(generation_config: Any, tokenizer: Any, stop_ids: list[int]) -> int:
     """The id that right-pads responses: the tokenizer's pad token, else the generation config's,
     else the first stop id."""

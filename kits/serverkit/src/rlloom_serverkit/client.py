@@ -67,7 +67,8 @@ class ServerRolloutEngine:
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=self.config.timeout_s, sock_connect=self.config.connect_timeout_s)
-        return aiohttp.ClientSession(timeout=timeout)
+        headers = {} if self.config.api_key is None else {"Authorization": f"Bearer {self.config.api_key}"}
+        return aiohttp.ClientSession(timeout=timeout, headers=headers)
 
     async def _check_servers(self) -> None:
         async with self._session() as session:

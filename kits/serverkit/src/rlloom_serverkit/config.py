@@ -18,7 +18,9 @@ class ServerRolloutConfig(Limited):
     - ``max_in_flight``: most requests outstanding from this client over all servers.
     - ``weight_bucket_mb``: most megabytes of tensors per weight-update request.
     - ``down_s``: how long a server that failed a request is passed over while others are up.
-    - ``sleep_servers``: ``sleep()`` / ``wake_up()`` release and resume the servers' memory."""
+    - ``sleep_servers``: ``sleep()`` / ``wake_up()`` release and resume the servers' memory.
+    - ``api_key``: sent to every server as ``Authorization: Bearer <api_key>`` (``rlloom serve
+      --api-key``); null sends none."""
 
     section: ClassVar[str] = "rollout"
     limits: ClassVar[dict] = {**dict.fromkeys(("timeout_s", "connect_timeout_s", "max_in_flight", "weight_bucket_mb"),
@@ -34,6 +36,7 @@ class ServerRolloutConfig(Limited):
     weight_bucket_mb: int = 512
     down_s: float = 30.0
     sleep_servers: bool = True
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

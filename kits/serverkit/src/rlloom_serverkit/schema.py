@@ -23,7 +23,9 @@ Answer: one object per sample, ``{"output_ids": [...], "meta_info": {"id", "fini
 {"type": "stop", "matched": id} | {"type": "length", "length": L}, "prompt_tokens",
 "completion_tokens", "output_token_logprobs": [[log_prob, token_id, null], ...]}}`` (log-probs only
 with ``return_logprob``); a single prompt with ``n == 1`` gets the object, anything else a list,
-prompt-major (prompt i's n samples are consecutive). No ``text``: nothing is detokenized.
+prompt-major (prompt i's n samples are consecutive). This is the token core: ``rlloom serve``
+adds SGLang's ``text``, ``rid``, stop strings and ids, and ``stream`` around it
+(``rlloom_server.sglang_api``), and a client may send ``sampling_params.stop_token_ids``.
 
 ``prompt_index`` (rlloom's own field; SGLang has none): the prompt's index in the caller's whole
 batch, which keys the randomness of its samples with ``sampling_seed`` as in
@@ -46,7 +48,7 @@ SAMPLING_KEYS = {
     "n": int, "temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "ignore_eos": bool,
     "sampling_seed": int,
 }
-REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "rid", "stream")
+REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index")
 INT64_MAX = 2**63 - 1
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default (its SamplingParams.max_new_tokens)
 
@@ -102,12 +104,8 @@ def parse_generate(body: Any) -> GenerateRequest:
     if not isinstance(body, dict):
         raise SchemaError("the body must be a JSON object")
     unknown = sorted(set(body) - set(REQUEST_KEYS))
-    if "text" in body:
-        raise SchemaError("this server is token in, token out: send input_ids, not text")
     if unknown:
         raise SchemaError(f"unknown field(s) {unknown}; supported: {list(REQUEST_KEYS)}")
-    if body.get("stream"):
-        raise SchemaError("stream=true is not supported")
     ids = body.get("input_ids")
     batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
     prompts = [_token_list(p, f"input_ids[{i}]") for i, p in enumerate(ids)] if batched else [
@@ -176,6 +174,8 @@ def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, 
     :func:`sample_seed`: SGLang gives all ``n`` samples of one request the request's seed."""
     params = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
               "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens, "ignore_eos": sampling.ignore_eos}
+    if sampling.stop_token_ids:
+        params["stop_token_ids"] = list(sampling.stop_token_ids)
     if with_prompt_index:
         return [{"input_ids": list(prompt_ids), "sampling_params": {**params, "sampling_seed": seed},
                  "return_logprob": True, "prompt_index": sampling.first_prompt}]
