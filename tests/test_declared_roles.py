@@ -29,7 +29,7 @@ from rlloom.types import Role
 class JudgedConfig:
     n: int = 4
     penalty_weight: float = 0.5
-    extra_roles: ClassVar[tuple] = (Role("penalty", kind="reward_fn"),
+    extra_roles: ClassVar[tuple] = (Role("penalty", kind="reward"),
                                     Role("judge", kind="train_engine", serves_as="critic"))
 
 
@@ -52,17 +52,17 @@ class Judged:
     needs_critic = False
 
     def __init__(self, cfg):
-        self.cfg = cfg
+        self.config = cfg
         self.last = None
 
     def step(self, ctx, prompts):
-        batch = ctx.generate(prompts, n=self.cfg.n)
+        batch = ctx.generate(prompts, n=self.config.n)
         with ctx.concurrently() as run:
             run.score(batch)
             run.score(batch, role="penalty", into="penalties")
             run.values(batch, role="judge", into="judge_values")
-        net = batch["scores"] - self.cfg.penalty_weight * batch["penalties"]
-        groups = net.view(-1, self.cfg.n)
+        net = batch["scores"] - self.config.penalty_weight * batch["penalties"]
+        groups = net.view(-1, self.config.n)
         mask = batch["response_mask"].float()
         batch["advantages"] = (groups - groups.mean(dim=1, keepdim=True)).reshape(-1, 1) * mask
         batch["returns"] = net.unsqueeze(1) * mask
@@ -117,7 +117,7 @@ def test_a_throwaway_algorithm_with_new_roles_trains_on_the_tiny_model(registry,
     finally:
         trainer.close()
     # the penalty is the chosen function's score, recomputed here by a fresh instance of it
-    penalty_fn = registry.build("reward_fn", "forbidden_digits", resolved.sections["penalty"])
+    penalty_fn = registry.build("reward", "forbidden_digits", resolved.sections["penalty"])
     assert torch.equal(batch["penalties"], penalty_fn(batch).scores.float())
     assert final["penalty/score/mean"] == pytest.approx(float(batch["penalties"].mean()))
     assert "critic/score/mean" in final and "penalty/errors" in final

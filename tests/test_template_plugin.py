@@ -48,7 +48,7 @@ def test_installed_template_is_listed(installed_template):
     assert result.returncode == 0, result.stderr
     rows = [r for r in json.loads(result.stdout) if r["distribution"] == "rlloom-plugin-template"]
     assert sorted((r["name"], r["kind"], r["version"], r["status"]) for r in rows) == [
-        ("toy_length", "reward_fn", "0.1.0", "loaded"),
+        ("toy_length", "reward", "0.1.0", "loaded"),
         ("toy_reinforce", "algorithm", "0.1.0", "loaded"),
     ]
 

@@ -82,7 +82,7 @@ def build(cfg, *args):
 
 @dataclass
 class ConstrainedConfig(GrpoConfig):
-    extra_roles: ClassVar[tuple] = (Role("cost", kind="reward_fn"),
+    extra_roles: ClassVar[tuple] = (Role("cost", kind="reward"),
                                     Role("cost_critic", kind="train_engine", serves_as="critic"))
 
 
@@ -202,7 +202,7 @@ def test_unknown_group_option_lists_installed_choices(registry):
 
 def test_known_but_uninstalled_option_names_the_package(registry):
     message = error_for(["rollout=vllm"], registry)
-    assert message.startswith("rollout=vllm: no installed plugin provides rollout_engine 'vllm'.")
+    assert message.startswith("rollout=vllm: no installed plugin provides rollout 'vllm'.")
     assert "Installed choices: hf." in message and message.endswith("pip install rlloom-vllm")
     assert error_for(["launcher=ray"], registry).endswith("pip install rlloom-ray")
 
@@ -355,9 +355,9 @@ def test_a_run_saves_the_declared_group_as_a_section(registry):
 
 @pytest.mark.parametrize(("role", "message"), [
     ({"name": "critic", "kind": "train_engine", "serves_as": "critic"}, "role 'critic': a declared role needs a new"),
-    ({"name": "judge", "kind": "rollout_engine"}, "role 'judge': kind 'rollout_engine'; kinds are train_engine, "),
+    ({"name": "judge", "kind": "rollout"}, "role 'judge': kind 'rollout'; kinds are train_engine, reward"),
     ({"name": "twin", "kind": "train_engine"}, "role 'twin' (train_engine): serves_as=None; choose one of actor, "),
-    ({"name": "cost", "kind": "reward_fn", "serves_as": "critic"}, "a reward function serves as none"),
+    ({"name": "cost", "kind": "reward", "serves_as": "critic"}, "a reward function serves as none"),
 ])
 def test_a_bad_role_declaration_names_the_role(role, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -367,7 +367,7 @@ def test_a_bad_role_declaration_names_the_role(role, message):
 def test_a_reward_role_may_not_take_the_name_of_a_section():
     @dataclasses.dataclass
     class Clashing:
-        extra_roles: ClassVar[tuple] = (Role("trainer", kind="reward_fn"),)
+        extra_roles: ClassVar[tuple] = (Role("trainer", kind="reward"),)
 
     with pytest.raises(ConfigError, match="algorithm=clash declares the role 'trainer', whose config group would "
                                           "replace the section trainer"):

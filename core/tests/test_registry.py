@@ -110,7 +110,7 @@ def test_good_plugin_registers_components_configs_and_presets(plugins):
     status = by_name(registry)["reg_good"]
     assert (status.status, status.error, status.distribution, status.version) == ("loaded", "", "?", "?")
     assert sorted((c.kind, c.name) for c in status.components) == [
-        ("algorithm", "widget"), ("reward_fn", "widget_reward")]
+        ("algorithm", "widget"), ("reward", "widget_reward")]
     component = registry.get("algorithm", "widget")
     assert component.config.__name__ == "WidgetConfig" and component.distribution == "?"
     assert registry.build("algorithm", "widget", component.config(size=5), "extra") == ("widget", 5, ("extra",))
@@ -152,7 +152,7 @@ def test_unknown_names_list_choices_and_known_packages(plugins):
     assert str(info.value) == (
         "algorithm=nope: no installed plugin provides algorithm 'nope'. Installed choices: widget.")
     with pytest.raises(UnknownPluginError) as info:
-        registry.get("rollout_engine", "vllm")
+        registry.get("rollout", "vllm")
     assert "rollout=vllm" in str(info.value) and "Installed choices: none." in str(info.value)
     assert str(info.value).endswith("pip install rlloom-vllm")
     with pytest.raises(UnknownPluginError, match="tracker 'wandb'.*Installed choices: none."):
@@ -172,7 +172,7 @@ def test_a_name_two_distributions_register_is_used_by_neither_and_the_rest_loads
         statuses = by_name(registry)
         assert statuses["reg_alpha"].status == statuses["reg_beta"].status == "loaded"
         assert registry.choices("algorithm") == []  # "widget": registered by both, used by neither
-        assert registry.choices("reward_fn") == ["beta_reward", "widget_reward"]  # each one's other names load
+        assert registry.choices("reward") == ["beta_reward", "widget_reward"]  # each one's other names load
         assert "widgety" not in registry.presets
         with pytest.raises(UnknownPluginError) as info:
             registry.get("algorithm", "widget")
@@ -211,7 +211,7 @@ def test_a_known_package_that_failed_to_load_is_named_with_its_error(plugins):
     found = {ep.name: ep for ep in importlib.metadata.entry_points(group="rlloom")}
     registry = Registry(entry_points=[CORE, found["reg_tasks_broken"]])
     with pytest.raises(UnknownPluginError) as info:
-        registry.get("reward_fn", "arithmetic")
+        registry.get("reward", "arithmetic")
     assert str(info.value).endswith(
         "It is provided by rlloom-tasks, which is installed but failed to load: ModuleNotFoundError: No module "
         "named 'rlloom_no_such_dependency_xyz'")

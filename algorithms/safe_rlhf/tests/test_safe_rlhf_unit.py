@@ -22,7 +22,7 @@ def test_plugin_registers_safe_rlhf():
     assert component.distribution == "rlloom-safe-rlhf"
     assert SafeRLHF.needs_critic is True
     assert [(role.name, role.kind, role.serves_as) for role in SafeRLHFConfig.extra_roles] == [
-        ("cost", "reward_fn", None), ("cost_critic", "train_engine", "critic")]
+        ("cost", "reward", None), ("cost_critic", "train_engine", "critic")]
 
 
 def test_multiplier_ascends_on_violation_and_descends_below_the_limit():

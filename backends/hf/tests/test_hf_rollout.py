@@ -107,7 +107,7 @@ def next_token_probs(model, prefix: list[int], temperature: float) -> torch.Tens
 
 # ---------------------------------------------------------------------------------- plugin
 def test_registered_as_rollout_engine_hf(model_dirs):
-    component = Registry().get("rollout_engine", "hf")
+    component = Registry().get("rollout", "hf")
     assert component.config is HFRolloutConfig
     assert component.distribution == "rlloom-hf"
     engine = component.factory(HFRolloutConfig(), EngineSpec(model_path=model_dirs["main"], role="rollout"))

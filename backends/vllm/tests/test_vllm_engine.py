@@ -291,5 +291,5 @@ def test_weight_sync_makes_vllm_follow_the_trainer(engines, resharder):
 def test_registered_through_the_entry_point():
     from rlloom.plugins.registry import Registry
 
-    component = Registry().get("rollout_engine", "vllm")
+    component = Registry().get("rollout", "vllm")
     assert component.distribution == "rlloom-vllm" and component.config is VLLMRolloutConfig

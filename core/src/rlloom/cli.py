@@ -22,7 +22,7 @@ import sys
 from rlloom.config import ConfigError
 from rlloom.controller.local import RoleFailedError, RoleStartError
 from rlloom.errors import RunFailedError
-from rlloom.plugins.registry import KINDS, KNOWN_PACKAGES, UnknownPluginError, get_registry
+from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry, provider_of
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
@@ -102,7 +102,7 @@ def missing_command(argv: list[str]) -> str | None:
     """The error for ``rlloom <name>`` when ``name`` is a command of one of our plugins that is not
     installed, else None."""
     name = next((arg for arg in argv if not arg.startswith("-")), None)
-    package = KNOWN_PACKAGES.get(("command", name))
+    package = provider_of("command", name) if name else None
     if package is None or name in get_registry().components["command"]:
         return None
     return f"rlloom {name} comes with the {package} distribution, which is not installed: pip install {package}"

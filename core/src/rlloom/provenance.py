@@ -14,7 +14,7 @@ from typing import Any
 import rlloom
 from rlloom.config.compose import declared_role_groups
 from rlloom.config.schema import NO_ROLE
-from rlloom.plugins.registry import GROUP_KIND, Registry
+from rlloom.plugins.registry import GROUPS, Registry
 
 CORE = "rlloom"
 UNKNOWN = "?"
@@ -63,8 +63,7 @@ def option_origin(registry: Registry, group: str, option: str) -> dict[str, str]
         if option == NO_ROLE:
             return {"distribution": CORE, "version": rlloom.__version__}
         group = "reward"  # a declared role is scored by a reward function
-    kind = GROUP_KIND.get(group)
-    component = registry.components[kind].get(option) if kind else None
+    component = registry.components[group].get(option) if group in GROUPS else None
     if component is not None:
         return {"distribution": component.distribution, "version": component.version}
     distribution = next((config.distribution for config in registry.configs

@@ -171,7 +171,7 @@ STANDARD_ROLES = ("actor", "ref", "critic", "rollout", "reward")
 """The roles every algorithm may use without declaring them (``ref`` and ``critic`` when its
 ``needs_reference`` / ``needs_critic`` say so); an algorithm declares any other as a :class:`Role`."""
 
-ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward_fn": ()}
+ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward": ()}
 """A declared role's kind -> what its engine may serve as (:attr:`Role.serves_as`)."""
 
 
@@ -185,7 +185,7 @@ class Role:
       ``launcher.mapping``'s key, and a train engine's folder in checkpoints.
     - ``kind``: ``"train_engine"``: built from the run's ``train_engine`` choice as a ``serves_as``
       engine (``"critic"``: a value head), trained and checkpointed unless it serves as ``ref``;
-      ``"reward_fn"``: built from a config group of its own, named ``name``, whose options are the
+      ``"reward"``: built from a config group of its own, named ``name``, whose options are the
       ``reward`` group's and ``none`` (the default): a run of the algorithm must choose one, other runs
       leave it ``none``.
     """

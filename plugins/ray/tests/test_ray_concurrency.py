@@ -73,7 +73,7 @@ def test_a_future_passed_to_another_pool_travels_by_reference(cluster, cache):
         actor = launcher.start_role(
             RoleSpec("actor", "train_engine", "fsdp", FSDPConfig(), EngineSpec(trained, "actor")), registry)
         rollout = launcher.start_role(
-            RoleSpec("rollout", "rollout_engine", "hf", HFRolloutConfig(), EngineSpec(other, "rollout")), registry)
+            RoleSpec("rollout", "rollout", "hf", HFRolloutConfig(), EngineSpec(other, "rollout")), registry)
         prompts = Batch({"prompts": torch.tensor([[5, 6, 7], [8, 9, 10]]),
                          "prompt_mask": torch.ones(2, 3, dtype=torch.int64)}, batch_size=2)
         greedy = SamplingParams(temperature=0.0, max_new_tokens=6)

@@ -101,7 +101,7 @@ def test_generation_is_split_over_a_rollout_pool_of_two(cluster, model_path):
     launcher = RayLauncher(RayLauncherConfig(resource_pools={"gen": 2}, mapping={"rollout": "gen"},
                                              call_timeout_s=120))
     try:
-        rollout = launcher.start_role(RoleSpec("rollout", "rollout_engine", "hf", HFRolloutConfig(),
+        rollout = launcher.start_role(RoleSpec("rollout", "rollout", "hf", HFRolloutConfig(),
                                                EngineSpec(model_path, "rollout")), get_registry())
         prompts = Batch({"prompts": torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13]]),
                          "prompt_mask": torch.ones(3, 3, dtype=torch.int64)}, batch_size=3)

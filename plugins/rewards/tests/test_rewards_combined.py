@@ -37,7 +37,7 @@ def test_composed_from_command_line_overrides():
         "++reward.components={python: 1.0, digit_fraction: 0.0}",
         f"+reward.options.python.function={FNS}:by_prefix",
     ])
-    reward = get_registry().build("reward_fn", "combined", resolved.sections["reward"])
+    reward = get_registry().build("reward", "combined", resolved.sections["reward"])
     result = reward(Batch(objects={"response_text": ["12ab"], "ground_truth": [1.0]}))
     assert result.scores.tolist() == [4.0]  # digit_fraction is logged but weighs nothing
     assert result.components["digit_fraction"].tolist() == [0.5]

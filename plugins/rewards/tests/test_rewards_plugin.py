@@ -16,14 +16,14 @@ def registry():
 
 
 def test_registers_rewards_and_humaneval(registry):
-    assert registry.choices("reward_fn") == ["code", "combined", "math", "model", "python"]
-    assert registry.choices("dataset") == ["humaneval"]
-    assert {c.distribution for kind in ("dataset", "reward_fn") for c in registry.components[kind].values()} == {
+    assert registry.choices("reward") == ["code", "combined", "math", "model", "python"]
+    assert registry.choices("data") == ["humaneval"]
+    assert {c.distribution for kind in ("data", "reward") for c in registry.components[kind].values()} == {
         "rlloom-rewards"
     }
 
 
-@pytest.mark.parametrize("kind", ["dataset", "reward_fn"])
+@pytest.mark.parametrize("kind", ["data", "reward"])
 def test_every_config_round_trips_through_omegaconf(registry, kind):
     for component in registry.components[kind].values():
         assert OmegaConf.to_object(OmegaConf.structured(component.config)) == component.config()
@@ -32,8 +32,8 @@ def test_every_config_round_trips_through_omegaconf(registry, kind):
 def test_execution_options_are_shared_and_typed(registry):
     for name in ("math", "code", "python"):
         cfg = OmegaConf.to_object(OmegaConf.merge(
-            OmegaConf.structured(registry.get("reward_fn", name).config), {"num_workers": 2, "timeout_s": 1.5}
+            OmegaConf.structured(registry.get("reward", name).config), {"num_workers": 2, "timeout_s": 1.5}
         ))
         assert (cfg.num_workers, cfg.timeout_s) == (2, 1.5)
     with pytest.raises(Exception, match="num_workers"):
-        OmegaConf.merge(OmegaConf.structured(registry.get("reward_fn", "math").config), {"num_workers": "many"})
+        OmegaConf.merge(OmegaConf.structured(registry.get("reward", "math").config), {"num_workers": "many"})

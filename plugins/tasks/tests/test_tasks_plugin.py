@@ -17,10 +17,10 @@ def registry():
 
 
 def test_registers_datasets_and_rewards(registry):
-    assert registry.choices("dataset") == ["arithmetic", "digits", "files", "reasoning_gym"]
-    assert registry.choices("reward_fn") == ["arithmetic", "digit_fraction", "forbidden_digits", "format",
+    assert registry.choices("data") == ["arithmetic", "digits", "files", "reasoning_gym"]
+    assert registry.choices("reward") == ["arithmetic", "digit_fraction", "forbidden_digits", "format",
                                          "reasoning_gym"]
-    assert {c.distribution for kind in ("dataset", "reward_fn") for c in registry.components[kind].values()} == {
+    assert {c.distribution for kind in ("data", "reward") for c in registry.components[kind].values()} == {
         "rlloom-tasks"
     }
 
@@ -29,7 +29,7 @@ def test_registers_datasets_and_rewards(registry):
 REQUIRED = {"files": {"train_files": ["train.jsonl"], "val_fraction": 0.1}}
 
 
-@pytest.mark.parametrize("kind", ["dataset", "reward_fn"])
+@pytest.mark.parametrize("kind", ["data", "reward"])
 def test_every_config_round_trips_through_omegaconf(registry, kind):
     for name, component in registry.components[kind].items():
         node = OmegaConf.merge(OmegaConf.structured(component.config), REQUIRED.get(name, {}))
@@ -38,16 +38,16 @@ def test_every_config_round_trips_through_omegaconf(registry, kind):
 
 def test_built_through_the_registry_with_overrides(registry):
     data_cfg = OmegaConf.to_object(OmegaConf.merge(
-        OmegaConf.structured(registry.get("dataset", "arithmetic").config), {"num_val": 10, "operations": ["-"]}
+        OmegaConf.structured(registry.get("data", "arithmetic").config), {"num_val": 10, "operations": ["-"]}
     ))
-    splits = registry.build("dataset", "arithmetic", data_cfg, 0)
+    splits = registry.build("data", "arithmetic", data_cfg, 0)
     assert (len(splits.val), len(splits.train)) == (10, 90)
     assert all("-" in r.extra["expression"] for r in splits.val)
 
     reward_cfg = OmegaConf.to_object(OmegaConf.merge(
-        OmegaConf.structured(registry.get("reward_fn", "reasoning_gym").config), {"answer_format": "gsm8k"}
+        OmegaConf.structured(registry.get("reward", "reasoning_gym").config), {"answer_format": "gsm8k"}
     ))
     assert reward_cfg.answer_format is AnswerFormat.gsm8k
     with pytest.raises(Exception, match="answer_format"):
-        OmegaConf.merge(OmegaConf.structured(registry.get("reward_fn", "reasoning_gym").config),
+        OmegaConf.merge(OmegaConf.structured(registry.get("reward", "reasoning_gym").config),
                         {"answer_format": "nope"})

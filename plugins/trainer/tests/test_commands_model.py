@@ -74,7 +74,7 @@ def test_generate_samples_what_the_rollout_engine_samples(run_dir, tmp_path, mon
 
     model = os.path.join(run_dir, "final_model")  # the weights of the last checkpoint
     resolved = compose_config(["preset=tiny", "model=hf", f"model.path={model}", "sampling.max_new_tokens=5"])
-    engine = get_registry().build("rollout_engine", resolved.choices["rollout"], resolved.sections["rollout"],
+    engine = get_registry().build("rollout", resolved.choices["rollout"], resolved.sections["rollout"],
                                   EngineSpec(model, "rollout", 7))
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts = ("What is 2+3?", "Name a digit.")

@@ -34,7 +34,7 @@ class DAPO(GRPO):
         are kept), ``dapo/overlong_penalty_mean``; ``critic/score/mean|max|min`` are over every
         response generated this step, before shaping (the policy's reward, not the kept batch's).
         """
-        cfg = self.cfg
+        cfg = self.config
         target = len(prompts)
         kept: list[Batch] = []
         num_kept = dropped = rounds = 0

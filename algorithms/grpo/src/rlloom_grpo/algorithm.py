@@ -33,7 +33,7 @@ class ReMax(GRPO):
         greedy = dataclasses.replace(ctx.sampling, temperature=0.0)
         baseline = ctx.score(ctx.generate(prompts, 1, greedy, stage="gen_baseline"))
         baseline_of = dict(zip(baseline["uid"], baseline["scores"].tolist()))
-        batch = ctx.score(ctx.generate(prompts, n=self.cfg.n))
+        batch = ctx.score(ctx.generate(prompts, n=self.config.n))
         batch["reward_baselines"] = torch.tensor([baseline_of[uid] for uid in batch["uid"]], dtype=torch.float32)
         ctx.metrics["remax/baseline_score/mean"] = float(baseline["scores"].mean())
         self.learn(ctx, batch, len(prompts))
@@ -52,12 +52,12 @@ class ReinforcePP(GRPO):
 
     @property
     def needs_reference(self) -> bool:
-        return self.cfg.use_kl_loss or self.cfg.use_kl_in_reward
+        return self.config.use_kl_loss or self.config.use_kl_in_reward
 
     def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
         """GRPO's rule, and also when the KL penalty in the reward needs behaviour log-probs and the
         rollout engine reported none (vLLM with top-k / top-p)."""
-        missing = self.cfg.use_kl_in_reward and "rollout_log_probs" not in batch
+        missing = self.config.use_kl_in_reward and "rollout_log_probs" not in batch
         return missing or super().needs_old_log_probs(batch, num_prompts)
 
     def token_level_rewards(self, batch: Batch) -> torch.Tensor:
@@ -66,16 +66,16 @@ class ReinforcePP(GRPO):
         them, else the sampler's own ``rollout_log_probs``)."""
         batch.require("token_level_scores", "response_mask")
         rewards = batch["token_level_scores"]
-        if self.cfg.use_kl_in_reward:
+        if self.config.use_kl_in_reward:
             batch.require("ref_log_probs")
             behaviour = batch.get("old_log_probs")
             if behaviour is None:
                 batch.require("rollout_log_probs")
                 behaviour = batch["rollout_log_probs"]
             rewards, _ = kl_penalized_rewards(rewards, behaviour, batch["ref_log_probs"], batch["response_mask"],
-                                           self.cfg.kl_coef, self.cfg.kl_penalty)
+                                           self.config.kl_coef, self.config.kl_penalty)
         batch["token_level_rewards"] = rewards
         return rewards
 
     def advantage_options(self) -> dict[str, Any]:
-        return {"gamma": self.cfg.gamma}
+        return {"gamma": self.config.gamma}

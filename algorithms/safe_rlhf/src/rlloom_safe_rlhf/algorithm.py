@@ -32,7 +32,7 @@ class SafeRLHF(PPO):
 
     def __init__(self, cfg: SafeRLHFConfig) -> None:
         super().__init__(cfg)
-        self.cfg: SafeRLHFConfig = cfg
+        self.config: SafeRLHFConfig = cfg
         self.cost_value_loss_fn = make_value_loss_fn(
             cfg.cliprange_value, cfg.loss_agg_mode, values_key="cost_values", returns_key="cost_returns"
         )
@@ -55,8 +55,8 @@ class SafeRLHF(PPO):
         rewards = self.token_level_rewards(batch, metrics)
         kl_penalty = batch["token_level_scores"] - rewards  # β·kl_t per token, 0 on padding
         costs = batch["token_level_costs"] + kl_penalty
-        if self.cfg.score_clip is not None:
-            rewards, costs = (x.clamp(-self.cfg.score_clip, self.cfg.score_clip) for x in (rewards, costs))
+        if self.config.score_clip is not None:
+            rewards, costs = (x.clamp(-self.config.score_clip, self.config.score_clip) for x in (rewards, costs))
         return rewards, costs
 
     def compute_advantages(self, batch: Batch, metrics: dict[str, float]) -> Batch:
@@ -64,7 +64,7 @@ class SafeRLHF(PPO):
         in Safe-RLHF: λ trades reward units against cost units), then the actor's
         ``advantages`` = :func:`lagrangian_advantages` with the current λ. Adds ``token_level_rewards``,
         ``returns``, ``cost_advantages`` and ``cost_returns``."""
-        cfg, mask = self.cfg, batch["response_mask"]
+        cfg, mask = self.config, batch["response_mask"]
         rewards, costs = self.token_level_rewards_and_costs(batch, metrics)
         batch["token_level_rewards"] = rewards
         reward_advantages, batch["returns"] = gae_advantages(
@@ -89,17 +89,17 @@ class SafeRLHF(PPO):
         """Add this step's costs to J_c's window and, after ``lambda_update_delay_steps`` steps, take
         λ's ascent step. Logs ``safe/episode_cost`` (J_c) and ``safe/cost_violation`` (J_c − d)."""
         self.multiplier.observe(costs.tolist())
-        if step > self.cfg.lambda_update_delay_steps:
+        if step > self.config.lambda_update_delay_steps:
             self.multiplier.update()
         metrics["safe/episode_cost"] = self.multiplier.episode_cost()
-        metrics["safe/cost_violation"] = self.multiplier.episode_cost() - self.cfg.cost_limit
+        metrics["safe/cost_violation"] = self.multiplier.episode_cost() - self.config.cost_limit
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One Safe-RLHF step: n responses per prompt → reward, cost, behaviour (and reference)
         log-probs and both critics' values (submitted together) → λ's update → KL-shaped rewards and
         costs → GAE for each → both critics' updates → the actor's update on the Lagrangian
         advantages (after ``critic_warmup`` steps) and weight sync."""
-        cfg = self.cfg
+        cfg = self.config
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
         with ctx.concurrently() as run:

@@ -35,7 +35,7 @@ class SafeRLHFConfig(PPOConfig):
 
     algorithm_name: ClassVar[str] = "safe_rlhf"
     extra_roles: ClassVar[tuple[Role, ...]] = (
-        Role("cost", kind="reward_fn"),  # the config group cost=<any reward function> scores it
+        Role("cost", kind="reward"),  # the config group cost=<any reward function> scores it
         Role("cost_critic", kind="train_engine", serves_as="critic"),
     )
 

@@ -35,7 +35,7 @@ class SFT:
     needs_critic = False
 
     def __init__(self, cfg: SFTConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.loss_fn = make_sft_loss_fn(cfg)
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
@@ -43,7 +43,7 @@ class SFT:
         timed as ``timing_s/sft_batch``) → ``ppo_epochs`` passes in mini-batches of ``ppo_mini_batch_size``
         prompts (``timing_s/update_actor``; ``actor/sft_loss``, ``actor/grad_norm``, ``actor/lr``)
         → weight sync to the rollout engine."""
-        cfg = self.cfg
+        cfg = self.config
         with ctx.timed("sft_batch"):
             texts = demonstration_texts(prompts, cfg.response_key)
             batch, truncated = demonstration_batch(prompts, texts, ctx.tokenizer, cfg.max_response_length)

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     trainer = sections["trainer"]
     try:
         model_path = registry.build("model", choices["model"], sections["model"])
-        engine = build_role(RoleSpec("rollout", "rollout_engine", choices["rollout"], sections["rollout"],
+        engine = build_role(RoleSpec("rollout", "rollout", choices["rollout"], sections["rollout"],
                                      EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)), registry)
     except Exception as error:  # noqa: BLE001 - one paragraph, exit 2 (rlloom.cli)
         raise RoleStartError("rollout", f"rollout={choices['rollout']}", error) from error

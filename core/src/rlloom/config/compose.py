@@ -27,7 +27,7 @@ from rlloom.config.errors import ConfigError
 from rlloom.config.run_name import name_run, run_dir_of
 from rlloom.config.roles import check_role_groups, role_groups, run_role_names, run_schema
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig
-from rlloom.plugins.registry import GROUP_KIND, Registry, get_registry
+from rlloom.plugins.registry import GROUPS, Registry, get_registry
 from rlloom.protocols import ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
@@ -53,8 +53,8 @@ def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
     """group → {option name → schema} for every config group the installed plugins provide, the
     groups of declared reward roles included (:mod:`rlloom.config.roles`)."""
     options: dict[str, dict[str, Any]] = {group: {} for group in DEFAULT_CHOICES}
-    for group, kind in GROUP_KIND.items():
-        for name, component in registry.components[kind].items():
+    for group in GROUPS:
+        for name, component in registry.components[group].items():
             options.setdefault(group, {})[name] = component.config
     for option in registry.configs:
         options.setdefault(option.group, {})[option.name] = option.node
@@ -66,7 +66,7 @@ def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
 def declared_role_groups(registry: Registry) -> dict[str, list[str]]:
     """The config groups of the reward roles the installed algorithms declare -> those algorithms."""
     algorithms = {name: component.config for name, component in registry.components["algorithm"].items()}
-    taken = set(GROUP_KIND) | {option.group for option in registry.configs}
+    taken = set(GROUPS) | {option.group for option in registry.configs}
     return role_groups(algorithms, taken | {field.name for field in dataclasses.fields(RunConfig)})
 
 
@@ -124,10 +124,9 @@ def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]
         if group in options and not item.is_delete():
             value = item.value()
             if not isinstance(value, str) or value not in options[group]:
-                kind = GROUP_KIND.get(group)
                 installed = sorted(options[group])
-                if kind is not None:
-                    raise ConfigError(registry.missing_message(kind, str(value), installed))
+                if group in GROUPS:
+                    raise ConfigError(registry.missing_message(group, str(value), installed))
                 raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}."
                                   + did_you_mean(str(value), installed))
 
@@ -180,8 +179,7 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     overrides = [override for override in overrides if override in own or _fits(override, options, choices)]
     for group, choice in choices.items():
         if choice not in options.get(group, {}):
-            kind = GROUP_KIND.get(group)
-            message = registry.missing_message(kind, choice, sorted(options.get(group, {}))) if kind else (
+            message = registry.missing_message(group, choice, sorted(options.get(group, {}))) if group in GROUPS else (
                 f"{group}={choice}: no such option.")
             raise ConfigError(f"the default {message}")
     _store(options, run_config)
@@ -291,7 +289,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     check_run_dir(run_dir_of(trainer))
     if registry is not None:
         check_registered_functions(algorithm, registry)
-        check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward_fn"))
+        check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward"))
     check_placed_roles(resolved)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
         check_device_here(trainer.device)

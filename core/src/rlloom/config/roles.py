@@ -28,7 +28,7 @@ def role_groups(algorithms: dict[str, Any], taken: set[str]) -> dict[str, list[s
     groups: dict[str, list[str]] = {}
     for name, schema in sorted(algorithms.items()):
         for role in declared_roles(schema):
-            if role.kind != "reward_fn":
+            if role.kind != "reward":
                 continue
             if role.name in taken:
                 raise ConfigError(f"algorithm={name} declares the role {role.name!r}, whose config group would "

@@ -55,6 +55,18 @@ hookspec = pluggy.HookspecMarker("rlloom")
 hookimpl = pluggy.HookimplMarker("rlloom")
 
 
+def provides(kind: str, group: bool = True) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Marks a ``register_*`` hook with the kind of component it registers: the registry's name for
+    them (``registry.get(kind, name)``) and, with ``group``, the config group whose options they are
+    (``rollout=hf``). The registry's kinds are read from these marks."""
+
+    def mark(spec: Callable[..., None]) -> Callable[..., None]:
+        spec.rlloom_kind, spec.rlloom_group = kind, group
+        return spec
+
+    return mark
+
+
 class RegisterComponent(Protocol):
     """The ``register`` callback of the component hooks (engines, resharders, rewards, algorithms,
     trackers, launchers, datasets, models, dispatch modes, commands): ``factory``'s signature per kind
@@ -88,31 +100,37 @@ class RegisterPreset(Protocol):
 
 
 @hookspec
+@provides("train_engine")
 def register_train_engines(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.TrainEngine` factories."""
 
 
 @hookspec
+@provides("rollout")
 def register_rollout_engines(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.RolloutEngine` factories."""
 
 
 @hookspec
+@provides("resharder")
 def register_resharders(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Resharder` factories."""
 
 
 @hookspec
+@provides("reward")
 def register_reward_fns(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.RewardFn` factories."""
 
 
 @hookspec
+@provides("algorithm")
 def register_algorithms(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Algorithm` factories."""
 
 
 @hookspec
+@provides("advantage_estimator", group=False)
 def register_advantage_estimators(register: RegisterFunction) -> None:
     """Register advantage estimators (``register(name, function)``): the choices of
     ``algorithm.adv_estimator``, each a function with the one signature of
@@ -120,6 +138,7 @@ def register_advantage_estimators(register: RegisterFunction) -> None:
 
 
 @hookspec
+@provides("policy_loss", group=False)
 def register_policy_losses(register: RegisterFunction) -> None:
     """Register per-token policy losses (``register(name, function)``): the choices of
     ``algorithm.policy_loss``, each a function with the signature of
@@ -127,32 +146,38 @@ def register_policy_losses(register: RegisterFunction) -> None:
 
 
 @hookspec
+@provides("tracker", group=False)
 def register_trackers(register: RegisterComponent) -> None:
     """Register :class:`~rlloom.protocols.Tracker` factories (``register(name, factory)``)."""
 
 
 @hookspec
+@provides("launcher")
 def register_launchers(register: RegisterComponent) -> None:
     """Register launchers: how worker groups are placed (in-process, Ray, …)."""
 
 
 @hookspec
+@provides("data")
 def register_datasets(register: RegisterComponent) -> None:
     """Register prompt datasets (``data=<name>``); see :class:`rlloom.protocols.PromptDataset`."""
 
 
 @hookspec
+@provides("model")
 def register_models(register: RegisterComponent) -> None:
     """Register model sources (``model=<name>``): factories returning a local HF folder path."""
 
 
 @hookspec
+@provides("dispatch_mode", group=False)
 def register_dispatch_modes(register: RegisterComponent) -> None:
     """Register dispatch modes (``register(name, factory)``): how a launcher spreads an engine
     method's call over a worker group's ranks; engines name them with ``@rlloom.dispatch(name)``."""
 
 
 @hookspec
+@provides("command", group=False)
 def register_commands(register: RegisterComponent) -> None:
     """Register ``rlloom`` subcommands (``register(name, factory)``): ``factory(parser)`` adds the
     command's arguments to its argparse parser and returns ``run(args) -> exit status``; the command's

@@ -14,6 +14,7 @@ import functools
 import importlib
 import importlib.metadata
 import os
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,86 +25,33 @@ import pluggy
 from rlloom.plugins import hookspecs
 from rlloom.suggest import did_you_mean
 
-KINDS: dict[str, tuple[str, str | None]] = {
-    # kind: (hook name, config group whose options it provides)
-    "train_engine": ("register_train_engines", "train_engine"),
-    "rollout_engine": ("register_rollout_engines", "rollout"),
-    "resharder": ("register_resharders", "resharder"),
-    "reward_fn": ("register_reward_fns", "reward"),
-    "algorithm": ("register_algorithms", "algorithm"),
-    "advantage_estimator": ("register_advantage_estimators", None),
-    "policy_loss": ("register_policy_losses", None),
-    "tracker": ("register_trackers", None),
-    "launcher": ("register_launchers", "launcher"),
-    "dataset": ("register_datasets", "data"),
-    "model": ("register_models", "model"),
-    "dispatch_mode": ("register_dispatch_modes", None),
-    "command": ("register_commands", None),
-}
-GROUP_KIND = {group: kind for kind, (_, group) in KINDS.items() if group}
+KINDS: dict[str, str] = {spec.rlloom_kind: name for name, spec in vars(hookspecs).items()
+                         if hasattr(spec, "rlloom_kind")}
+"""Kind of component -> the hook that registers it (read from :func:`rlloom.plugins.hookspecs.provides`)."""
+GROUPS = {kind for kind, hook in KINDS.items() if getattr(hookspecs, hook).rlloom_group}
+"""The kinds whose names are options of the config group of the same name (``rollout=hf``)."""
 
-# Our own plugins that live in separate distributions: what to pip install for a name.
-KNOWN_PACKAGES: dict[tuple[str, str], str] = {
-    ("train_engine", "fsdp"): "rlloom-fsdp",
-    ("train_engine", "megatron"): "rlloom-megatron",
-    ("rollout_engine", "hf"): "rlloom-hf",
-    ("rollout_engine", "vllm"): "rlloom-vllm",
-    ("rollout_engine", "sglang"): "rlloom-sglang",
-    ("rollout_engine", "server"): "rlloom-server",
-    ("command", "serve"): "rlloom-server",
-    ("command", "train"): "rlloom-trainer",
-    ("tracker", "console"): "rlloom-trainer",
-    ("tracker", "jsonl"): "rlloom-trainer",
-    ("tracker", "tensorboard"): "rlloom-trainer",
-    ("tracker", "wandb"): "rlloom-trainer",
-    ("tracker", "mlflow"): "rlloom-trainer",
-    ("command", "eval"): "rlloom-trainer",
-    ("command", "generate"): "rlloom-trainer",
-    ("command", "chat"): "rlloom-trainer",
-    ("command", "export"): "rlloom-trainer",
-    ("command", "plot"): "rlloom-trainer",
-    ("algorithm", "grpo"): "rlloom-grpo",
-    ("algorithm", "ppo"): "rlloom-ppo",
-    ("algorithm", "dapo"): "rlloom-dapo",
-    ("algorithm", "rloo"): "rlloom-grpo",
-    ("algorithm", "reinforce_pp"): "rlloom-grpo",
-    ("algorithm", "reinforce_pp_baseline"): "rlloom-grpo",
-    ("algorithm", "remax"): "rlloom-grpo",
-    ("algorithm", "gspo"): "rlloom-grpo",
-    ("algorithm", "cispo"): "rlloom-grpo",
-    ("algorithm", "sft"): "rlloom-sft",
-    ("algorithm", "safe_rlhf"): "rlloom-safe-rlhf",
-    ("advantage_estimator", "grpo"): "rlloom-algokit",
-    ("advantage_estimator", "grpo_passk"): "rlloom-grpo",
-    ("advantage_estimator", "rloo"): "rlloom-grpo",
-    ("advantage_estimator", "remax"): "rlloom-grpo",
-    ("advantage_estimator", "reinforce_pp"): "rlloom-grpo",
-    ("advantage_estimator", "reinforce_pp_baseline"): "rlloom-grpo",
-    ("policy_loss", "vanilla"): "rlloom-algokit",
-    ("policy_loss", "gspo"): "rlloom-grpo",
-    ("policy_loss", "cispo"): "rlloom-grpo",
-    ("launcher", "ray"): "rlloom-ray",
-    ("resharder", "safetensors"): "rlloom-resharders",
-    ("resharder", "broadcast"): "rlloom-resharders",
-    ("reward_fn", "arithmetic"): "rlloom-tasks",
-    ("reward_fn", "format"): "rlloom-tasks",
-    ("reward_fn", "reasoning_gym"): "rlloom-tasks",
-    ("reward_fn", "digit_fraction"): "rlloom-tasks",
-    ("reward_fn", "forbidden_digits"): "rlloom-tasks",
-    ("reward_fn", "math"): "rlloom-rewards",
-    ("reward_fn", "code"): "rlloom-rewards",
-    ("reward_fn", "python"): "rlloom-rewards",
-    ("reward_fn", "combined"): "rlloom-rewards",
-    ("reward_fn", "model"): "rlloom-rewards",
-    ("dataset", "humaneval"): "rlloom-rewards",
-    ("dataset", "files"): "rlloom-tasks",
-    ("dataset", "arithmetic"): "rlloom-tasks",
-    ("dataset", "reasoning_gym"): "rlloom-tasks",
-    ("dataset", "digits"): "rlloom-tasks",
-    ("model", "tiny"): "rlloom-models",
-    ("model", "smollm2-135m"): "rlloom-models",
-    ("model", "hf"): "rlloom-models",
-}
+
+@functools.cache
+def catalogue() -> dict[str, str]:
+    """``<kind>-<name>`` (normalised as pip normalises extras) -> the distribution that provides it,
+    for our plugins that live in separate distributions: read from the core distribution's metadata,
+    its extras (``pip install 'rlloom[rollout-vllm]'`` installs rlloom-vllm)."""
+    try:
+        requirements = importlib.metadata.requires("rlloom") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    found = {}
+    for requirement in requirements:
+        provided = re.fullmatch(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']", requirement.strip())
+        if provided:
+            found[provided.group(2)] = provided.group(1)
+    return found
+
+
+def provider_of(kind: str, name: str) -> str | None:
+    """The distribution that provides ``name`` of ``kind`` (:func:`catalogue`), or None."""
+    return catalogue().get(re.sub(r"[-_.]+", "-", f"{kind}-{name}").lower())
 
 
 class UnknownPluginError(LookupError):
@@ -218,7 +166,7 @@ class Registry:
         staged_components: list[Component] = []
         staged_configs: list[ConfigOption] = []
         staged_presets: list[Preset] = []
-        for kind, (hook_name, _) in KINDS.items():
+        for kind, hook_name in KINDS.items():
             def register(name: str, factory: Callable[..., Any] | str, config: Any = None, *, _kind=kind) -> None:
                 staged_components.append(
                     Component(_kind, name, factory, config, status.distribution, status.version)
@@ -304,7 +252,7 @@ class Registry:
         (one of them may be the provider)."""
         if (kind, name) in self.conflicts:
             providers = " and ".join(_provider(status) for status in self.conflicts[(kind, name)])
-            label = f"{KINDS[kind][1]}={name}" if KINDS.get(kind, (None, None))[1] else f"{kind} {name!r}"
+            label = f"{kind}={name}" if kind in GROUPS else f"{kind} {name!r}"
             return (f"{label}: {kind} {name!r} is registered by more than one installed plugin: {providers}. Neither "
                     "is used, so that which code runs never depends on the order plugins load in; uninstall the "
                     "one you do not want (pip uninstall <distribution>).")
@@ -314,7 +262,7 @@ class Registry:
                        + did_you_mean(name, presets))
         else:
             message = unknown_name_message(kind, name, self.choices(kind) if installed is None else installed)
-        package = KNOWN_PACKAGES.get((kind, name))
+        package = provider_of(kind, name)
         failed = self.failed()
         provider = next((status for status in failed if status.distribution == package), None)
         if provider is not None:
@@ -341,11 +289,10 @@ def _provider(status: PluginStatus) -> str:
 
 def unknown_name_message(kind: str, name: str, installed: list[str]) -> str:
     """One paragraph: what was asked, what is installed, and which package provides the name."""
-    group = KINDS[kind][1]
-    label = f"{group}={name}" if group else f"{kind} {name!r}"
+    label = f"{kind}={name}" if kind in GROUPS else f"{kind} {name!r}"
     message = (f"{label}: no installed plugin provides {kind} {name!r}. Installed choices: "
                f"{', '.join(installed) or 'none'}." + did_you_mean(name, installed))
-    package = KNOWN_PACKAGES.get((kind, name))
+    package = provider_of(kind, name)
     if package:
         message += f" It is provided by the package {package}: pip install {package}"
     return message

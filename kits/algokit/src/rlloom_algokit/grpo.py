@@ -27,21 +27,21 @@ class GRPO:
     needs_critic = False
 
     def __init__(self, cfg: GRPOStepConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.estimator = get_advantage_estimator(cfg.adv_estimator)
         self.loss_fn = make_policy_loss_fn(cfg)
 
     @property
     def needs_reference(self) -> bool:
-        return self.cfg.use_kl_loss
+        return self.config.use_kl_loss
 
     def advantage_options(self) -> dict[str, Any]:
         """The estimator's settings from the config: ``norm_by_std`` and ``eps`` when it is a
         :class:`GRPOConfig` (its ``norm_adv_by_std`` and ``epsilon``), else none (the estimator's
         defaults); a subclass whose config has others (REINFORCE++'s ``gamma``) adds them."""
-        if not isinstance(self.cfg, GRPOConfig):
+        if not isinstance(self.config, GRPOConfig):
             return {}
-        return {"norm_by_std": self.cfg.norm_adv_by_std, "eps": self.cfg.epsilon}
+        return {"norm_by_std": self.config.norm_adv_by_std, "eps": self.config.epsilon}
 
     def token_level_rewards(self, batch: Batch) -> Optional[torch.Tensor]:
         """The token-level rewards the estimator gets: ``token_level_scores`` (GRPO's reward has no
@@ -67,7 +67,7 @@ class GRPO:
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One GRPO step: n responses per prompt → rewards, with the log-probs computed at the same
         time → :meth:`update` → weight sync."""
-        batch = ctx.generate(prompts, n=self.cfg.n)
+        batch = ctx.generate(prompts, n=self.config.n)
         with ctx.concurrently() as run:
             run.score(batch)
             self.log_probs(run, batch, len(prompts))
@@ -97,18 +97,18 @@ class GRPO:
     def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
         """Whether the step needs a separate behaviour-log-prob pass: several optimizer steps, or
         ``cfg.recompute_old_log_probs``."""
-        return self.cfg.recompute_old_log_probs or not self._one_update(num_prompts)
+        return self.config.recompute_old_log_probs or not self._one_update(num_prompts)
 
     def _mini_batch_prompts(self, num_prompts: int) -> int:
-        return self.cfg.ppo_mini_batch_size or num_prompts
+        return self.config.ppo_mini_batch_size or num_prompts
 
     def _one_update(self, num_prompts: int) -> bool:
-        return self.cfg.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
+        return self.config.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
 
     def update(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
         """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), then the
         clipped policy update(s)."""
-        cfg = self.cfg
+        cfg = self.config
         with ctx.timed("adv"):
             advantages = batch["advantages"] = self.compute_advantages(batch)
         mask = batch["response_mask"].bool()

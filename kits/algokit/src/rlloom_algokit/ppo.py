@@ -31,7 +31,7 @@ class PPO:
     needs_critic = True
 
     def __init__(self, cfg: PPOConfig) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.policy_loss_fn = make_policy_loss_fn(cfg)
         self.value_loss_fn = make_value_loss_fn(cfg.cliprange_value, cfg.loss_agg_mode)
         self.kl_ctrl = (
@@ -42,7 +42,7 @@ class PPO:
 
     @property
     def needs_reference(self) -> bool:
-        return self.cfg.use_kl_in_reward or self.cfg.use_kl_loss
+        return self.config.use_kl_in_reward or self.config.use_kl_loss
 
     def state_dict(self) -> dict[str, float]:
         """What a checkpoint keeps across a resume: the KL coefficient β in use."""
@@ -57,12 +57,12 @@ class PPO:
         the mean over responses of each response's token-mean KL — and
         ``actor/kl_coef`` (the β used) and ``actor/reward_kl_penalty`` (the KL) are logged), else the
         scores unchanged."""
-        if not self.cfg.use_kl_in_reward:
+        if not self.config.use_kl_in_reward:
             return batch["token_level_scores"]
         beta = self.kl_ctrl.value
         mask = batch["response_mask"]
         rewards, token_kl = kl_penalized_rewards(
-            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], mask, beta, self.cfg.kl_penalty
+            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], mask, beta, self.config.kl_penalty
         )
         kl = float(aggregate(token_kl, mask, "seq-mean-token-mean"))
         self.kl_ctrl.update(kl, n_steps=len(batch))
@@ -75,7 +75,7 @@ class PPO:
         mask = batch["response_mask"]
         batch["token_level_rewards"] = self.token_level_rewards(batch, metrics)
         batch["advantages"], batch["returns"] = gae_advantages(
-            batch["token_level_rewards"], batch["values"], mask, self.cfg.gamma, self.cfg.lam
+            batch["token_level_rewards"], batch["values"], mask, self.config.gamma, self.config.lam
         )
         metrics["critic/rewards/mean"] = float(batch["token_level_rewards"].sum(dim=1).mean())
         for name in ("advantages", "returns", "values"):
@@ -87,7 +87,7 @@ class PPO:
         """One PPO step: n responses per prompt → rewards, behaviour (and reference) log-probs and
         values (their calls run concurrently) → KL penalty → GAE → critic update → actor update (after ``critic_warmup`` steps)
         and weight sync."""
-        cfg = self.cfg
+        cfg = self.config
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
         with ctx.concurrently() as run:

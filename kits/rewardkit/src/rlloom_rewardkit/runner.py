@@ -99,22 +99,22 @@ class RowScorer:
     """
 
     def __init__(self, cfg: ExecutionConfig, components: Sequence[str] = ()) -> None:
-        self.cfg = cfg
+        self.config = cfg
         self.components = tuple(components)
         self._pool: WorkerPool | None = None
 
     def outcomes(self, verify: Callable[..., Verdict], rows: Sequence[tuple]) -> list[Outcome]:
         """The raw outcome of ``verify(*row)`` for every row, in order."""
-        if self.cfg.num_workers == 0:
-            if self.cfg.timeout_s > 0 and threading.current_thread() is not threading.main_thread():
+        if self.config.num_workers == 0:
+            if self.config.timeout_s > 0 and threading.current_thread() is not threading.main_thread():
                 raise RuntimeError(
                     "reward.timeout_s needs the main thread when reward.num_workers=0 (it uses SIGALRM); "
                     "set reward.num_workers >= 1 to score in worker processes"
                 )
-            return [call_with_timeout(verify, tuple(row), self.cfg.timeout_s) for row in rows]
+            return [call_with_timeout(verify, tuple(row), self.config.timeout_s) for row in rows]
         if self._pool is None:
-            self._pool = WorkerPool(self.cfg.num_workers)
-        return self._pool.map(verify, rows, self.cfg.timeout_s)
+            self._pool = WorkerPool(self.config.num_workers)
+        return self._pool.map(verify, rows, self.config.timeout_s)
 
     def score(self, verify: Callable[..., Verdict], rows: Sequence[tuple]) -> RewardResult:
         return self.result(self.outcomes(verify, rows))
@@ -145,7 +145,7 @@ class RowScorer:
     def _checked(self, outcome: Outcome) -> tuple[Outcome, float, dict[str, float]]:
         """(outcome, score, components) of one row; a malformed verdict turns the row into an error."""
         if outcome.status == TIMEOUT:
-            return outcome, self.cfg.timeout_score, {}
+            return outcome, self.config.timeout_score, {}
         if outcome.status == OK:
             verdict = outcome.value
             try:
@@ -163,7 +163,7 @@ class RowScorer:
                 return outcome, score, components
             except (TypeError, ValueError) as exc:
                 outcome = Outcome(ERROR, message=describe(exc))
-        return outcome, self.cfg.error_score, {}
+        return outcome, self.config.error_score, {}
 
     def close(self) -> None:
         if self._pool is not None:

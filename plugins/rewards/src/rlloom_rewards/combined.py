@@ -43,7 +43,7 @@ class CombinedRewardConfig:
 
 def build_component(registry: Registry, name: str, options: Any) -> Any:
     """The reward ``name`` built from its registered schema with ``options`` applied."""
-    component = registry.get("reward_fn", name)
+    component = registry.get("reward", name)
     try:
         node = OmegaConf.merge(OmegaConf.structured(component.config), options if options is not None else {})
         cfg = OmegaConf.to_object(node)

@@ -122,7 +122,7 @@ class Trainer:
         """Everything after the launcher: model, data, roles, and the restore of ``resume_from``."""
         registry, sections, choices = self.registry, self.resolved.sections, self.resolved.choices
         try:  # the data first: a bad file is reported before any model is built
-            dataset = registry.build("dataset", choices["data"], sections["data"], self.config.seed)
+            dataset = registry.build("data", choices["data"], sections["data"], self.config.seed)
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("data", f"data={choices['data']}", error) from error
         quiet_transformers()
@@ -239,10 +239,10 @@ class Trainer:
         declared = declared_roles(plan)
         engines = {role: start(role.name, "train_engine", "train_engine", engine_role=role.serves_as)
                    for role in declared if role.kind == "train_engine"}
-        rollout = start("rollout", "rollout_engine", "rollout")
-        reward_fn = start("reward", "reward_fn", "reward", engine=False)
-        functions = {role: start(role.name, "reward_fn", role.name, engine=False)
-                     for role in declared if role.kind == "reward_fn"}
+        rollout = start("rollout", "rollout", "rollout")
+        reward_fn = start("reward", "reward", "reward", engine=False)
+        functions = {role: start(role.name, "reward", role.name, engine=False)
+                     for role in declared if role.kind == "reward"}
         return Roles(
             rollout=rollout,
             actor=actor,

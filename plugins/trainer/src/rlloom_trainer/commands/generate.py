@@ -35,7 +35,7 @@ class RolloutSession:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.encoder = PromptEncoder(self.tokenizer, trainer.max_prompt_length)
         spec = EngineSpec(model_path, "rollout", trainer.seed, 0, trainer.device)
-        self.engine = build_role(RoleSpec("rollout", "rollout_engine", resolved.choices["rollout"], sections["rollout"],
+        self.engine = build_role(RoleSpec("rollout", "rollout", resolved.choices["rollout"], sections["rollout"],
                                           spec), registry)
 
     def generate(self, prompts: list[Any], n: int, seed: int) -> list[dict]:
