@@ -7,7 +7,8 @@ import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
-from rlloom.data import PromptEncoder, PromptRecord
+from rlloom.data import PromptRecord
+from rlloom_trainer.prompts import PromptEncoder
 from rlloom_algokit.losses import mini_batch_stats
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine

@@ -8,7 +8,8 @@ import pytest
 import torch
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, compose_config
-from rlloom.data import PromptEncoder, PromptRecord
+from rlloom.data import PromptRecord
+from rlloom_trainer.prompts import PromptEncoder
 from rlloom.types import EngineSpec
 from rlloom_algokit.losses import mini_batch_stats
 from rlloom_models.config import TinyModelConfig

@@ -239,7 +239,8 @@ def engine_member(index: int, port: int, model_path: str, out_dir: str) -> None:
     rollout = HFRolloutEngine(HFRolloutConfig(), EngineSpec(model_path, "rollout", 0))
     resharder = BroadcastResharder(BroadcastResharderConfig(backend="gloo", timeout_s=120.0))
     if index == 0:
-        from rlloom.data import PromptEncoder, PromptRecord
+        from rlloom.data import PromptRecord
+        from rlloom_trainer.prompts import PromptEncoder
         from rlloom_fsdp.config import FSDPConfig
         from rlloom_fsdp.engine import FSDPTrainEngine
 

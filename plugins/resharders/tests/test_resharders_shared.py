@@ -8,7 +8,8 @@ import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
-from rlloom.data import PromptEncoder, PromptRecord
+from rlloom.data import PromptRecord
+from rlloom_trainer.prompts import PromptEncoder
 from rlloom.plugins.registry import Registry
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine

@@ -58,7 +58,8 @@ def test_eval_refuses_what_is_not_a_model(run_dir, tmp_path, capsys):
 
 def test_generate_samples_what_the_rollout_engine_samples(run_dir, tmp_path, monkeypatch):
     from rlloom.config import compose_config
-    from rlloom.data import PromptEncoder, PromptRecord
+    from rlloom.data import PromptRecord
+    from rlloom_trainer.prompts import PromptEncoder
     from rlloom.plugins.registry import get_registry
     from rlloom.types import EngineSpec
     from rlloom_trainer.trainer import sampling_params

@@ -29,7 +29,7 @@ class TrainerState:
     """Everything a checkpoint holds besides the train engines' own files.
 
     - ``step``: training steps done; ``draws``: training-prompt batches drawn (a step may draw several);
-    - ``data``: the prompt iterator's position (:meth:`rlloom.data.PromptIterator.state`);
+    - ``data``: the prompt iterator's position (:meth:`rlloom_trainer.prompts.PromptIterator.state`);
     - ``nonfinite_in_a_row``: the non-finite guard's count (:class:`rlloom_trainer.guards.NonFiniteGuard`);
     - ``algorithm``: the algorithm's ``state_dict()`` (:class:`~rlloom.protocols.StatefulAlgorithm`), or None;
     - ``rng``: :func:`rng_state`;

@@ -27,7 +27,7 @@ from rlloom.config.roles import declared_roles
 from rlloom.config.run_name import run_dir_of
 from rlloom.controller.local import RoleStartError, quiet_transformers
 from rlloom.controller.step import Roles, StepContext
-from rlloom.data import PromptEncoder, PromptIterator, PromptRecord
+from rlloom.data import PromptRecord
 from rlloom.plugins.registry import Registry, get_registry
 from rlloom.protocols import (
     ChecksModel,
@@ -44,6 +44,7 @@ from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
 from rlloom_trainer.interrupt import RunInterrupted
 from rlloom_trainer.progress import phase
+from rlloom_trainer.prompts import PromptEncoder, PromptIterator
 from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state

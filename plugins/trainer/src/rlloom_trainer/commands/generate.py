@@ -22,7 +22,7 @@ class RolloutSession:
 
     def __init__(self, resolved: Any) -> None:
         from rlloom.controller.local import build_role
-        from rlloom.data import PromptEncoder
+        from rlloom_trainer.prompts import PromptEncoder
         from rlloom.plugins.registry import get_registry
         from rlloom.types import EngineSpec, RoleSpec
         from rlloom_trainer.trainer import sampling_params
