@@ -7,14 +7,7 @@ from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
 
-BUILTIN_MODES = {  # dispatch mode -> its factory in rlloom.controller.dispatch (imported when first used)
-    "one_to_all": "OneToAll",
-    "rank_zero": "RankZero",
-    "dp_split": "DataParallelSplit",
-    "dp_split_uneven": "uneven_split",
-    "dp_split_tokens": "TokenBalancedSplit",
-    "dp_split_rollout": "RolloutSplit",
-}
+BUILTIN_MODES = {"one_to_all": "OneToAll", "rank_zero": "RankZero"}  # mode -> factory in rlloom.controller.dispatch
 
 
 @hookimpl

@@ -41,9 +41,9 @@ import torch
 import torch.distributed as dist
 
 from rlloom import Batch, MiniBatchStats
-from rlloom.controller.dispatch import rank_token_metrics
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import cuda_memory_metrics
+from rlloom_enginekit.dispatch import rank_token_metrics
 from rlloom_enginekit.metrics import add_metrics, read_metric_sums
 from rlloom_enginekit.packing import rows_to_train
 from rlloom_enginekit.sequences import policy_temperature
