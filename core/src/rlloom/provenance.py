@@ -1,6 +1,7 @@
-"""Where a run's code came from: the rlloom version, the git commit of rlloom's source tree when it is a
-git checkout, the installed plugin distributions, and the distribution and version of each option a run
-chose. Nothing here raises: what cannot be found is ``None`` (the commit) or ``"?"`` (a version).
+"""Where the running code came from: the rlloom version, the git commit of rlloom's source tree when it
+is a git checkout, and the installed plugin distributions (``rlloom --version``; a run's record adds
+the origin of each option it chose, :mod:`rlloom_trainer.provenance`). Nothing here raises: what
+cannot be found is ``None`` (the commit) or ``"?"`` (a version).
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ import subprocess
 from typing import Any
 
 import rlloom
-from rlloom.config.compose import declared_role_groups
-from rlloom.config.schema import NO_ROLE
-from rlloom.plugins.registry import GROUPS, Registry
 
 CORE = "rlloom"
 UNKNOWN = "?"
@@ -55,36 +53,6 @@ def plugin_distributions() -> list[tuple[str, str]]:
     sorted by name. Reads package metadata only: no plugin is imported."""
     found = {(ep.dist.name, ep.dist.version) for ep in importlib.metadata.entry_points(group="rlloom") if ep.dist}
     return sorted(item for item in found if item[0] != CORE)
-
-
-def option_origin(registry: Registry, group: str, option: str) -> dict[str, str]:
-    """``{"distribution": ..., "version": ...}`` of the plugin that provides ``group=option``."""
-    if group in declared_role_groups(registry):
-        if option == NO_ROLE:
-            return {"distribution": CORE, "version": rlloom.__version__}
-        group = "reward"  # a declared role is scored by a reward function
-    component = registry.components[group].get(option) if group in GROUPS else None
-    if component is not None:
-        return {"distribution": component.distribution, "version": component.version}
-    distribution = next((config.distribution for config in registry.configs
-                         if config.group == group and config.name == option), UNKNOWN)
-    return {"distribution": distribution, "version": version_of(distribution) if distribution != UNKNOWN else UNKNOWN}
-
-
-def run_provenance(choices: dict[str, str], trackers: list[str], registry: Registry) -> dict[str, Any]:
-    """What produced a run: the rlloom version, :func:`git_state`, and the origin (:func:`option_origin`)
-    of every chosen option (``plugins``, by group) and tracker (``trackers``, by name)."""
-    trackers_origin = {}
-    for name in trackers:
-        component = registry.components["tracker"].get(name)
-        trackers_origin[name] = ({"distribution": component.distribution, "version": component.version}
-                                 if component else {"distribution": UNKNOWN, "version": UNKNOWN})
-    return {
-        "rlloom": rlloom.__version__,
-        **git_state(),
-        "plugins": {group: option_origin(registry, group, option) for group, option in choices.items()},
-        "trackers": trackers_origin,
-    }
 
 
 def version_text() -> str:

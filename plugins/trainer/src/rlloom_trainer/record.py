@@ -1,7 +1,7 @@
 """A run's record of itself: ``config.yaml`` in its folder and in each checkpoint, and what
 ``rlloom train --print-config`` prints.
 
-The record holds ``choices`` (group → chosen option), ``provenance`` (:func:`rlloom.provenance.run_provenance`:
+The record holds ``choices`` (group → chosen option), ``provenance`` (:func:`rlloom_trainer.provenance.run_provenance`:
 rlloom's version, the git commit of its source tree, each chosen option's distribution and version), then
 every section of the composed config with its values resolved. It is a config file
 (:mod:`rlloom_trainer.config_files`): ``rlloom train --config <run_dir>/config.yaml`` composes the same config again
@@ -16,7 +16,8 @@ import yaml
 from omegaconf import OmegaConf
 from rlloom.config.compose import ResolvedConfig
 from rlloom.plugins.registry import Registry
-from rlloom.provenance import run_provenance
+
+from rlloom_trainer.provenance import run_provenance
 
 CHOICES = "choices"
 PROVENANCE = "provenance"
