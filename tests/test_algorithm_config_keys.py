@@ -20,7 +20,7 @@ def test_policy_loss_keys_override_for_every_algorithm(name):
     assert (section.clip_ratio_c, section.loss_agg_mode, section.loss_scale_factor, section.use_kl_loss,
             section.kl_loss_coef, section.entropy_coeff, section.policy_loss) == (
         2.5, "seq-mean-token-sum-norm", 6, True, 0.01, 0.001, "vanilla")
-    with pytest.raises(ConfigError, match=f"^algorithm={name}: invalid algorithm={name} config: clip_ratio_c must be > "):
+    with pytest.raises(ConfigError, match=r"^algorithm\.clip_ratio_c=0\.5: must be > 1 \(or null\)$"):
         compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.clip_ratio_c=0.5"])
 
 

@@ -29,7 +29,7 @@ CASES = [
     (["trainer.total_steps=0"], "trainer.total_steps"), (["trainer.train_batch_size=-2"], "train_batch_size"),
     (["trainer.val_n=0"], "trainer.val_n"), (["sampling.max_new_tokens=0"], "sampling.max_new_tokens"),
     (["sampling.temperature=-1"], "temperature"), (["sampling.top_p=0"], "top_p"), (["sampling.top_p=1.5"], "top_p"),
-    (["algorithm.n=0"], "n must be >= 1"), (["trainer.seed=-1"], "trainer.seed"), (["trainer.seed=4294967296"], "trainer.seed"),
+    (["algorithm.n=0"], "algorithm.n=0: must be >= 1"), (["trainer.seed=-1"], "trainer.seed"), (["trainer.seed=4294967296"], "trainer.seed"),
     (["train_engine.lr=-1"], "lr"), (["train_engine.weight_decay=-0.1"], "weight_decay"),
     (["train_engine.eps=0"], "eps"), (["train_engine.grad_clip=-1"], "grad_clip"),
     (["train_engine.micro_batch_size=0"], "micro_batch_size"), (["train_engine.min_lr_ratio=2"], "min_lr_ratio"),

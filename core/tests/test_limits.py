@@ -46,7 +46,7 @@ def test_every_bad_key_is_named_as_the_user_types_it_in_one_error():
     with pytest.raises(ValueError) as error:
         Base(size=0, dtype="bfloat", share=1.5)
     assert str(error.value) == ("rollout.size=0: must be >= 1; rollout.dtype=bfloat: must be one of float32, "
-                                "bfloat16. Did you mean 'bfloat16'?; rollout.share=1.5: must be in (0, 1]")
+                                "bfloat16. Did you mean 'bfloat16'?; rollout.share=1.5: must be in (0, 1] (or null)")
 
 
 def test_none_is_unset_and_a_subclass_rule_replaces_its_base_rule():

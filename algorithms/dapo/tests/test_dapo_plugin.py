@@ -13,17 +13,18 @@ def test_defaults_are_dapo_s():
 
 
 @pytest.mark.parametrize(
-    "field, value, message",
+    "field, value, rule",
     [
-        ("max_gen_rounds", 0, "algorithm=dapo config: max_gen_rounds must be >= 1"),
-        ("overlong_buffer_len", 0, "overlong_buffer_len must be >= 1"),
-        ("overlong_penalty_factor", -1.0, "overlong_penalty_factor must be >= 0"),
-        ("clip_ratio_high", -0.1, "clip_ratio_high must be >= 0"),
+        ("max_gen_rounds", 0, ">= 1"),
+        ("overlong_buffer_len", 0, ">= 1"),
+        ("overlong_penalty_factor", -1.0, ">= 0"),
+        ("clip_ratio_high", -0.1, ">= 0"),
     ],
 )
-def test_invalid_values_name_the_field(field, value, message):
-    with pytest.raises(ValueError, match=message):
+def test_invalid_values_name_the_field(field, value, rule):
+    with pytest.raises(ValueError) as error:
         DAPOConfig(**{field: value})
+    assert str(error.value) == f"algorithm.{field}={value}: must be {rule}"
 
 
 def test_hydra_round_trip_and_entry_point():

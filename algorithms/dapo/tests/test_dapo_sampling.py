@@ -42,5 +42,5 @@ def test_the_filter_compares_correctness_not_the_length_shaped_score():
 
 
 def test_filter_metric_is_validated():
-    with pytest.raises(ValueError, match=r"filter_groups_metric must be one of \['acc', 'score'\]"):
+    with pytest.raises(ValueError, match=r"^algorithm\.filter_groups_metric=reward: must be one of acc, score\.$"):
         DAPOConfig(filter_groups_metric="reward")

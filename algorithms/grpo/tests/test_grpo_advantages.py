@@ -9,7 +9,7 @@ from rlloom_algokit import GRPO, GRPOConfig
 
 
 def test_passk_needs_two_samples_per_group():
-    with pytest.raises(ValueError, match="grpo_passk .* needs n >= 2, got n=1"):
+    with pytest.raises(ValueError, match="^algorithm.n=1: adv_estimator=grpo_passk .* needs n >= 2$"):
         GRPOConfig(adv_estimator="grpo_passk", n=1)
 
 

@@ -7,23 +7,24 @@ from rlloom_trainer.testing import entry_point_registry
 
 
 @pytest.mark.parametrize(
-    "field, value, message",
+    "field, value, rule",
     [
-        ("n", 0, "n must be >= 1"),
-        ("clip_ratio_low", -0.1, "clip_ratio_low must be >= 0"),
-        ("clip_ratio_high", -0.1, "clip_ratio_high must be >= 0"),
-        ("clip_ratio_c", 1.0, "clip_ratio_c must be > 1"),
-        ("loss_agg_mode", "mean", "loss_agg_mode must be one of .*seq-mean-token-sum-norm"),
-        ("kl_loss_type", "k4", "kl_loss_type must be one of .*low_var_kl"),
-        ("kl_loss_coef", -1.0, "kl_loss_coef must be >= 0"),
-        ("ppo_epochs", 0, "ppo_epochs must be >= 1"),
-        ("ppo_mini_batch_size", -1, "ppo_mini_batch_size must be >= 0"),
-        ("epsilon", 0.0, "epsilon must be > 0"),
+        ("n", 0, ">= 1"),
+        ("clip_ratio_low", -0.1, ">= 0"),
+        ("clip_ratio_high", -0.1, ">= 0"),
+        ("clip_ratio_c", 1.0, "> 1 (or null)"),
+        ("loss_agg_mode", "mean", "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm."),
+        ("kl_loss_type", "k4", "one of k1, kl, abs, k2, mse, k3, low_var_kl."),
+        ("kl_loss_coef", -1.0, ">= 0"),
+        ("ppo_epochs", 0, ">= 1"),
+        ("ppo_mini_batch_size", -1, ">= 0"),
+        ("epsilon", 0.0, "> 0"),
     ],
 )
-def test_invalid_values_name_the_field(field, value, message):
-    with pytest.raises(ValueError, match=message):
+def test_invalid_values_name_the_field(field, value, rule):
+    with pytest.raises(ValueError) as error:
         GRPOConfig(**{field: value})
+    assert str(error.value).startswith(f"algorithm.{field}={value}: must be {rule}")
 
 
 def test_hydra_structured_config_round_trip():

@@ -70,7 +70,7 @@ def test_kl_in_reward_uses_old_or_rollout_log_probs_and_needs_a_reference():
     torch.testing.assert_close(algorithm.token_level_rewards(batch), torch.tensor([[-1.0, 1.0]]))
     batch["old_log_probs"] = torch.tensor([[-2.0, -3.0]])
     torch.testing.assert_close(algorithm.token_level_rewards(batch), torch.tensor([[0.0, 3.0]]))
-    with pytest.raises(ValueError, match="kl_penalty must be one of"):
+    with pytest.raises(ValueError, match="algorithm.kl_penalty=k9: must be one of k1, kl, "):
         ReinforcePPConfig(kl_penalty="k9")
 
 

@@ -202,18 +202,17 @@ def test_defaults_and_entry_point():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("max_response_length=0", "max_response_length must be >= 1, got 0"),
-    ("loss_agg_mode=mean", "loss_agg_mode must be one of ['token-mean', 'seq-mean-token-sum', "
-                           "'seq-mean-token-mean', 'seq-mean-token-sum-norm'], got 'mean'"),
-    ("ppo_mini_batch_size=-1", "ppo_mini_batch_size must be >= 0 (0 = whole batch), got -1"),
-    ("ppo_epochs=0", "ppo_epochs must be >= 1, got 0"),
-    ("response_key=''", "response_key must name a key"),
+    ("max_response_length=0", "algorithm.max_response_length=0: must be >= 1"),
+    ("loss_agg_mode=mean", "algorithm.loss_agg_mode=mean: must be one of token-mean, seq-mean-token-sum, "
+                           "seq-mean-token-mean, seq-mean-token-sum-norm."),
+    ("ppo_mini_batch_size=-1", "algorithm.ppo_mini_batch_size=-1: must be >= 0"),
+    ("ppo_epochs=0", "algorithm.ppo_epochs=0: must be >= 1"),
+    ("response_key=''", "algorithm.response_key='': must name a key of the prompts' extra (or be 'ground_truth')"),
 ])
 def test_invalid_values_are_config_errors_naming_the_key(override, message):
     with pytest.raises(ConfigError) as error:
         compose_config(["algorithm=sft", f"algorithm.{override}"])
-    assert str(error.value).startswith("algorithm=sft: invalid algorithm=sft config: ")
-    assert message in str(error.value)
+    assert str(error.value) == message
 
 
 def test_composes_with_the_tiny_preset():

@@ -435,7 +435,7 @@ def test_settings_megatron_cannot_honour_are_named(model_dir):
     assert not dist.is_initialized()  # the group created for it was torn down
     with pytest.raises(ValueError, match=r"tensor_parallel_size=4 must divide .* choose one of \[1, 2\]"):
         megatron_engine(model_dir, tp=4)
-    with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
+    with pytest.raises(ValueError, match="train_engine.tensor_parallel_size=0: must be >= 1"):
         MegatronConfig(tensor_parallel_size=0)
     engine = megatron_engine(model_dir, role="ref")  # the failed engines released what they acquired
     try:

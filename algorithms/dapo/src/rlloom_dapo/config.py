@@ -27,7 +27,8 @@ class DAPOConfig(GRPOConfig):
       tokens and must not exceed ``sampling.max_new_tokens``.
     """
 
-    algorithm_name: ClassVar[str] = "dapo"
+    limits: ClassVar[dict] = {"filter_groups_metric": FILTER_METRICS, "max_gen_rounds": ">= 1",
+                              "overlong_buffer_len": ">= 1", "overlong_penalty_factor": ">= 0"}
 
     clip_ratio_high: float = 0.28
     dynamic_sampling: bool = True
@@ -36,16 +37,3 @@ class DAPOConfig(GRPOConfig):
     overlong_buffer_enable: bool = False
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
-
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.filter_groups_metric not in FILTER_METRICS:
-            problems.append(f"filter_groups_metric must be one of {list(FILTER_METRICS)}, got "
-                            f"{self.filter_groups_metric!r}")
-        if self.max_gen_rounds < 1:
-            problems.append(f"max_gen_rounds must be >= 1, got {self.max_gen_rounds}")
-        if self.overlong_buffer_len < 1:
-            problems.append(f"overlong_buffer_len must be >= 1, got {self.overlong_buffer_len}")
-        if self.overlong_penalty_factor < 0:
-            problems.append(f"overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")
-        return problems

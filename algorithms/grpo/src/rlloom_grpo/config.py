@@ -27,8 +27,6 @@ class CISPOConfig(GRPOConfig):
     objective), no dual clip (it belongs to the PPO surrogate).
     """
 
-    algorithm_name: ClassVar[str] = "cispo"
-
     clip_ratio_low: float = 1.0
     clip_ratio_high: float = 4.0
     clip_ratio_c: Optional[float] = None
@@ -42,7 +40,6 @@ class GSPOConfig(GRPOConfig):
     small (``clip_ratio_low=3e-4``, ``clip_ratio_high=4e-4``, the paper's values), aggregation
     ``seq-mean-token-mean``. Advantages are GRPO's (``adv_estimator``, ``norm_adv_by_std``)."""
 
-    algorithm_name: ClassVar[str] = "gspo"
 
     clip_ratio_low: float = 3e-4
     clip_ratio_high: float = 4e-4
@@ -57,7 +54,6 @@ class RLOOConfig(GRPOStepConfig):
     :func:`rlloom_grpo.advantages.rloo_advantages`). It has no advantage settings: the
     leave-one-out baseline needs none."""
 
-    algorithm_name: ClassVar[str] = "rloo"
     adv_estimator: ClassVar[str] = "rloo"
 
 
@@ -68,7 +64,6 @@ class ReMaxConfig(GRPOStepConfig):
     mini-batches) and the estimator ``remax`` (:func:`rlloom_grpo.advantages.remax_advantages`).
     It has no advantage settings."""
 
-    algorithm_name: ClassVar[str] = "remax"
     adv_estimator: ClassVar[str] = "remax"
 
 
@@ -84,23 +79,13 @@ class ReinforcePPConfig(GRPOStepConfig):
     The estimator is ``reinforce_pp`` (:func:`rlloom_grpo.advantages.reinforce_pp_advantages`).
     """
 
-    algorithm_name: ClassVar[str] = "reinforce_pp"
+    limits: ClassVar[dict] = {"gamma": "in [0, 1]", "kl_coef": ">= 0", "kl_penalty": KL_ESTIMATORS}
     adv_estimator: ClassVar[str] = "reinforce_pp"
 
     gamma: float = 1.0
     use_kl_in_reward: bool = False
     kl_coef: float = 0.001
     kl_penalty: str = "k1"
-
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if not 0.0 <= self.gamma <= 1.0:
-            problems.append(f"gamma must be in [0, 1], got {self.gamma}")
-        if self.kl_coef < 0:
-            problems.append(f"kl_coef must be >= 0, got {self.kl_coef}")
-        if self.kl_penalty not in KL_ESTIMATORS:
-            problems.append(f"kl_penalty must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_penalty!r}")
-        return problems
 
 
 @dataclass
@@ -109,5 +94,4 @@ class ReinforcePPBaselineConfig(ReinforcePPConfig):
     with the estimator ``reinforce_pp_baseline`` (group-centred scores, whitened:
     :func:`rlloom_grpo.advantages.reinforce_pp_baseline_advantages`)."""
 
-    algorithm_name: ClassVar[str] = "reinforce_pp_baseline"
     adv_estimator: ClassVar[str] = "reinforce_pp_baseline"

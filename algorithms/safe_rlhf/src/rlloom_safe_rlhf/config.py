@@ -33,7 +33,8 @@ class SafeRLHFConfig(PPOConfig):
       GAE (None: no clip; Safe-RLHF's ``clip_range_score``).
     """
 
-    algorithm_name: ClassVar[str] = "safe_rlhf"
+    limits: ClassVar[dict] = {"cost_limit": "in (-inf, inf)", "lambda_init": "in (0, inf)", "lambda_lr": "in [0, inf)",
+                              "lambda_update_delay_steps": ">= 0", "episode_cost_window": ">= 1", "score_clip": "> 0"}
     extra_roles: ClassVar[tuple[Role, ...]] = (
         Role("cost", kind="reward"),  # the config group cost=<any reward function> scores it
         Role("cost_critic", kind="train_engine", serves_as="critic"),
@@ -51,18 +52,7 @@ class SafeRLHFConfig(PPOConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        if not math.isfinite(self.cost_limit):
-            problems.append(f"cost_limit must be a finite number, got {self.cost_limit}")
-        if not 0 < self.lambda_init < math.inf:
-            problems.append(f"lambda_init must be > 0 (λ is learned in log space), got {self.lambda_init}")
-        if not 0 <= self.lambda_lr < math.inf:
-            problems.append(f"lambda_lr must be >= 0, got {self.lambda_lr}")
         if self.lambda_max is not None and not self.lambda_init <= self.lambda_max < math.inf:
-            problems.append(f"lambda_max must be >= lambda_init={self.lambda_init} (or null), got {self.lambda_max}")
-        if self.lambda_update_delay_steps < 0:
-            problems.append(f"lambda_update_delay_steps must be >= 0, got {self.lambda_update_delay_steps}")
-        if self.episode_cost_window < 1:
-            problems.append(f"episode_cost_window must be >= 1, got {self.episode_cost_window}")
-        if self.score_clip is not None and not self.score_clip > 0:
-            problems.append(f"score_clip must be > 0 (or null), got {self.score_clip}")
+            problems.append(f"algorithm.lambda_max={self.lambda_max}: must be >= lambda_init={self.lambda_init} "
+                            "and finite (or null)")
         return problems

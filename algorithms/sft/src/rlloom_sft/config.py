@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rlloom.config.limits import Limited
 from rlloom_algokit.choices import AGG_MODES
 
 GROUND_TRUTH = "ground_truth"
@@ -10,7 +11,7 @@ GROUND_TRUTH = "ground_truth"
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(Limited):
     """Supervised fine-tuning settings. Units: *prompts* (one demonstration each).
 
     - ``response_key``: the key of ``PromptRecord.extra`` holding each prompt's demonstration (a
@@ -29,7 +30,9 @@ class SFTConfig:
     the LR schedule's length, from them).
     """
 
-    algorithm_name: ClassVar[str] = "sft"  # the config group option, for error messages
+    section: ClassVar[str] = "algorithm"
+    limits: ClassVar[dict] = {"max_response_length": ">= 1", "loss_agg_mode": AGG_MODES, "ppo_mini_batch_size": ">= 0",
+                              "ppo_epochs": ">= 1"}
 
     response_key: str = "response"
     max_response_length: int = 256
@@ -38,16 +41,6 @@ class SFTConfig:
     ppo_epochs: int = 1
 
     def __post_init__(self) -> None:
-        problems = []
+        super().__post_init__()
         if not self.response_key:
-            problems.append("response_key must name a key of the prompts' extra (or be 'ground_truth'), got ''")
-        if self.max_response_length < 1:
-            problems.append(f"max_response_length must be >= 1, got {self.max_response_length}")
-        if self.loss_agg_mode not in AGG_MODES:
-            problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
-        if self.ppo_mini_batch_size < 0:
-            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
-        if self.ppo_epochs < 1:
-            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
-        if problems:
-            raise ValueError(f"invalid algorithm={self.algorithm_name} config: " + "; ".join(problems))
+            raise ValueError("algorithm.response_key='': must name a key of the prompts' extra (or be 'ground_truth')")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rlloom_enginekit.choices import LAYOUTS
 from rlloom_enginekit.engine_config import TrainEngineConfig
@@ -58,6 +59,8 @@ class FSDPConfig(TrainEngineConfig):
     (:func:`rlloom_fsdp.head.chunked_log_probs`; 0: :func:`rlloom_fsdp.head.default_chunk_rows`).
     """
 
+    limits: ClassVar[dict] = {"sequence_layout": LAYOUTS, "attention": ATTENTION_CHOICES, "head_chunk_rows": ">= 0"}
+
     reshard_after_forward: bool = True
     sequence_layout: str = "shared_prompt"
     attention: str = "sdpa"
@@ -65,16 +68,9 @@ class FSDPConfig(TrainEngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.sequence_layout not in LAYOUTS:
-            raise ValueError(f"train_engine.sequence_layout must be one of {list(LAYOUTS)}, "
-                             f"got {self.sequence_layout!r}")
-        if self.attention not in ATTENTION_CHOICES:
-            raise ValueError(f"train_engine.attention must be one of {list(ATTENTION_CHOICES)}, got {self.attention!r}")
         if self.attention == "flex" and self.sequence_layout == "padded":
             raise ValueError("train_engine.attention=flex needs a packed train_engine.sequence_layout "
                              "(shared_prompt or packed), got padded")
-        if self.head_chunk_rows < 0:
-            raise ValueError(f"train_engine.head_chunk_rows must be >= 0 (0: automatic), got {self.head_chunk_rows}")
 
     def check_model(self, model_path: str, run_device: str) -> None:
         """Before any weights load: a ValueError when a packed ``sequence_layout`` meets a model whose

@@ -28,13 +28,10 @@ class MegatronConfig(TrainEngineConfig):
     (:mod:`rlloom_megatron.optimizer`).
     """
 
+    limits: ClassVar[dict] = {"tensor_parallel_size": ">= 1"}
     tensor_parallel_size: int = 1
     use_distributed_optimizer: bool = True
 
     # A checkpoint loads at any TP size, so one process (``rlloom export``) reads it at TP = 1.
     single_process_overrides: ClassVar[dict] = {"tensor_parallel_size": 1}
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.tensor_parallel_size < 1:
-            raise ValueError(f"train_engine.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")

@@ -15,6 +15,7 @@ the class's bases, a subclass's rule for a key replacing its base's.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 from collections.abc import Collection
@@ -49,15 +50,18 @@ def limits_of(cls: type) -> dict[str, Any]:
 
 
 def limit_problems(config: Any, section: str) -> list[str]:
-    """One phrase per key of ``config`` outside its limits, the key named ``<section>.<key>``."""
+    """One phrase per key of ``config`` outside its limits, the key named ``<section>.<key>`` (with
+    "or null" where the key may be None)."""
     problems = []
+    nullable = {field.name for field in dataclasses.fields(config) if "Optional" in str(field.type)
+                or "None" in str(field.type)} if dataclasses.is_dataclass(config) else set()
     for key, rule in limits_of(type(config)).items():
         value = getattr(config, key)
         if value is None:
             continue
         if isinstance(rule, str):
             if not within(value, rule):
-                problems.append(f"{section}.{key}={value}: must be {rule}")
+                problems.append(f"{section}.{key}={value}: must be {rule}" + (" (or null)" if key in nullable else ""))
         elif value not in rule:
             problems.append(choice_problem(f"{section}.{key}", value, rule))
     return problems

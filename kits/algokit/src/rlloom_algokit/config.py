@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
+from rlloom.config.limits import limit_problems
 from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
 
 DEFAULT_POLICY_LOSS = "vanilla"
@@ -55,11 +56,13 @@ class PolicyLossConfig:
       (``pg_clipfrac``, ``entropy``, ``training/rollout_probs_diff_mean``, …) then cover the
       trained rows; ``actor/skipped_rows`` is the fraction left out. False trains every row.
 
-    Subclasses add their own checks by extending :meth:`problems`; ``algorithm_name`` names the
-    ``algorithm=`` choice in the error.
+    Each key's range or choices are its ``limits`` (:mod:`rlloom.config.limits`; subclasses add
+    theirs); checks across keys extend :meth:`problems`.
     """
 
-    algorithm_name: ClassVar[str] = ""  # the config group option, for error messages
+    limits: ClassVar[dict] = {"clip_ratio_low": ">= 0", "clip_ratio_high": ">= 0", "clip_ratio_c": "> 1",
+                              "loss_scale_factor": ">= 1", "loss_agg_mode": AGG_MODES, "kl_loss_type": KL_ESTIMATORS,
+                              "kl_loss_coef": ">= 0"}
 
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
@@ -74,29 +77,10 @@ class PolicyLossConfig:
     skip_zero_advantage_rows: bool = True
 
     def __post_init__(self) -> None:
-        problems = self.problems()
+        problems = limit_problems(self, "algorithm") + self.problems()
         if problems:
-            what = f"algorithm={self.algorithm_name}" if self.algorithm_name else "policy-loss"
-            raise ValueError(f"invalid {what} config: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
 
     def problems(self) -> list[str]:
-        """What is wrong with these settings, one phrase per key (empty: valid)."""
-        problems = []
-        if self.clip_ratio_low < 0:
-            problems.append(f"clip_ratio_low must be >= 0, got {self.clip_ratio_low}")
-        if self.clip_ratio_high < 0:
-            problems.append(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
-        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
-            problems.append(f"clip_ratio_c must be > 1 (or null to disable dual clip), got {self.clip_ratio_c}")
-        if self.loss_scale_factor is not None and self.loss_scale_factor < 1:
-            problems.append(f"loss_scale_factor must be >= 1 (or null: sampling.max_new_tokens), got "
-                            f"{self.loss_scale_factor}")
-        if self.loss_agg_mode not in AGG_MODES:
-            problems.append(f"loss_agg_mode must be one of {list(AGG_MODES)}, got {self.loss_agg_mode!r}")
-        if self.kl_loss_type not in KL_ESTIMATORS:
-            problems.append(f"kl_loss_type must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_loss_type!r}")
-        if self.kl_loss_coef < 0:
-            problems.append(f"kl_loss_coef must be >= 0, got {self.kl_loss_coef}")
-        if not self.policy_loss:
-            problems.append("policy_loss must name a registered policy loss, got ''")
-        return problems
+        """What is wrong across keys (each key alone is checked by its ``limits``), one phrase each."""
+        return [] if self.policy_loss else ["algorithm.policy_loss='': must name a registered policy loss"]

@@ -27,20 +27,13 @@ class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
     A subclass names its advantage estimator as ``adv_estimator`` (module docstring).
     """
 
+    limits: ClassVar[dict] = {"n": ">= 1", "ppo_epochs": ">= 1", "ppo_mini_batch_size": ">= 0"}
+
     n: int = 8
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0
     recompute_old_log_probs: bool = False
 
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.n < 1:
-            problems.append(f"n must be >= 1, got {self.n}")
-        if self.ppo_epochs < 1:
-            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
-        if self.ppo_mini_batch_size < 0:
-            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
-        return problems
 
 
 @dataclass
@@ -57,7 +50,7 @@ class GRPOConfig(GRPOStepConfig):
     - ``epsilon``: added to the group std before dividing.
     """
 
-    algorithm_name: ClassVar[str] = "grpo"
+    limits: ClassVar[dict] = {"epsilon": "> 0"}
 
     norm_adv_by_std: bool = True
     adv_estimator: str = "grpo"
@@ -66,8 +59,6 @@ class GRPOConfig(GRPOStepConfig):
     def problems(self) -> list[str]:
         problems = super().problems()
         if self.adv_estimator == "grpo_passk" and self.n < 2:
-            problems.append(f"adv_estimator=grpo_passk compares the best of a group with the second best and "
-                            f"needs n >= 2, got n={self.n}")
-        if not self.epsilon > 0:
-            problems.append(f"epsilon must be > 0, got {self.epsilon}")
+            problems.append(f"algorithm.n={self.n}: adv_estimator=grpo_passk compares the best of a group with the "
+                            "second best and needs n >= 2")
         return problems

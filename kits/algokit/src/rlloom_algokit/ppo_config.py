@@ -46,7 +46,11 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
     A reference model is loaded when ``use_kl_in_reward`` or ``use_kl_loss``.
     """
 
-    algorithm_name: ClassVar[str] = "ppo"
+    limits: ClassVar[dict] = {
+        "n": ">= 1", "gamma": "in [0, 1]", "lam": "in [0, 1]", "cliprange_value": "> 0", "ppo_epochs": ">= 1",
+        "ppo_mini_batch_size": ">= 0", "critic_warmup": ">= 0", "kl_penalty": KL_ESTIMATORS, "kl_coef": ">= 0",
+        "kl_ctrl_type": KL_CTRL_TYPES, "kl_target": "> 0", "kl_horizon": ">= 1",
+    }
 
     n: int = 1
     gamma: float = 1.0
@@ -61,30 +65,3 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
     kl_ctrl_type: str = "fixed"
     kl_target: float = 0.1
     kl_horizon: int = 10000
-
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.n < 1:
-            problems.append(f"n must be >= 1, got {self.n}")
-        for name in ("gamma", "lam"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not self.cliprange_value > 0:
-            problems.append(f"cliprange_value must be > 0, got {self.cliprange_value}")
-        if self.ppo_epochs < 1:
-            problems.append(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
-        if self.ppo_mini_batch_size < 0:
-            problems.append(f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}")
-        if self.critic_warmup < 0:
-            problems.append(f"critic_warmup must be >= 0, got {self.critic_warmup}")
-        if self.kl_penalty not in KL_ESTIMATORS:
-            problems.append(f"kl_penalty must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_penalty!r}")
-        if self.kl_coef < 0:
-            problems.append(f"kl_coef must be >= 0, got {self.kl_coef}")
-        if self.kl_ctrl_type not in KL_CTRL_TYPES:
-            problems.append(f"kl_ctrl_type must be one of {list(KL_CTRL_TYPES)}, got {self.kl_ctrl_type!r}")
-        if not self.kl_target > 0:
-            problems.append(f"kl_target must be > 0, got {self.kl_target}")
-        if self.kl_horizon < 1:
-            problems.append(f"kl_horizon must be >= 1, got {self.kl_horizon}")
-        return problems

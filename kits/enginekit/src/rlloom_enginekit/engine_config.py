@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from rlloom.choices import check_device_name
+from rlloom.config.limits import Limited, within
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
 LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
-class TrainEngineConfig:
+class TrainEngineConfig(Limited):
     """Optimizer, LR schedule, micro-batching, device and dtype of a train engine.
 
     AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps``. ``critic_lr``: the critic's base LR
@@ -49,6 +51,14 @@ class TrainEngineConfig:
     Errors name the subclass's field (``FSDPConfig.lr …``).
     """
 
+    section: ClassVar[str] = "train_engine"
+    limits: ClassVar[dict] = {
+        "lr_schedule": LR_SCHEDULES, "lr": "in [0, inf)", "critic_lr": "in [0, inf)", "weight_decay": "in [0, inf)",
+        "eps": "in (0, inf)", "grad_clip": "in [0, inf)", "warmup_steps": ">= 0", "min_lr_ratio": "in [0, 1]",
+        "micro_batch_size": ">= 1", "log_prob_micro_batch_size": ">= 1", "max_tokens_per_micro_batch": ">= 1",
+        "dtype": DTYPE_CHOICES,
+    }
+
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
     critic_lr: float | None = None
     weight_decay: float = 0.01
@@ -67,37 +77,11 @@ class TrainEngineConfig:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        name = "train_engine"  # the keys as the user types them
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"{name}.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if not 0 <= self.lr < math.inf:  # also refuses NaN
-            raise ValueError(f"{name}.lr must be a finite number >= 0, got {self.lr}")
-        if self.critic_lr is not None and not 0 <= self.critic_lr < math.inf:
-            raise ValueError(f"{name}.critic_lr must be a finite number >= 0 or None (= lr), got {self.critic_lr}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"{name}.weight_decay must be a finite number >= 0, got {self.weight_decay}")
-        if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):
-            raise ValueError(f"{name}.betas must be two values in [0, 1), got {list(self.betas)}")
-        if not 0 < self.eps < math.inf:
-            raise ValueError(f"{name}.eps must be a finite number > 0, got {self.eps}")
-        if not 0 <= self.grad_clip < math.inf:
-            raise ValueError(f"{name}.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"{name}.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"{name}.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.micro_batch_size < 1:
-            raise ValueError(f"{name}.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if self.log_prob_micro_batch_size is not None and self.log_prob_micro_batch_size < 1:
-            raise ValueError(f"{name}.log_prob_micro_batch_size must be >= 1 or None, got "
-                             f"{self.log_prob_micro_batch_size}")
-        if self.max_tokens_per_micro_batch is not None and self.max_tokens_per_micro_batch < 1:
-            raise ValueError(f"{name}.max_tokens_per_micro_batch must be >= 1 or None (cut by rows), got "
-                             f"{self.max_tokens_per_micro_batch}")
+        super().__post_init__()
+        if len(self.betas) != 2 or not all(within(beta, "in [0, 1)") for beta in self.betas):
+            raise ValueError(f"train_engine.betas={list(self.betas)}: must be two values in [0, 1)")
         if self.device is not None:
             check_device_name("train_engine.device", self.device)
-        if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"{name}.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
 
     def base_lr(self, role: str) -> float:
         """The base LR of ``role``: ``critic_lr`` for a critic when set, else ``lr``."""
