@@ -474,6 +474,18 @@ class ChecksModel(Protocol):
 
 
 @runtime_checkable
+class StartsWithOtherWeights(Protocol):
+    """Optional ability of a rollout-engine config (the registered dataclass)."""
+
+    def starts_with_other_weights(self) -> bool:
+        """True when the engine may start with weights other than the run's starting weights (servers
+        another process started: they may hold another run's weights, or a later step's). The trainer
+        of a fresh run then syncs the actor's weights into the engine before step 0, its validation
+        included, as it does for every resumed run."""
+        ...
+
+
+@runtime_checkable
 class LoadsInOneProcess(Protocol):
     """Optional ability of a train-engine config class: the settings under which one process can load
     a checkpoint the engine wrote at any layout (``rlloom export``), replacing the saved ones

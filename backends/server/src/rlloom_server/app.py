@@ -4,10 +4,13 @@
 endpoint                           what it does
 =================================  ==========================================================
 ``GET /health``                    200 when the server answers
-``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true}``
+``GET /get_model_info``            ``{"model_path", "engine", "is_generation": true, "weight_version"}``
 ``POST /generate``                 token ids or text in, both out (:mod:`rlloom_serverkit.schema`, ``sglang_api``)
 ``POST /update_weights_from_disk`` ``{"model_path": dir}``: the ``*.safetensors`` files of ``dir``
 ``POST /update_weights_from_tensor`` ``{"serialized_named_tensors": [base64 safetensors bytes, ...]}``
+                                   (both with an optional ``weight_version``)
+``GET /get_weight_version``        ``{"weight_version"}``; ``/pause_generation``, ``/continue_generation``
+                                   (:mod:`rlloom_server.weights`)
 ``POST /release_memory_occupation`` the engine's ``sleep()``
 ``POST /resume_memory_occupation`` the engine's ``wake_up()``
 ``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
@@ -50,7 +53,7 @@ from rlloom_enginekit.safetensors_dir import read_safetensors_dir
 from rlloom import Completion
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
-from rlloom_server import openai_api, sglang_api
+from rlloom_server import openai_api, sglang_api, weights
 from rlloom_server.auth import api_key_middleware
 from rlloom_server.budget import TokenBudget
 from rlloom_server.config import ServeConfig
@@ -115,7 +118,8 @@ class RolloutServer:
         self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
         self.in_flight = 0
         self.tokenizer = ServedTokenizer(model_path)
-        self.sglang = sglang_api.GenerateDialect(self.tokenizer)
+        self.versions = weights.WeightVersion(cfg.weight_version)
+        self.sglang = sglang_api.GenerateDialect(self.tokenizer, self.versions)
 
     def app(self) -> web.Application:
         middlewares = [] if self.cfg.api_key is None else [api_key_middleware(self.cfg.api_key)]
@@ -130,6 +134,7 @@ class RolloutServer:
             web.post("/resume_memory_occupation", self.resume_memory),
             web.post("/flush_cache", self.flush_cache),
             *sglang_api.routes(self),
+            *weights.routes(self),
             *openai_api.routes(self),
         ])
         app.on_cleanup.append(self._close)
@@ -143,7 +148,8 @@ class RolloutServer:
         return web.Response(text="ok")
 
     async def model_info(self, _request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.model_path, "engine": self.engine_name, "is_generation": True})
+        return web.json_response({"model_path": self.model_path, "engine": self.engine_name, "is_generation": True,
+                                  "weight_version": self.versions.current})
 
     async def generate(self, request: web.Request, dialect: Dialect | None = None) -> web.StreamResponse:
         """A generate request in ``dialect`` (SGLang's ``/generate`` when None)."""
@@ -182,17 +188,26 @@ class RolloutServer:
             return _weights_answer(False, f"{type(error).__name__}: {error}")
         return _weights_answer(True, message)
 
+    async def _load_versioned(self, requested: str | None, load, *args: Any) -> str:
+        """``load(*args)`` on the engine's thread, then the weight version (:mod:`rlloom_server.weights`)
+        set there too, before the next engine call; returns the new version."""
+        def load_then_version() -> str:
+            load(*args)
+            return self.versions.after_update(requested)
+        return await self.scheduler.run_exclusive(load_then_version)
+
     async def update_from_disk(self, request: web.Request) -> web.Response:
         async def load() -> str:
             body = await _json(request)
             path = body.get("model_path") if isinstance(body, dict) else None
             if not isinstance(path, str) or not os.path.isdir(path):
                 raise SchemaError(f"model_path must name a folder on the server's machine, got {path!r}")
+            requested = weights.requested_version(body)
             if isinstance(self.engine, LoadsWeightsFromDir):
-                await self.scheduler.run_exclusive(self.engine.load_weights_from_dir, path)
+                version = await self._load_versioned(requested, self.engine.load_weights_from_dir, path)
             else:
-                await self.scheduler.run_exclusive(self.engine.update_weights, read_safetensors_dir(path))
-            return f"loaded the weights of {path}"
+                version = await self._load_versioned(requested, self.engine.update_weights, read_safetensors_dir(path))
+            return f"loaded the weights of {path}; weight version {version}"
         return await self._weights(load)
 
     async def update_from_tensor(self, request: web.Request) -> web.Response:
@@ -200,9 +215,10 @@ class RolloutServer:
             body = await _json(request)
             if not isinstance(body, dict):
                 raise SchemaError("the body must be a JSON object")
+            requested = weights.requested_version(body)
             tensors = read_safetensors_bytes(body.get("serialized_named_tensors"))
-            await self.scheduler.run_exclusive(self.engine.update_weights, tensors)
-            return f"loaded {len(tensors)} tensors"
+            version = await self._load_versioned(requested, self.engine.update_weights, tensors)
+            return f"loaded {len(tensors)} tensors; weight version {version}"
         return await self._weights(load)
 
     async def release_memory(self, _request: web.Request) -> web.Response:

@@ -19,7 +19,9 @@ class ServeConfig:
     - ``max_total_tokens``: the budget of tokens in flight, n x (prompt + max_new_tokens) summed over
       the requests being served; a request waits until its tokens are free, one larger than the
       whole budget gets 413 (:mod:`rlloom_server.door`).
-    - ``api_key``: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``."""
+    - ``api_key``: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
+    - ``weight_version``: the version of the weights the server starts with (SGLang's option of that
+      name; :mod:`rlloom_server.weights`)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -32,3 +34,4 @@ class ServeConfig:
     max_new_tokens_limit: int | None = None
     max_total_tokens: int = 2**22
     api_key: str | None = None
+    weight_version: str = "default"

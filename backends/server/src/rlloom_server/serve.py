@@ -45,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"more wait, a larger request gets 413 (default {defaults.max_total_tokens})")
     parser.add_argument("--api-key", default=defaults.api_key,
                         help="every route but /health then needs the header 'Authorization: Bearer <key>'")
+    parser.add_argument("--weight-version", default=defaults.weight_version,
+                        help="the version of the starting weights (/get_weight_version, meta_info.weight_version)")
 
 
 def _positive(text: str) -> int:
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                       request_timeout_s=args.request_timeout_s, max_batch_prompts=args.max_batch_prompts,
                       context_length=args.context_length, max_n=args.max_n,
                       max_new_tokens_limit=args.max_new_tokens_limit, max_total_tokens=args.max_total_tokens,
-                      api_key=args.api_key)
+                      api_key=args.api_key, weight_version=args.weight_version)
     resolved = compose_config(args.overrides)
     registry, choices, sections = get_registry(), resolved.choices, resolved.sections
     trainer = sections["trainer"]

@@ -8,7 +8,8 @@ streaming; ``/tokenize``, ``/detokenize``, ``/get_server_info``, ``/health_gener
 - ``rid`` (a string, or one per prompt): echoed as ``meta_info.id`` of the prompt's outputs;
 - ``sampling_params.stop`` (strings, cut after decoding: :mod:`rlloom_server.text`),
   ``sampling_params.stop_token_ids`` (ids the engine stops on), ``skip_special_tokens`` (default true);
-- every output carries ``text`` (its tokens decoded); a stop string that ended it is
+- every output carries ``text`` (its tokens decoded) and ``meta_info.weight_version`` (the version
+  of the weights served: :mod:`rlloom_server.weights`); a stop string that ended it is
   ``finish_reason: {"type": "stop", "matched": "<string>"}``;
 - ``stream: true``: server-sent events, one per output (SGLang's cumulative form: the whole text and
   ``output_ids`` so far, here the finished output, as the engines answer whole completions; an
@@ -32,6 +33,7 @@ from rlloom_serverkit.schema import GenerateRequest, SchemaError, parse_generate
 
 from rlloom_server.sse import send_events
 from rlloom_server.text import NEUTRAL_SAMPLING, ServedTokenizer, flag, refuse_unless_neutral, stop_strings
+from rlloom_server.weights import WeightVersion
 
 NEUTRAL_REQUEST = {"logprob_start_len": -1, "top_logprobs_num": 0, "return_text_in_logprobs": False}
 
@@ -49,8 +51,9 @@ class Extras:
 class GenerateDialect:
     """SGLang's ``/generate`` (module doc) over the server's token-in, token-out core."""
 
-    def __init__(self, tokenizer: ServedTokenizer) -> None:
+    def __init__(self, tokenizer: ServedTokenizer, versions: WeightVersion) -> None:
         self.tokenizer = tokenizer
+        self.versions = versions
 
     def parse(self, body: Any) -> tuple[GenerateRequest, Extras]:
         """The request for the engine and the answer's :class:`Extras`; SchemaError naming the field."""
@@ -99,8 +102,10 @@ class GenerateDialect:
         rendered = render_generate(parsed, cut)
         outputs = rendered if isinstance(rendered, list) else [rendered]
         flat = [(i, s) for i, group in enumerate(samples) for s in group]
+        version = self.versions.current
         for output, (prompt, sample) in zip(outputs, flat):
             output["text"] = sample.text
+            output["meta_info"]["weight_version"] = version
             if isinstance(sample.matched, str):
                 output["meta_info"]["finish_reason"] = {"type": "stop", "matched": sample.matched}
             if extras.rids is not None:

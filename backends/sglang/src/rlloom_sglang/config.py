@@ -53,6 +53,11 @@ class SGLangRolloutConfig(Limited):
             raise ValueError("rollout.url and rollout.offline=true exclude each other: attach to a server, or run "
                              "SGLang in this process")
 
+    def starts_with_other_weights(self) -> bool:
+        """With ``url``: an attached server may hold any weights, so a fresh run pushes its own first
+        (:class:`~rlloom.protocols.StartsWithOtherWeights`); a launched or in-process SGLang loads the run's model."""
+        return self.url is not None
+
     def client_config(self, url: str) -> ServerRolloutConfig:
         """The ``rollout=server`` client settings for one server at ``url``."""
         return ServerRolloutConfig(urls=[url], timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,

@@ -11,7 +11,9 @@ only the requests that fail alone get the error (an input the engine cannot take
 stops the others; the worker itself never dies of one).
 
 The engine runs on one thread of its own, never two calls at once: :meth:`run_exclusive` puts other
-engine work (weight updates, sleep) in the same line, between generate calls.
+engine work (weight updates, sleep) in the same line, between generate calls. :meth:`pause` stops
+generate calls from starting (requests wait in the queue) until :meth:`resume`; other engine work
+still runs.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class BatchingScheduler:
         self._queue: list[_Request] = []
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Contract: :meth:`rlloom.protocols.AsyncRolloutEngine.generate_one`."""
@@ -113,6 +117,16 @@ class BatchingScheduler:
     async def run_exclusive(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the engine's thread, between generate calls."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def pause(self) -> None:
+        """Start no generate call until :meth:`resume`; returns once the call running, if any, has
+        ended (its requests answered). Requests queued or arriving meanwhile wait."""
+        self._unpaused.clear()
+        await self.run_exclusive(lambda: None)  # queued behind the running call, if any
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`: the waiting requests are batched and run."""
+        self._unpaused.set()
 
     def _start_worker(self) -> None:
         if self._worker is None or self._worker.done():
@@ -130,6 +144,7 @@ class BatchingScheduler:
                 groups.setdefault(dataclasses.replace(request.sampling, first_prompt=0), []).append(request)
             for sampling, requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_prompts):
+                    await self._unpaused.wait()
                     await self._run_batch(sampling, requests[start : start + self.max_batch_prompts])
 
     async def _run_batch(self, sampling: SamplingParams, requests: list[_Request]) -> None:

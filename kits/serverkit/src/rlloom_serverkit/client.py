@@ -13,7 +13,13 @@ would not help.
 Weights go to every server: :meth:`update_weights` (``resharder=in_process``) posts the tensors as
 safetensors buckets of ``weight_bucket_mb`` to ``/update_weights_from_tensor``;
 :meth:`load_weights_from_dir` (``resharder=safetensors``, servers sharing the folder) names the
-folder to ``/update_weights_from_disk``.
+folder to ``/update_weights_from_disk``. Each push names its weights with SGLang's
+``weight_version`` field, ``rlloom-<client id>-<push count>`` (every bucket of a push carries it; the
+client id is random, one per engine). From the first push on, every answer's
+``meta_info.weight_version`` must be the last pushed one, else the call raises: another client has
+loaded other weights into that server since (two runs sharing one), and this run would train on
+samples of weights that are not its own. A run pushes its starting weights before step 0
+(:class:`~rlloom.protocols.StartsWithOtherWeights`, ``docs/server.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import base64
 import dataclasses
 import time
+import uuid
 from collections.abc import Iterable
 
 import torch
@@ -60,6 +67,9 @@ class ServerRolloutEngine:
         self.down_until = [0.0] * len(self.urls)  # time.monotonic() before which a failed server is passed over
         self.requests_served = [0] * len(self.urls)
         self.retried = 0
+        self.client_id = uuid.uuid4().hex[:12]
+        self.pushes = 0
+        self.weight_version: str | None = None  # the last version pushed; answers must carry it
         asyncio.run(self._check_servers())
 
     # ------------------------------------------------------------------------------ HTTP
@@ -143,6 +153,7 @@ class ServerRolloutEngine:
                 except SchemaError as error:
                     raise ServerError(f"rollout=server: {self.urls[server]}/generate answered malformed data: "
                                       f"{error}") from None
+                self._check_version(server, answer)
                 self.requests_served[server] += 1
                 return completion
         raise ServerError("rollout=server: the request failed on every try: " + "; ".join(failed.values()))
@@ -177,19 +188,44 @@ class ServerRolloutEngine:
         async with self._session() as session:
             return await self._request(session, limit, list(prompt_ids), sampling, self._seed(sampling))
 
+    def _check_version(self, server: int, answer) -> None:
+        """ServerError unless every output of ``answer`` carries the last pushed weight version
+        (nothing to check before the first push)."""
+        if self.weight_version is None:
+            return
+        outputs = answer if isinstance(answer, list) else [answer]
+        versions = {output.get("meta_info", {}).get("weight_version") for output in outputs}
+        if versions != {self.weight_version}:
+            raise ServerError(
+                f"rollout=server: {self.urls[server]} answered with weight version {sorted(map(str, versions))}, "
+                f"not {self.weight_version!r}, the weights this run pushed: another client has loaded other weights "
+                f"into it since (two runs sharing one server?). Give each run servers of its own (rollout.urls) "
+                f"and start it again (a resumed run pushes its weights first).")
+
     # ------------------------------------------------------------------------------ weights and memory
+    def _next_version(self) -> str:
+        self.pushes += 1
+        return f"rlloom-{self.client_id}-{self.pushes}"
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request."""
+        """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request,
+        each bucket with the push's ``weight_version`` (module doc)."""
         from safetensors.torch import save
 
+        version = self._next_version()
         on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)
         for bucket in tensor_buckets(on_host, self.config.weight_bucket_mb * 10**6):
             blob = base64.b64encode(save(dict(bucket))).decode("ascii")
-            asyncio.run(self._to_all("/update_weights_from_tensor", {"serialized_named_tensors": [blob]}))
+            asyncio.run(self._to_all("/update_weights_from_tensor",
+                                     {"serialized_named_tensors": [blob], "weight_version": version}))
+            self.weight_version = version
 
     def load_weights_from_dir(self, path: str) -> None:
-        """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read)."""
-        asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path}))
+        """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read), as
+        weight version :meth:`_next_version` (module doc)."""
+        version = self._next_version()
+        asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path, "weight_version": version}))
+        self.weight_version = version
 
     def sleep(self) -> None:
         if self.config.sleep_servers:

@@ -38,6 +38,11 @@ class ServerRolloutConfig(Limited):
     sleep_servers: bool = True
     api_key: str | None = None
 
+    def starts_with_other_weights(self) -> bool:
+        """Always: the servers belong to whoever started them, and may hold any weights
+        (:class:`~rlloom.protocols.StartsWithOtherWeights`: a fresh run pushes its own first)."""
+        return True
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.urls:

@@ -34,6 +34,7 @@ from rlloom.protocols import (
     CountsInvalidRows,
     PlansOptimizerSteps,
     RewindsRecord,
+    StartsWithOtherWeights,
     StatefulAlgorithm,
 )
 from rlloom.types import EngineSpec, RoleSpec, SamplingParams
@@ -156,6 +157,16 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}  # the latest step's, saved with each checkpoint
         if resume_from is not None:
             self._restore(resume_from)
+        elif self._rollout_starts_with_other_weights():
+            with phase("pushing the starting weights to the rollout engine"):
+                self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+
+    def _rollout_starts_with_other_weights(self) -> bool:
+        """Whether the rollout engine may not hold the run's starting weights (a server started
+        elsewhere: :class:`~rlloom.protocols.StartsWithOtherWeights`), so that a fresh run pushes them
+        before step 0; a resumed run always does (:meth:`_restore`)."""
+        rollout_cfg = self.resolved.sections["rollout"]
+        return isinstance(rollout_cfg, StartsWithOtherWeights) and rollout_cfg.starts_with_other_weights()
 
     def _check_model_fits_engines(self) -> None:
         """Each engine config's ``check_model(model_path, run_device)`` (:class:`~rlloom.protocols.ChecksModel`:

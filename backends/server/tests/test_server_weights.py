@@ -1,0 +1,101 @@
+"""Weight versions and pausing on a real ``rlloom serve`` process, over HTTP: ``/get_weight_version``,
+``meta_info.weight_version``, ``weight_version`` on the updates, ``/pause_generation`` and
+``/continue_generation``; and the ``rollout=server`` client refusing answers from weights it did not push."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import urllib.request
+
+import pytest
+from rlloom import SamplingParams
+from safetensors.torch import save
+from test_server_http import client, model_path, post, prompt_batch
+
+BODY = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3, "temperature": 0.0}}
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def a_weight(url: str) -> dict:
+    """One tensor of the served model, as ``/update_weights_from_tensor`` takes it."""
+    from rlloom_enginekit.safetensors_dir import read_safetensors_dir
+
+    name, tensor = next(iter(read_safetensors_dir(model_path(url))))
+    return {"serialized_named_tensors": [base64.b64encode(save({name: tensor})).decode("ascii")]}
+
+
+def served_version(url: str) -> str:
+    version = get(url + "/get_weight_version")["weight_version"]
+    assert get(url + "/get_model_info")["weight_version"] == version
+    status, answer = post(url + "/generate", BODY)
+    assert status == 200 and answer["meta_info"]["weight_version"] == version
+    return version
+
+
+def test_weight_versions_start_set_and_bump(start_server):
+    server = start_server("--weight-version", "start")
+    assert served_version(server.url) == "start"
+    status, answer = post(server.url + "/update_weights_from_tensor", {**a_weight(server.url), "weight_version": "v7"})
+    assert status == 200 and answer["success"] and "v7" in answer["message"]
+    assert served_version(server.url) == "v7"
+    assert post(server.url + "/update_weights_from_disk", {"model_path": model_path(server.url)})[0] == 200
+    assert served_version(server.url) == "v7+1"
+    assert post(server.url + "/update_weights_from_tensor", a_weight(server.url))[0] == 200
+    assert served_version(server.url) == "v7+2"
+    for bad in (7, ""):
+        status, answer = post(server.url + "/update_weights_from_disk",
+                              {"model_path": model_path(server.url), "weight_version": bad})
+        assert status == 400 and "weight_version" in answer["message"]
+    assert served_version(server.url) == "v7+2"
+
+
+def test_a_paused_server_holds_requests_and_loads_weights_until_continued(start_server):
+    """A request sent while paused is not answered (still pending a second later); weights loaded
+    meanwhile are the ones it is generated with, once generation continues."""
+    server = start_server()
+    assert post(server.url + "/pause_generation", {"mode": "bogus"})[0] == 400
+    assert post(server.url + "/pause_generation", {"mode": "in_place"}) == (
+        200, {"message": "Generation paused successfully.", "status": "ok"})
+
+    async def held_then_answered():
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            async def generate():
+                async with session.post(server.url + "/generate", json=BODY) as response:
+                    return response.status, await response.json()
+            request = asyncio.ensure_future(generate())
+            done, _ = await asyncio.wait([request], timeout=1.0)
+            assert not done, "a request was answered while generation was paused"
+            async with session.post(server.url + "/update_weights_from_tensor",
+                                    json={**a_weight(server.url), "weight_version": "while-paused"}) as response:
+                assert response.status == 200
+            async with session.post(server.url + "/continue_generation") as response:
+                assert response.status == 200
+            return await request
+
+    status, answer = asyncio.run(held_then_answered())
+    assert status == 200 and answer["meta_info"]["weight_version"] == "while-paused"
+
+
+def test_the_client_refuses_answers_from_weights_another_client_pushed(start_server):
+    """``rollout=server`` names each push; once another client has pushed to the same server, the
+    first client's next call raises instead of returning samples of weights that are not its own."""
+    from rlloom_enginekit.safetensors_dir import read_safetensors_dir
+
+    server = start_server()
+    ours, theirs = client(server.url), client(server.url)
+    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=3, seed=2)
+    weights = list(read_safetensors_dir(model_path(server.url)))
+    ours.update_weights(weights)
+    assert served_version(server.url) == ours.weight_version and ours.weight_version.startswith("rlloom-")
+    ours.generate(prompt_batch(), sampling)
+    theirs.load_weights_from_dir(model_path(server.url))
+    with pytest.raises(RuntimeError, match="another client has loaded other weights"):
+        ours.generate(prompt_batch(), sampling)
