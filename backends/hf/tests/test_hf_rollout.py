@@ -671,9 +671,11 @@ def test_cancelled_prompts_stop_after_one_step_and_the_others_go_on(model_dirs, 
         assert cut["response_mask"][row].sum() == 0
 
 
-def test_rows_cancelled_within_a_chunk_leave_after_one_step(model_dirs):
-    """One chunk holding a flagged and an unflagged prompt: the flagged rows keep their first token only."""
-    engine = make_engine(model_dirs["main"], max_batch_rows=8)
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_rows_cancelled_within_a_chunk_leave_after_one_step(model_dirs, decode):
+    """One chunk holding a flagged and an unflagged prompt: the flagged rows keep their first token
+    only, the others equal an uncancelled call's."""
+    engine = make_engine(model_dirs["main"], decode=decode, max_batch_rows=8)
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=4, ignore_eos=True)
     full = engine.generate(left_padded(PROMPTS[:2]), sampling)
     cut = engine.generate_requests(left_padded(PROMPTS[:2]), sampling, torch.tensor([True, False]))
