@@ -633,3 +633,71 @@ def test_responses_longer_than_the_first_buffers_match_the_teacher_forced_forwar
         response = real_response(out, row)
         expected = teacher_forced(reference, PROMPTS[row], response, 1.0)
         assert float((out["rollout_log_probs"][row, : len(response)].double() - expected).abs().max()) < 1e-3
+
+
+# ------------------------------------------------------------------------------ per-row seeds, cancellation
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_sampling_seed_field_gives_each_row_what_its_seed_gives_alone(model_dirs, decode):
+    """Rows with seeds 5, 9, 5 in one call: each samples what a call with its seed alone samples."""
+    engine = make_engine(model_dirs["main"], decode=decode)
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=6)
+    rows, seeds = [PROMPTS[0], PROMPTS[1], PROMPTS[3]], [5, 9, 5]
+    batch = _indexed(rows, [0, 1, 2])
+    batch["sampling_seed"] = torch.tensor(seeds)
+    together = engine.generate(batch, sampling)
+    for i, (ids, seed) in enumerate(zip(rows, seeds)):
+        alone = engine.generate(left_padded([ids]), dataclasses.replace(sampling, seed=seed, first_prompt=i))
+        for j in range(2):
+            assert real_response(together, 2 * i + j) == real_response(alone, j)
+    first = engine.generate(left_padded([rows[0]]), dataclasses.replace(sampling, seed=9))
+    assert real_response(first, 0) != real_response(together, 0)  # the seed matters
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_cancelled_prompts_stop_after_one_step_and_the_others_go_on(model_dirs, decode):
+    """Prompt 1 flagged before the call: its rows stop after their first token (the first check,
+    before the first decode step), the other prompts' rows equal an uncancelled call's; a chunk
+    whose prompts are all flagged is not decoded at all (no model call counted)."""
+    engine = make_engine(model_dirs["main"], decode=decode, max_batch_rows=2)
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=4, ignore_eos=True)
+    full = engine.generate(left_padded(PROMPTS[:3]), sampling)
+    steps = engine.decode_steps
+    cancelled = torch.tensor([False, True, False])
+    cut = engine.generate_requests(left_padded(PROMPTS[:3]), sampling, cancelled)
+    assert engine.decode_steps - steps == 2 * 12  # prompts 0 and 2 only: their chunks of 2 rows
+    for row in (0, 1, 4, 5):
+        assert real_response(cut, row) == real_response(full, row)
+    for row in (2, 3):
+        assert cut["response_mask"][row].sum() == 0
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_rows_cancelled_within_a_chunk_leave_after_one_step(model_dirs, decode):
+    """One chunk holding a flagged and an unflagged prompt: the flagged rows keep their first token
+    only, the others equal an uncancelled call's."""
+    engine = make_engine(model_dirs["main"], decode=decode, max_batch_rows=8)
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=4, ignore_eos=True)
+    full = engine.generate(left_padded(PROMPTS[:2]), sampling)
+    cut = engine.generate_requests(left_padded(PROMPTS[:2]), sampling, torch.tensor([True, False]))
+    assert cut["response_mask"].sum(1).tolist() == [1, 1, 12, 12]
+    assert real_response(cut, 0) == real_response(full, 0)[:1]
+    assert real_response(cut, 3) == real_response(full, 3)
+
+
+def test_requests_differing_only_in_seed_share_one_call(model_dirs):
+    """16 requests, each with its own seed: one generate call, each answer what it gets alone."""
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    prompts = _random_prompts(16, seed=8)
+    base = SamplingParams(n=1, temperature=1.0, max_new_tokens=6)
+    params = [dataclasses.replace(base, seed=100 + i, first_prompt=i) for i in range(16)]
+
+    async def together():
+        return await asyncio.gather(*(engine.generate_one(ids, p) for ids, p in zip(prompts, params)))
+
+    answers = asyncio.run(together())
+    assert engine._scheduler.generate_calls == 1
+    for ids, p, answer in zip(prompts, params, answers):
+        assert asyncio.run(engine.generate_one(ids, p)).token_ids == answer.token_ids
+    engine.close()

@@ -56,6 +56,11 @@ PROMPT_INDEX_FIELD = "prompt_index"
 responses' randomness in place of ``sampling.first_prompt + row`` (a batch gathered from separate
 requests, such as ``rlloom_enginekit.batching`` builds)."""
 
+SEED_FIELD = "sampling_seed"
+"""Optional int64 field [B] (values >= 0) of the input of a rollout engine with the
+:class:`~rlloom.protocols.BatchesRequests` ability: each row's seed, in place of ``sampling.seed``
+(requests that differ only in their seed share one batch call)."""
+
 
 class BatchError(ValueError):
     """A batch operation got inputs that do not fit together (sizes, fields)."""

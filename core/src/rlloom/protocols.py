@@ -104,7 +104,8 @@ class AsyncRolloutEngine(Protocol):
         Randomness is keyed as in :meth:`RolloutEngine.generate` with ``sampling.first_prompt`` as this
         prompt's index: requests for prompts ``0 … B-1`` with the same ``sampling.seed`` give the
         tokens of one batch call on those prompts. Cancelling the awaiting task withdraws a request
-        that has not started; one already generating finishes and its result is dropped.
+        that has not started; one already generating stops within one decode step where the batch
+        engine has the :class:`BatchesRequests` ability, else it finishes and its result is dropped.
         """
         ...
 
@@ -193,6 +194,28 @@ class LoadsWeightsFromDir(Protocol):
     tensors through :meth:`RolloutEngine.update_weights`)."""
 
     def load_weights_from_dir(self, path: str) -> None:
+        ...
+
+
+@runtime_checkable
+class BatchesRequests(Protocol):
+    """Optional ability of a rollout engine: a batch call gathered from separate requests
+    (``rlloom_enginekit.batching``), whose rows can carry their own seeds and be withdrawn mid-call.
+    ``decode_steps``: the model calls its decoding loops have made so far (servers report it)."""
+
+    decode_steps: int
+
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams,
+                          cancelled: Optional[torch.Tensor] = None) -> Batch:
+        """:meth:`RolloutEngine.generate`, and:
+
+        - a :data:`rlloom.batch.SEED_FIELD` field [B] gives row ``i`` the seed ``sampling_seed[i]`` in
+          place of ``sampling.seed`` (randomness keyed by (row seed, prompt index, response index)),
+          so a row samples what it samples alone with that seed;
+        - ``cancelled``: bool [B] on the CPU, which another thread may set at any time; the engine
+          reads it before every decode step and stops decoding the rows of a prompt set True within
+          that step (their responses in the output are cut where they stood), the others go on.
+        """
         ...
 
 

@@ -1,7 +1,7 @@
 """Counter-based random streams: one uniform draw per (seed, prompt, response, token step), computed
 with integer tensor ops on the rows' device.
 
-Response ``copy`` of prompt ``prompt`` owns the SplitMix64 stream keyed by
+Response ``copy`` of prompt ``prompt`` under ``seed`` owns the SplitMix64 stream keyed by
 ``key = mix(mix(mix(seed) ^ prompt) ^ copy)``; its draw at token step ``s`` is
 ``mix(key + s · γ)`` (γ = 0x9E3779B97F4A7C15, ``mix`` = SplitMix64's finaliser), whose top 53 bits
 give a uniform double in [0, 1). SplitMix64 (Steele, Lea and Flood, 2014) is this construction:
@@ -47,13 +47,16 @@ def mix(x: torch.Tensor) -> torch.Tensor:
 class CounterStreams:
     """The streams of N response rows; :meth:`uniform` draws the next step for every row.
 
-    ``prompts`` / ``copies``: [N] int64, each row's prompt index in the whole call
-    (``SamplingParams.first_prompt`` + its prompt within the batch) and its response index, as for
-    :class:`rlloom_hf.sampling.ResponseStreams`, whose interface this shares.
+    ``seeds``: the call's seed, or each row's [N] int64; ``prompts`` / ``copies``: [N] int64, each
+    row's prompt index in the whole call (``SamplingParams.first_prompt`` + its prompt within the
+    batch) and its response index, as for :class:`rlloom_hf.sampling.ResponseStreams`, whose
+    interface this shares.
     """
 
-    def __init__(self, seed: int, prompts: torch.Tensor, copies: torch.Tensor, device: torch.device) -> None:
-        seed_key = mix(torch.tensor(_signed(seed), dtype=torch.int64, device=device))
+    def __init__(self, seeds: int | torch.Tensor, prompts: torch.Tensor, copies: torch.Tensor,
+                 device: torch.device) -> None:
+        seeds = _signed(seeds) if isinstance(seeds, int) else seeds
+        seed_key = mix(torch.as_tensor(seeds, dtype=torch.int64, device=device))
         prompt_key = mix(seed_key ^ prompts.to(device=device, dtype=torch.int64))
         self.keys = mix(prompt_key ^ copies.to(device=device, dtype=torch.int64))
         self.step = 0

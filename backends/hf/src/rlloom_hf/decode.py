@@ -13,6 +13,7 @@ prompt + response.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +89,11 @@ class ResponseSlots:
         self.mask[rows, step] = 1
         self.finished[rows] = torch.isin(picked, stop_ids)
 
+    def withdraw(self, rows: torch.Tensor) -> None:
+        """Stop the rows flagged True in ``rows`` [N] bool (any device): they count as finished from
+        now on, the tokens they have stay."""
+        self.finished |= rows.to(self.finished.device, non_blocking=True)
+
     def chunk(self, length: int) -> DecodedChunk:
         """The first ``length`` tokens of every row."""
         return DecodedChunk(self.tokens[:, :length], self.mask[:, :length], self.log_probs[:, :length])
@@ -103,6 +109,7 @@ def decode_chunk(
     stop_ids: torch.Tensor,
     pad_id: int,
     streams: ResponseStreams | None,
+    cancelled: Callable[[], torch.Tensor] | None = None,
 ) -> DecodedChunk:
     """Sample responses for ``copies[i]`` rows of each distinct prompt ``i``.
 
@@ -110,7 +117,8 @@ def decode_chunk(
     ``copies``: [U] int64 >= 1; the output has ``copies.sum()`` rows, grouped by prompt in order.
     ``stop_ids``: 1-D int64 ids that end a response (may be empty: then only ``max_new_tokens``
     does). ``streams``: the rows' random streams (None when greedy). All tensors live on the model's
-    device.
+    device. ``cancelled()``: [N] bool (CPU), called before every decode step: rows flagged True stop
+    there (:meth:`ResponseSlots.withdraw`) and leave the batch as stopped rows do.
     """
     # Columns that are padding in every row carry no information: drop them.
     first_real = int(prompt_mask.any(dim=0).nonzero()[0])
@@ -138,6 +146,8 @@ def decode_chunk(
     running = torch.arange(rows, device=logits.device)  # the chunk's rows the model still runs, in batch order
     for step in range(max_new):
         slots.record_running(step, running, *next_tokens(logits, sampling, streams), stop_ids)
+        if cancelled is not None:
+            slots.withdraw(cancelled())
         if step + 1 == max_new or bool(slots.finished.all()):
             break
         going_on = ~slots.finished[running]

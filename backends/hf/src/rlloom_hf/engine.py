@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
-from rlloom_enginekit.prompts import check_left_padded, pad_token_id, prompt_indices, stop_ids_for, stop_token_ids
+from rlloom_enginekit.prompts import (check_left_padded, pad_token_id, prompt_indices, row_seeds, stop_ids_for,
+                                      stop_token_ids)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import DECODE_MODES, HFRolloutConfig
@@ -59,6 +60,7 @@ class HFRolloutEngine:
     decodes responses with it).
     The call's seed is drawn from a generator seeded with ``spec.seed`` unless a call gives
     ``sampling.seed``. The decoding loop is ``cfg.decode`` (see :class:`HFRolloutConfig`).
+    ``decode_steps``: model calls made by the decoding loops so far (each chunk's response length).
     """
 
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
@@ -80,6 +82,7 @@ class HFRolloutEngine:
             max_buckets=cfg.max_buckets)
         self._asleep = False
         self._scheduler: BatchingScheduler | None = None
+        self.decode_steps = 0
 
     # ------------------------------------------------------------------------------ generation
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
@@ -98,47 +101,60 @@ class HFRolloutEngine:
         prompt of a chunk once). Response ``j`` of prompt ``i`` draws from its own stream keyed by
         (seed, ``sampling.first_prompt`` + i, j) (:class:`~rlloom_hf.sampling.ResponseStreams` in
         the eager loop, :class:`~rlloom_hf.counter_rng.CounterStreams` in the static ones; a
-        ``prompt_index`` field gives each row's index instead of ``first_prompt`` + i): with
+        ``prompt_index`` field gives each row's index instead of ``first_prompt`` + i, a
+        ``sampling_seed`` field each row's seed): with
         ``sampling.seed`` set, the same weights and prompt give the same response whatever else is
         in the batch, the chunk size, or how a call was split; without it the seed is drawn from
         the engine's generator (seeded with ``spec.seed``). ``sampling.ignore_eos``: no stop id
         of the model's ends a response (``sampling.stop_token_ids`` still do).
         """
+        return self.generate_requests(prompts, sampling)
+
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams,
+                          cancelled: torch.Tensor | None = None) -> Batch:
+        """:meth:`generate` with rows withdrawn mid-call (contract:
+        ``rlloom.protocols.BatchesRequests``): a chunk whose prompts are all ``cancelled`` is not
+        decoded, and the decoding loops read ``cancelled`` before every step. Adds the chunks'
+        response lengths (one model call per token) to :attr:`decode_steps`."""
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
-        prompt_ids, prompt_mask = prompts["prompts"], prompts["prompt_mask"]
-        check_left_padded(prompt_ids, prompt_mask)
+        check_left_padded(prompts["prompts"], prompts["prompt_mask"])
         seed = sampling.seed
         if seed is None:
             seed = int(torch.randint(2**62, (), generator=self._generator))
+        chunks = self._decode_chunks(model, prompts, sampling, row_seeds(prompts, seed), cancelled)
+        out = prompts.repeat(sampling.n)
+        out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
+        out.meta["temperature"] = sampling.policy_temperature
+        out.meta["pad_token_id"] = self.pad_id
+        return out
+
+    def _decode_chunks(self, model, prompts: Batch, sampling: SamplingParams, seeds: torch.Tensor,
+                       cancelled: torch.Tensor | None) -> list[DecodedChunk]:
+        """The responses of every row, ``cfg.max_batch_rows`` rows at a time (see :meth:`generate`)."""
+        prompt_ids, prompt_mask = prompts["prompts"], prompts["prompt_mask"]
         stop_ids = torch.tensor(stop_ids_for(self.stop_ids, sampling), dtype=torch.long, device=self.device)
         decode, stream_type = (functools.partial(decode_chunk, model), ResponseStreams) if self._static is None else (
             self._static.decode, CounterStreams)
-
         indices = prompt_indices(prompts, sampling.first_prompt)
         total = len(prompts) * sampling.n
         chunks: list[DecodedChunk] = []
         for start in range(0, total, self.config.max_batch_rows):
             rows = torch.arange(start, min(start + self.config.max_batch_rows, total))
             owners = rows // sampling.n
+            if cancelled is not None and bool(cancelled[owners].all()):
+                none = torch.zeros((len(rows), 0), dtype=torch.long)
+                chunks.append(DecodedChunk(none, none, none.float()))
+                continue
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
             streams = None if sampling.greedy else stream_type(
-                seed, indices[owners], rows % sampling.n, self.device)
-            chunks.append(decode(
-                prompt_ids[unique].to(self.device),
-                prompt_mask[unique].to(self.device),
-                copies.to(self.device),
-                sampling,
-                stop_ids,
-                self.pad_id,
-                streams,
-            ))
-
-        out = prompts.repeat(sampling.n)
-        out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
-        out.meta["temperature"] = sampling.policy_temperature
-        out.meta["pad_token_id"] = self.pad_id
-        return out
+                seeds[owners], indices[owners], rows % sampling.n, self.device)
+            chunk = decode(prompt_ids[unique].to(self.device), prompt_mask[unique].to(self.device),
+                           copies.to(self.device), sampling, stop_ids, self.pad_id, streams,
+                           None if cancelled is None else functools.partial(cancelled.__getitem__, owners))
+            self.decode_steps += chunk.tokens.shape[1]
+            chunks.append(chunk)
+        return chunks
 
     # ------------------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -79,19 +79,22 @@ def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.
 
 
 class ResponseStreams:
-    """One random stream per response row: the response ``copy`` of prompt ``prompt`` draws from a
-    generator seeded with numpy's ``SeedSequence([seed, prompt, copy])``.
+    """One random stream per response row: the response ``copy`` of prompt ``prompt`` under ``seed``
+    draws from a generator seeded with numpy's ``SeedSequence([seed, prompt, copy])``.
 
-    ``prompts`` / ``copies``: [N] int64, each row's prompt index in the whole call
-    (``SamplingParams.first_prompt`` + the row's prompt within the batch) and its response index.
+    ``seeds``: the call's seed, or each row's [N] int64; ``prompts`` / ``copies``: [N] int64, each
+    row's prompt index in the whole call (``SamplingParams.first_prompt`` + the row's prompt within
+    the batch) and its response index.
     """
 
-    def __init__(self, seed: int, prompts: torch.Tensor, copies: torch.Tensor, device: torch.device) -> None:
+    def __init__(self, seeds: int | torch.Tensor, prompts: torch.Tensor, copies: torch.Tensor,
+                 device: torch.device) -> None:
         self.device = device
+        row_seeds = [seeds] * len(prompts) if isinstance(seeds, int) else seeds.tolist()
         self.generators = [
             torch.Generator(device=device).manual_seed(
                 int(np.random.SeedSequence([seed, prompt, copy]).generate_state(1, np.uint64)[0]) >> 1)
-            for prompt, copy in zip(prompts.tolist(), copies.tolist())
+            for seed, prompt, copy in zip(row_seeds, prompts.tolist(), copies.tolist())
         ]
 
     def select(self, rows: torch.Tensor) -> ResponseStreams:

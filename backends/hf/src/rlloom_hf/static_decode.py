@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -281,8 +282,11 @@ class StaticDecoder:
         stop_ids: torch.Tensor,
         pad_id: int,
         streams: CounterStreams | None,
+        cancelled: Callable[[], torch.Tensor] | None = None,
     ) -> DecodedChunk:
-        """Same contract as :func:`rlloom_hf.decode.decode_chunk` (streams: counter-based)."""
+        """Same contract as :func:`rlloom_hf.decode.decode_chunk` (streams: counter-based). The
+        bucket's shape is fixed, so cancelled rows are still computed until the chunk ends (their
+        tokens are not recorded); once every row is cancelled the loop stops at that step."""
         with _on(self.device):
             owner = torch.repeat_interleave(torch.arange(len(copies), device=copies.device), copies)
             rows, prompt_len, max_new = len(owner), prompt_ids.shape[1], sampling.max_new_tokens
@@ -298,6 +302,11 @@ class StaticDecoder:
             slots = ResponseSlots(rows, max_new, pad_id, self.device)
             for step in range(max_new):
                 slots.record(step, *next_tokens(logits, sampling, streams), stop_ids)
+                if cancelled is not None:
+                    flags = cancelled()
+                    slots.withdraw(flags)
+                    if bool(flags.all()):
+                        break
                 if step + 1 == max_new or ((step + 1) % self.eos_check_interval == 0 and bool(slots.finished.all())):
                     break
                 logits = bucket.step(slots.tokens[:, step], prompt_len + step, next_position + step)[:rows]

@@ -28,7 +28,10 @@ turns the body into a ``/generate`` request and writes the answer (SGLang's by d
 Generation goes through a :class:`~rlloom_enginekit.batching.BatchingScheduler`, so concurrent requests are
 batched; weight updates and sleep run on the engine's thread between batches. At most
 ``max_concurrency`` generate requests are served at once (more get 503 at once, so a client can
-go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504. A request is
+go elsewhere); one running past ``request_timeout_s`` is cancelled and answered 504, one whose
+client disconnects is cancelled, and ``/abort_request`` cancels the requests of a ``rid``
+(:mod:`rlloom_server.aborts`): the engine stops their rows within a decode step where it can
+(:class:`rlloom.protocols.BatchesRequests`). A request is
 checked whole before it reaches a batch (:mod:`rlloom_server.door`): a malformed one, or one outside
 the model's vocabulary or context or the server's ``n`` / ``max_new_tokens`` limits, gets 400 with
 the field named; one larger than the token budget 413. An admitted request waits for its tokens
@@ -54,6 +57,7 @@ from rlloom import Completion
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
 
 from rlloom_server import openai_api, sglang_api, weights
+from rlloom_server.aborts import RunningRequests
 from rlloom_server.auth import api_key_middleware
 from rlloom_server.budget import TokenBudget
 from rlloom_server.config import ServeConfig
@@ -117,6 +121,7 @@ class RolloutServer:
         self.engine_name = engine_name
         self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
         self.in_flight = 0
+        self.running = RunningRequests()
         self.tokenizer = ServedTokenizer(model_path)
         self.versions = weights.WeightVersion(cfg.weight_version)
         self.sglang = sglang_api.GenerateDialect(self.tokenizer, self.versions)
@@ -160,7 +165,14 @@ class RolloutServer:
         try:
             parsed, extras = dialect.parse(await _json(request))
             parsed, cost = admit(parsed, self.limits)
-            answers = await asyncio.wait_for(self._generate(parsed, cost), self.cfg.request_timeout_s)
+            work = asyncio.ensure_future(self._generate(parsed, cost))
+            with self.running.track(getattr(extras, "rids", None), work):
+                try:
+                    answers = await asyncio.wait_for(work, self.cfg.request_timeout_s)
+                except asyncio.CancelledError:
+                    if not self.running.was_aborted(work):
+                        raise  # the client went away: the work is cancelled with the handler
+                    return web.json_response(sglang_api.aborted(parsed, extras))
             return await dialect.answer(request, parsed, answers, extras)
         except SchemaError as error:
             return _error(400, str(error))

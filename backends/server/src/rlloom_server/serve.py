@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(server, cfg: ServeConfig) -> None:
     from aiohttp import web
 
-    runner = web.AppRunner(server.app(), access_log=None)
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)  # a disconnect cancels
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     await site.start()

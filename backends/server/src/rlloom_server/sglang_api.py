@@ -1,5 +1,5 @@
 """SGLang's native API beyond token ids: ``/generate`` with text, ``rid``, stop strings and ids, and
-streaming; ``/tokenize``, ``/detokenize``, ``/get_server_info``, ``/health_generate``.
+streaming; ``/tokenize``, ``/detokenize``, ``/get_server_info``, ``/health_generate``, ``/abort_request``.
 
 ``/generate`` (:class:`GenerateDialect`, on top of :func:`rlloom_serverkit.schema.parse_generate`):
 
@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 from rlloom import Completion, SamplingParams
+from rlloom.protocols import BatchesRequests
 from rlloom_serverkit.schema import GenerateRequest, SchemaError, parse_generate, render_generate
 
 from rlloom_server.sse import send_events
@@ -118,6 +119,17 @@ class GenerateDialect:
         return await send_events(request, outputs)
 
 
+def aborted(parsed: GenerateRequest, extras: Extras) -> dict | list[dict]:
+    """The answer to a request cancelled by ``/abort_request``: each output empty, finished by
+    ``{"type": "abort"}`` (SGLang's form), shaped as a ``/generate`` answer (one object for one
+    prompt with ``n`` 1, else a list, prompt-major)."""
+    outputs = [{"text": "", "output_ids": [], "meta_info": {
+        "id": extras.rids[prompt], "finish_reason": {"type": "abort", "message": "aborted by /abort_request"},
+        "prompt_tokens": len(ids), "completion_tokens": 0}}
+        for prompt, ids in enumerate(parsed.prompts) for _ in range(parsed.sampling.n)]
+    return outputs[0] if len(outputs) == 1 and not parsed.batched else outputs
+
+
 def _rids(rid: Any, prompts: int) -> list[str] | None:
     """``rid`` (absent, a string, or a list of one string per prompt) as one string per prompt."""
     if rid is None:
@@ -133,7 +145,8 @@ def routes(server) -> list[web.RouteDef]:
     api = NativeRoutes(server)
     return [web.post("/tokenize", api.tokenize), web.post("/v1/tokenize", api.tokenize),
             web.post("/detokenize", api.detokenize), web.post("/v1/detokenize", api.detokenize),
-            web.get("/get_server_info", api.server_info), web.get("/health_generate", api.health_generate)]
+            web.get("/get_server_info", api.server_info), web.get("/health_generate", api.health_generate),
+            web.post("/abort_request", api.abort_request)]
 
 
 class NativeRoutes:
@@ -167,11 +180,24 @@ class NativeRoutes:
         return await _json_route(request, answer)
 
     async def server_info(self, _request: web.Request) -> web.Response:
-        """The server's settings (the API key left out), its engine, model and tokenizer limits."""
+        """The server's settings (the API key left out), its engine, model and tokenizer limits, and
+        ``decode_steps``: the engine's decoding model calls so far (None where it does not count them)."""
         settings = {k: v for k, v in dataclasses.asdict(self.server.cfg).items() if k != "api_key"}
+        engine = self.server.engine
         return web.json_response({**settings, "model_path": self.server.model_path, "engine": self.server.engine_name,
                                   "vocab_size": self.tokenizer.vocab_size, "context_len": self.tokenizer.context_len,
-                                  "api_key_required": self.server.cfg.api_key is not None})
+                                  "api_key_required": self.server.cfg.api_key is not None,
+                                  "decode_steps": engine.decode_steps if isinstance(engine, BatchesRequests) else None})
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        """``{"rid": str}`` (or ``{"abort_all": true}``): cancel the generate requests sent with that
+        ``rid``; each answers with an ``abort`` finish reason (:func:`aborted`). ``{"aborted": count}``."""
+        async def answer(body: dict) -> dict:
+            rid, abort_all = body.get("rid"), flag(body, "abort_all", "abort_all", False)
+            if not abort_all and not isinstance(rid, str):
+                raise SchemaError(f"rid must be a string (or abort_all true), got {rid!r}")
+            return {"aborted": self.server.running.abort(rid, abort_all)}
+        return await _json_route(request, answer)
 
     async def health_generate(self, _request: web.Request) -> web.Response:
         """200 once the engine has generated one greedy token (prompt: token 0); 503 with the reason

@@ -6,7 +6,15 @@ arrived (after waiting ``max_wait_s`` for more), groups requests whose sampling 
 apart from ``first_prompt``, and runs each group as one ``engine.generate`` call of at most
 ``max_batch_prompts`` prompts, every row carrying its request's prompt index
 (:data:`rlloom.batch.PROMPT_INDEX_FIELD`). So a request returns what the batch call would give its
-prompt, whatever it was batched with. A call that fails is run again one request at a time, so
+prompt, whatever it was batched with.
+
+An engine with the :class:`rlloom.protocols.BatchesRequests` ability (the hf engine) gets more:
+seeded requests that differ only in their seed share a call (each row carries its seed,
+:data:`rlloom.batch.SEED_FIELD`; unseeded requests group apart, the engine drawing one seed for
+their call), and a request whose future is cancelled (its caller timed out or went away) is
+flagged in the call's ``cancelled`` tensor, which the engine reads before every decode step. Other
+engines (vLLM, SGLang) get one call per distinct seed, and a cancelled request's rows run to the
+end of their call (its result dropped). A call that fails is run again one request at a time, so
 only the requests that fail alone get the error (an input the engine cannot take never fails or
 stops the others; the worker itself never dies of one).
 
@@ -20,14 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
 
-from rlloom.batch import PROMPT_INDEX_FIELD, Batch
-from rlloom.protocols import RolloutEngine
+from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
+from rlloom.protocols import BatchesRequests, RolloutEngine
 from rlloom.types import Completion, SamplingParams
 from rlloom_enginekit.prompts import left_pad
 
@@ -80,6 +89,12 @@ def completions_batch(prompts: Batch, answers: list[Completion], sampling: Sampl
     out.meta["temperature"] = sampling.policy_temperature
     out.meta["pad_token_id"] = pad_id
     return out
+
+
+def _flag_if_cancelled(flags: torch.Tensor, row: int, future: asyncio.Future) -> None:
+    """A done callback: set ``flags[row]`` when ``future`` was cancelled."""
+    if future.cancelled():
+        flags[row] = True
 
 
 class BatchingScheduler:
@@ -139,13 +154,22 @@ class BatchingScheduler:
             await asyncio.sleep(self.max_wait_s)
             self._arrived.clear()
             waiting, self._queue = [r for r in self._queue if not r.future.done()], []
-            groups: dict[SamplingParams, list[_Request]] = {}
+            groups: dict[tuple[SamplingParams, bool], list[_Request]] = {}
             for request in waiting:
-                groups.setdefault(dataclasses.replace(request.sampling, first_prompt=0), []).append(request)
-            for sampling, requests in groups.items():
+                groups.setdefault(self._group(request.sampling), []).append(request)
+            for (sampling, _seeded), requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_prompts):
                     await self._unpaused.wait()
                     await self._run_batch(sampling, requests[start : start + self.max_batch_prompts])
+
+    def _group(self, sampling: SamplingParams) -> tuple[SamplingParams, bool]:
+        """The key of the requests one call may serve together: the sampling settings but
+        ``first_prompt`` (and, when the engine takes a seed per row, but ``seed``), and whether
+        the request has a seed."""
+        common = dataclasses.replace(sampling, first_prompt=0)
+        if isinstance(self.engine, BatchesRequests):
+            common = dataclasses.replace(common, seed=None)
+        return common, sampling.seed is not None
 
     async def _run_batch(self, sampling: SamplingParams, requests: list[_Request]) -> None:
         """One engine call for ``requests``. When it fails, each request is run again alone, so a
@@ -172,7 +196,16 @@ class BatchingScheduler:
         batch = Batch({"prompts": prompts, "prompt_mask": mask,
                        PROMPT_INDEX_FIELD: torch.tensor([r.sampling.first_prompt for r in requests])},
                       batch_size=len(requests))
-        out = await self.run_exclusive(self.engine.generate, batch, sampling)
+        if not isinstance(self.engine, BatchesRequests):
+            out = await self.run_exclusive(self.engine.generate, batch, sampling)
+            return completions(out, sampling.n, sampling.max_new_tokens)
+        if requests[0].sampling.seed is not None:
+            sampling = dataclasses.replace(sampling, seed=requests[0].sampling.seed)
+            batch[SEED_FIELD] = torch.tensor([r.sampling.seed for r in requests], dtype=torch.long)
+        cancelled = torch.zeros(len(requests), dtype=torch.bool)
+        for row, request in enumerate(requests):
+            request.future.add_done_callback(functools.partial(_flag_if_cancelled, cancelled, row))
+        out = await self.run_exclusive(self.engine.generate_requests, batch, sampling, cancelled)
         return completions(out, sampling.n, sampling.max_new_tokens)
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlloom.batch import PROMPT_INDEX_FIELD, Batch
+from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 
 
 def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
@@ -82,6 +82,13 @@ def prompt_indices(prompts: Batch, first_prompt: int) -> torch.Tensor:
     if PROMPT_INDEX_FIELD in prompts:
         return prompts[PROMPT_INDEX_FIELD].long()
     return first_prompt + torch.arange(len(prompts), dtype=torch.long)
+
+
+def row_seeds(prompts: Batch, seed: int) -> torch.Tensor:
+    """Each row's seed [B] int64: the :data:`SEED_FIELD` when the batch has one, else ``seed``."""
+    if SEED_FIELD in prompts:
+        return prompts[SEED_FIELD].long()
+    return torch.full((len(prompts),), seed, dtype=torch.long)
 
 
 def prompt_token_lists(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
