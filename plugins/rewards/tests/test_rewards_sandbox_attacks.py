@@ -9,7 +9,6 @@ candidate of :func:`~rlloom_rewards.code.harness.run_tests`, fails the tests and
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import uuid
 
@@ -20,7 +19,9 @@ from rlloom_rewards.code.sandbox import PASS, SandboxLimits, run_python, sandbox
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the kernel containment runs as root only")
 
 LIMITS = SandboxLimits(timeout_s=2.0, memory_mb=256, file_size_mb=1, max_processes=8, disk_mb=8)
-SLACK_S = 1.5
+# Every attack that would outlive the timeout sleeps or spins for 600 s, so a call that returns within
+# timeout + SLACK_S was cut by the sandbox, however loaded the machine is.
+SLACK_S = 20.0
 MARK = f"rlloom-attack-{uuid.uuid4().hex[:8]}"
 HOST_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
 
@@ -108,6 +109,21 @@ def nobody_processes() -> set[int]:
     return pids
 
 
+def nobody_files() -> set[str]:
+    """The entries of the host's shared folders owned by the sandbox's user (nobody): what a candidate
+    that escaped its private /tmp would leave (the host's free space is no measure: other programs
+    write there too)."""
+    found = set()
+    for folder in HOST_DIRS:
+        for entry in os.scandir(folder):
+            try:
+                if entry.stat(follow_symlinks=False).st_uid == 65534:
+                    found.add(entry.path)
+            except FileNotFoundError:
+                pass
+    return found
+
+
 def marks_on_host() -> list[str]:
     return [os.path.join(d, MARK) for d in (*HOST_DIRS, "/etc") if os.path.exists(os.path.join(d, MARK))]
 
@@ -119,15 +135,14 @@ def python() -> str:
 
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_contained(python, name):
-    before = nobody_processes()
-    free_before = shutil.disk_usage("/tmp").free
+    before, files_before = nobody_processes(), nobody_files()
     start = time.monotonic()
     result = run_python(ATTACKS[name], LIMITS, python)
     assert time.monotonic() - start < LIMITS.timeout_s + SLACK_S
     assert "escaped" not in result.stdout
     assert not nobody_processes() - before, "a process outlived the call"
     assert marks_on_host() == []
-    assert shutil.disk_usage("/tmp").free > free_before - 2**20
+    assert nobody_files() - files_before == set()
     assert os.path.getsize("/usr/bin/env") > 0
 
 
