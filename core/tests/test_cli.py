@@ -71,15 +71,15 @@ def run_rlloom(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 @pytest.fixture(scope="module")
 def defaults_only(tmp_path_factory) -> dict[str, str]:
-    """Environment in which only the core, rlloom-trainer (``rlloom train``) and a test distribution
-    providing every default load."""
+    """Environment in which only the core, rlloom-trainer (``rlloom train``), the agent kit (``agent=single_turn``)
+    and a test distribution providing every other default load."""
     folder = tmp_path_factory.mktemp("cli_plugin")
     (folder / "rlloom_test_cli_defaults.py").write_text(textwrap.dedent(DEFAULTS_PLUGIN))
     info = folder / "rlloom_test_cli_defaults-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-defaults\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[rlloom]\ncli_defaults = rlloom_test_cli_defaults\n")
-    return {"PYTHONPATH": str(folder), "RLLOOM_PLUGINS": "cli_defaults,trainer"}
+    return {"PYTHONPATH": str(folder), "RLLOOM_PLUGINS": "cli_defaults,trainer,agentkit"}
 
 
 def test_plugins_json_lists_core_builtins():
@@ -134,7 +134,7 @@ def test_train_says_in_one_line_that_an_installed_plugin_failed(defaults_only, t
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-test-cli-broken\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[rlloom]\ncli_broken = rlloom_test_cli_broken\n")
     env = {"PYTHONPATH": f"{defaults_only['PYTHONPATH']}{os.pathsep}{tmp_path}",
-           "RLLOOM_PLUGINS": "cli_defaults,cli_broken,trainer"}
+           "RLLOOM_PLUGINS": "cli_defaults,cli_broken,trainer,agentkit"}
     result = run_rlloom("train", "--print-config", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == (

@@ -17,7 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from rlloom.config import ConfigError, compose_config
-from rlloom.config.compose import check_registered_functions, run_sections
+from rlloom.config.compose import check_registered_names, run_sections
 from rlloom.config.roles import role_groups
 from rlloom.config.schema import SamplingConfig, TrainerConfig
 from rlloom.plugins.registry import Registry
@@ -144,6 +144,7 @@ def registry(tmp_path_factory):
             importlib.metadata.EntryPoint(name="trainer", value="rlloom_trainer.plugin", group="rlloom"),  # trackers
             # the estimator grpo and the policy loss vanilla
             importlib.metadata.EntryPoint(name="algokit", value="rlloom_algokit.plugin", group="rlloom"),
+            importlib.metadata.EntryPoint(name="agentkit", value="rlloom_agentkit.plugin", group="rlloom"),  # single_turn
             importlib.metadata.EntryPoint(name="schemas", value=PLUGIN_MODULE, group="rlloom"),
         ])
         assert loaded.failed() == [], loaded.failed()[0].traceback
@@ -163,7 +164,7 @@ def test_defaults_compose(registry):
     assert resolved.choices == {
         "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process",
         "reward": "arithmetic", "data": "arithmetic", "model": "smollm2-135m", "launcher": "local",
-        "trainer": "default", "cost": "none",  # the group of the role the test plugin's `constrained` declares
+        "trainer": "default", "agent": "single_turn", "cost": "none",  # the group of the role the test plugin's `constrained` declares
     }
     sections = resolved.sections
     assert type(sections["algorithm"]).__name__ == "GrpoConfig"
@@ -350,7 +351,7 @@ def test_a_run_saves_the_declared_group_as_a_section(registry):
     resolved = compose_config(["algorithm=constrained", "cost=format"], registry)
     assert "cost" in resolved.cfg and resolved.cfg.cost.correct_score == 1.0
     assert run_sections(registry) == ["algorithm", "rollout", "train_engine", "resharder", "reward", "data", "model",
-                                      "launcher", "trainer", "sampling", "cost"]
+                                      "launcher", "trainer", "agent", "sampling", "cost"]
 
 
 @pytest.mark.parametrize(("role", "message"), [
@@ -380,14 +381,14 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
     class SharedMathConfig(PolicyLossConfig):
         adv_estimator: str = "grpo"
 
-    check_registered_functions(SharedMathConfig(), registry)  # the algorithm kit's estimator and loss
+    check_registered_names({"algorithm": SharedMathConfig()}, registry)  # the algorithm kit's estimator and loss
     with pytest.raises(ConfigError) as info:
-        check_registered_functions(SharedMathConfig(adv_estimator="rloo"), registry)
+        check_registered_names({"algorithm": SharedMathConfig(adv_estimator="rloo")}, registry)
     assert str(info.value) == (
         "algorithm.adv_estimator=rloo: no installed plugin provides advantage_estimator 'rloo'. Installed choices: "
         "grpo. It is provided by the package rlloom-grpo: pip install rlloom-grpo")
     with pytest.raises(ConfigError) as info:
-        check_registered_functions(SharedMathConfig(policy_loss="vanila"), registry)
+        check_registered_names({"algorithm": SharedMathConfig(policy_loss="vanila")}, registry)
     assert str(info.value) == (
         "algorithm.policy_loss=vanila: no installed plugin provides policy_loss 'vanila'. Installed choices: "
         "vanilla. Did you mean 'vanilla'?")

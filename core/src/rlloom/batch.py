@@ -22,7 +22,10 @@ field                  shape      dtype   meaning
 ``prompts``            [B, P]     int64   prompt token ids, **left**-padded
 ``prompt_mask``        [B, P]     int64   1 on real prompt tokens, 0 on padding
 ``responses``          [B, R]     int64   response token ids, **right**-padded
-``response_mask``      [B, R]     int64   1 on generated tokens (EOS included), 0 on padding
+``response_mask``      [B, R]     int64   1 on sampled tokens (EOS included): the tokens losses count
+``response_attention_mask`` [B, R] int64 optional: 1 on every real response token, sampled or not (an
+                                          agent's tool and user tokens), a prefix of the row; absent:
+                                          ``response_mask`` (single-turn responses have no gaps)
 ``rollout_log_probs``  [B, R]     float32 log-prob of each sampled token under the rollout engine
 ``old_log_probs``      [B, R]     float32 behaviour-policy log-probs from the train engine
 ``ref_log_probs``      [B, R]     float32 reference-policy log-probs
@@ -336,9 +339,18 @@ class Batch:
         self.meta = state["meta"]
 
 
+RESPONSE_ATTENTION_FIELD = "response_attention_mask"
+
+
+def response_attention(batch: Batch) -> torch.Tensor:
+    """The response tokens a model reads ([B, R]): ``response_attention_mask`` where the batch has one
+    (multi-turn trajectories), else ``response_mask``."""
+    return batch[RESPONSE_ATTENTION_FIELD] if RESPONSE_ATTENTION_FIELD in batch else batch["response_mask"]
+
+
 def row_tokens(batch: Batch) -> torch.Tensor:
     """Real tokens (prompt + response) of each row of ``batch``: [B]."""
-    return batch["prompt_mask"].sum(dim=1) + batch["response_mask"].sum(dim=1)
+    return batch["prompt_mask"].sum(dim=1) + response_attention(batch).sum(dim=1)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,9 @@ Each protocol is structural (``typing.Protocol``): a plugin implements the metho
 need not inherit from anything. Field names and shapes refer to the conventions in :mod:`rlloom.batch`.
 
 Sections: engines (rollout, train, and their optional weight-sharing abilities), resharders,
-rewards, algorithms (with their advantage estimators and policy losses), datasets, placement
-(launchers, dispatch modes, futures), trackers, config abilities. The hooks that register them (what
+rewards, algorithms (with their advantage estimators and policy losses), datasets, agents (agent
+loops, their episodes, tools, environments), placement (launchers, dispatch modes, futures),
+trackers, config abilities. The hooks that register them (what
 each factory returns) and their ``register`` callbacks are :mod:`rlloom.plugins.hookspecs`.
 
 **Optional abilities** are small ``runtime_checkable`` protocols of their own (:class:`LendsWeights`,
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
     from rlloom.batch import Batch
     from rlloom.data import PromptRecord
     from rlloom.plugins.registry import Registry
-    from rlloom.types import (ClipLossTerms, Completion, MiniBatchStats, RankCall, RewardResult, Role, RoleSpec,
-                              SamplingParams, SyncStats)
+    from rlloom.types import (ClipLossTerms, Completion, EnvStep, MiniBatchStats, RankCall, RewardResult, Role,
+                              RoleSpec, SamplingParams, SyncStats, Turn)
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 
@@ -407,6 +408,89 @@ class CountsInvalidRows(Protocol):
     ``data/invalid_rows``)."""
 
     num_invalid: int
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """One trajectory in the making, which the agent runner hands to :meth:`AgentLoop.run`.
+
+    Its tokens only grow, and nothing is ever tokenised twice: an assistant turn's ids go in exactly
+    as the engine sampled them (``response_mask`` 1, with their log-probs); messages the loop adds
+    go in as the ids the model's chat template puts after the turns so far (``response_mask`` 0).
+    ``row`` is the dataset row; the prompt (with the loop's tools described in it) is already in.
+    ``tokenizer``: the model's (a Hugging Face tokenizer), for loops that measure or cut text in tokens.
+    """
+
+    row: PromptRecord
+    tokenizer: Any
+
+    async def assistant_turn(self) -> Turn | None:
+        """Sample the next assistant turn and append it. None when the episode's response budget
+        is spent (the episode is then finished with reason ``"length"``)."""
+        ...
+
+    def add_messages(self, messages: list[dict[str, str]]) -> bool:
+        """Append ``messages`` (chat messages, e.g. ``{"role": "tool", "content": ...}``) after the last
+        turn, with the template's boundary tokens, all masked out. False when they do not fit the
+        budget (the episode is then finished with reason ``"length"``)."""
+        ...
+
+    def count(self, name: str, k: int = 1) -> None:
+        """Add ``k`` to the episode's counter ``name`` (reported as ``agent/<name>``, the batch's sum,
+        and ``agent/<name>/mean``, per trajectory)."""
+        ...
+
+    def finish(self, reason: str, reward: float | None = None, parts: dict[str, float] | None = None) -> None:
+        """End the episode: ``reason`` (``answer``, ``max_turns``, ``length``, ``tool_error``, …; reported
+        as ``agent/finish_reason/<reason>``) and, when the loop scores it itself (an environment), its
+        ``reward`` and named ``parts``. A later call keeps the first reason (an episode the budget ended
+        is ``length``) but may still give the reward."""
+        ...
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the model may call (``register_tools``): its name, description and JSON-schema
+    ``parameters`` (an ``object`` schema) are shown to the model through the chat template's tool
+    format; a call's arguments are validated against ``parameters`` before the tool sees them."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    async def __call__(self, arguments: dict[str, Any], row: PromptRecord) -> str:
+        """The observation for one call (text shown to the model). Raising, hanging past the loop's
+        timeout or returning too much is the loop's to handle: the model sees an error observation."""
+        ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A multi-turn task that is not tool calls (``register_environments``; one instance per
+    episode), gym-style."""
+
+    def reset(self, row: PromptRecord) -> str | None:
+        """Start an episode on ``row``; the first observation, shown as a user message after the
+        prompt (None: the prompt alone)."""
+        ...
+
+    def step(self, action: str) -> EnvStep:
+        """Take the text of the model's turn; return the observation, the reward and whether done."""
+        ...
+
+
+@runtime_checkable
+class AgentLoop(Protocol):
+    """``agent=<name>``: how one trajectory is driven, turn by turn (built once per run by
+    ``factory(cfg, registry)``; ``run`` is called for hundreds of episodes at once on one event loop,
+    so it must await, never block)."""
+
+    tools: Sequence[Tool]
+
+    async def run(self, episode: Episode) -> None:
+        """Drive ``episode`` to its end (``episode.finish``); returning without finishing finishes it
+        with reason ``"answer"``."""
+        ...
 
 
 class Launcher(Protocol):

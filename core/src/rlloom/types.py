@@ -88,6 +88,27 @@ class Completion:
     finish_reasons: list[str]
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One assistant turn of an agent loop's episode (:meth:`~rlloom.protocols.Episode.assistant_turn`):
+    its text (special tokens dropped), its token ids exactly as sampled, and ``finish_reason``
+    (``"stop"``: it ended with a stop token; ``"length"``: the turn's token budget ran out)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """What :meth:`~rlloom.protocols.Environment.step` returns: the observation shown to the model next
+    (None: nothing to show), the reward of the action, and whether the episode is over."""
+
+    observation: str | None
+    reward: float
+    done: bool
+
+
 @dataclass
 class RewardResult:
     """What a :class:`~rlloom.protocols.RewardFn` returns for a batch of B responses.

@@ -288,7 +288,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
             raise ConfigError(str(error)) from None
     check_run_dir(run_dir_of(trainer))
     if registry is not None:
-        check_registered_functions(algorithm, registry)
+        check_registered_names(resolved.sections, registry)
         check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward"))
     check_placed_roles(resolved)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
@@ -306,22 +306,26 @@ def check_device_here(name: str) -> None:
         raise ConfigError(str(error)) from None
 
 
-REGISTERED_FUNCTION_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss"}
-"""Algorithm config keys whose value names a function a plugin registered -> its registry kind (hooks
-``register_advantage_estimators`` / ``register_policy_losses``)."""
+REGISTERED_NAME_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss",
+                        "tools": "tool", "environment": "environment"}
+"""Config keys (of any section) whose value names a component a plugin registered (or, for ``tools``,
+a list of such names) -> its registry kind (``register_advantage_estimators``, ``register_policy_losses``,
+``register_tools``, ``register_environments``)."""
 
 
-def check_registered_functions(algorithm: Any, registry: Registry) -> None:
-    """ConfigError unless each key of :data:`REGISTERED_FUNCTION_KEYS` that the algorithm's config
-    declares names an installed advantage estimator / policy loss; the message lists those."""
-    if not dataclasses.is_dataclass(algorithm):
-        return
-    declared = {field.name for field in dataclasses.fields(algorithm)}
-    for key, kind in REGISTERED_FUNCTION_KEYS.items():
-        name = getattr(algorithm, key, None)
-        if key in declared and name not in registry.components[kind]:
-            _, _, reason = registry.missing_message(kind, str(name)).partition(": ")
-            raise ConfigError(f"algorithm.{key}={name}: {reason}")
+def check_registered_names(sections: dict[str, Any], registry: Registry) -> None:
+    """ConfigError unless each key of :data:`REGISTERED_NAME_KEYS` that a section's config declares
+    names installed components (None: none named); the message lists those."""
+    for group, section in sections.items():
+        if not dataclasses.is_dataclass(section):
+            continue
+        declared = {field.name for field in dataclasses.fields(section)}
+        for key, kind in REGISTERED_NAME_KEYS.items():
+            value = getattr(section, key, None) if key in declared else None
+            for name in ([] if value is None else value if isinstance(value, (list, tuple)) else [value]):
+                if name not in registry.components[kind]:
+                    _, _, reason = registry.missing_message(kind, str(name)).partition(": ")
+                    raise ConfigError(f"{group}.{key}={name}: {reason}")
 
 
 def check_placed_roles(resolved: ResolvedConfig) -> None:

@@ -25,6 +25,7 @@ DEFAULT_CHOICES: dict[str, str] = {
     "model": "smollm2-135m",
     "launcher": "local",
     "trainer": "default",
+    "agent": "single_turn",
 }
 
 
@@ -110,4 +111,5 @@ class RunConfig:
     model: Any = MISSING
     launcher: Any = MISSING
     trainer: Any = MISSING
+    agent: Any = MISSING
     sampling: SamplingConfig = field(default_factory=SamplingConfig)

@@ -34,7 +34,10 @@ REWARD_ROLE = "reward"
 class Roles:
     """The worker groups (or in-process engines) of a run, by role. ``ref`` and ``critic`` are None when
     the algorithm does not use them; ``declared`` holds the roles its config declares
-    (:class:`~rlloom.types.Role` -> its engine or reward function)."""
+    (:class:`~rlloom.types.Role` -> its engine or reward function); ``agent_rollout``, when the run's
+    agent loop is not ``single_turn``, generates in place of ``rollout.generate`` (same call, same
+    output contract, plus ``response_attention_mask`` and ``agent_*`` fields; the agent runner of
+    ``rlloom_agentkit``)."""
 
     rollout: RolloutEngine
     actor: TrainEngine
@@ -43,6 +46,7 @@ class Roles:
     ref: TrainEngine | None = None
     critic: TrainEngine | None = None
     declared: dict[Role, Any] = field(default_factory=dict)
+    agent_rollout: Callable[[Batch, SamplingParams], Batch] | None = None
     sleep_rollout: bool = False
     rollout_asleep: bool = False
     offload_train_engines: bool = False
@@ -212,7 +216,8 @@ class StepContext:
 
     # -------------------------------------------------------------------------- stages
     def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
-        """``n`` responses per prompt row (interleaved), decoded into ``response_text``."""
+        """``n`` responses per prompt row (interleaved), their sampled tokens decoded into
+        ``response_text``; the output's ``meta["metrics"]`` (an agent runner's) join the step's."""
         params = dataclasses.replace(sampling or self.sampling, n=n)
         if self.seed is not None and params.seed is None:
             call = self._calls[stage] = self._calls.get(stage, -1) + 1
@@ -220,8 +225,9 @@ class StepContext:
         self.roles.offload_train_engines_if_asked()
         self.roles.wake_rollout()
         with self.timed(stage):
-            batch = self.roles.rollout.generate(prompts, params)
-        batch.meta["max_new_tokens"] = params.max_new_tokens
+            batch = (self.roles.agent_rollout or self.roles.rollout.generate)(prompts, params)
+        self.metrics.update(batch.meta.pop("metrics", {}))
+        batch.meta.setdefault("max_new_tokens", params.max_new_tokens)
         self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
         batch["response_text"] = self.tokenizer.batch_decode(
             [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])],

@@ -39,6 +39,9 @@ trackers            (``trainer.trackers`` list)  ``factory(run_dir: str, config:
 launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
 models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
+agent loops         ``agent``          ``factory(cfg, registry: Registry) -> AgentLoop``
+tools               (``agent.tools`` list)  ``factory() -> Tool`` (built once per run)
+environments        (``agent.environment``)  ``factory() -> Environment`` (one per episode)
 dispatch modes      (engine methods)   ``factory() -> DispatchMode`` (see :mod:`rlloom.controller.dispatch`)
 commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentParser) -> run(args) -> int``
 ==================  =================  ==========================================================
@@ -167,6 +170,27 @@ def register_datasets(register: RegisterComponent) -> None:
 @provides("model")
 def register_models(register: RegisterComponent) -> None:
     """Register model sources (``model=<name>``): factories returning a local HF folder path."""
+
+
+@hookspec
+@provides("agent")
+def register_agent_loops(register: RegisterComponent) -> None:
+    """Register :class:`~rlloom.protocols.AgentLoop` factories (``agent=<name>``; ``single_turn``, one
+    sampled answer per prompt, is the default)."""
+
+
+@hookspec
+@provides("tool", group=False)
+def register_tools(register: RegisterComponent) -> None:
+    """Register :class:`~rlloom.protocols.Tool` factories (``register(name, factory)``): the names an
+    agent loop's ``tools`` list may hold."""
+
+
+@hookspec
+@provides("environment", group=False)
+def register_environments(register: RegisterComponent) -> None:
+    """Register :class:`~rlloom.protocols.Environment` factories (``register(name, factory)``): the
+    names an agent loop's ``environment`` setting may hold."""
 
 
 @hookspec

@@ -14,7 +14,7 @@ Plugins fill both through hooks, as they register everything else
 
 (a function, or ``"module:attribute"`` naming one, imported when first looked up). The config
 keys ``algorithm.adv_estimator`` and ``algorithm.policy_loss`` are checked against these tables
-when a config is composed (:func:`rlloom.config.compose.check_registered_functions`).
+when a config is composed (:func:`rlloom.config.compose.check_registered_names`).
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ hidden state predicting response token t is the one at response token t − 1 (t
 token for t = 0). Results equal the padded computation up to floating-point summation order.
 
 Contract: real prompt tokens are a suffix of ``prompt_mask`` (left padding) and real response tokens
-a prefix of ``response_mask`` (right padding), as every rollout engine writes them;
-:func:`pack_rows` raises a ValueError otherwise.
+a prefix of the response (right padding: :func:`rlloom.batch.response_attention`, which for an agent's
+trajectory covers its tool tokens too), as every rollout engine writes them; :func:`pack_rows` raises
+a ValueError otherwise. Only tokens with ``response_mask`` 1 get a predictor (are scored).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlloom.batch import Batch, row_tokens
+from rlloom.batch import Batch, response_attention, row_tokens
 from rlloom.protocols import LossFn, NamesInertRows
 
 GROUP_WIDTH = 4096
@@ -79,12 +80,12 @@ def may_attend(
 def real_lengths(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """``(prompt lengths [b], response lengths [b])``: real tokens per row, checked against the
     padding contract of the module docstring."""
-    prompt_mask, response_mask = micro["prompt_mask"], micro["response_mask"]
+    prompt_mask, response_mask = micro["prompt_mask"], response_attention(micro)
     if bool((prompt_mask[:, 1:] < prompt_mask[:, :-1]).any()):
         raise ValueError("packing needs left-padded prompts (prompt_mask 0…0 1…1 on every row); "
                          "use train_engine.sequence_layout=padded for other masks")
     if bool((response_mask[:, 1:] > response_mask[:, :-1]).any()):
-        raise ValueError("packing needs right-padded responses (response_mask 1…1 0…0 on every row); "
+        raise ValueError("packing needs right-padded responses (response tokens 1…1 0…0 on every row); "
                          "use train_engine.sequence_layout=padded for other masks")
     prompt_lengths = prompt_mask.sum(dim=1)
     if bool((prompt_lengths == 0).any()):

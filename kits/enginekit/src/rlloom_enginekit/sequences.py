@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rlloom.batch import Batch
+from rlloom.batch import Batch, response_attention
 
 TRAIN_INPUT_FIELDS = ("prompts", "prompt_mask", "responses", "response_mask")
 """The fields a train engine's ``compute_log_probs``, ``compute_values`` and ``train_step`` read."""
@@ -23,15 +23,15 @@ def policy_temperature(batch: Batch) -> float:
 def concat_prompt_response(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Join left-padded prompts and right-padded responses into one causal-LM input.
 
-    Returns ``input_ids`` [B, P+R], ``attention_mask`` [B, P+R] (``prompt_mask`` then
-    ``response_mask``) and ``position_ids`` [B, P+R] = cumsum(attention_mask) - 1, clamped at 0, so
+    Returns ``input_ids`` [B, P+R], ``attention_mask`` [B, P+R] (``prompt_mask`` then the response
+    tokens the model reads, :func:`rlloom.batch.response_attention`: an agent's tool tokens included) and ``position_ids`` [B, P+R] = cumsum(attention_mask) - 1, clamped at 0, so
     the first real prompt token is at position 0 whatever the padding.
 
     The logits at positions ``P-1 … P+R-2`` predict the response tokens.
     """
     batch.require("prompts", "prompt_mask", "responses", "response_mask")
     input_ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
-    attention_mask = torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], response_attention(batch)], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     return input_ids, attention_mask, position_ids
 

@@ -19,7 +19,8 @@ class PromptEncoder:
     ``max_prompt_length`` tokens are dropped by :meth:`filter` (counted by the caller).
 
     Output fields: ``prompts`` [B, P] int64 (left-padded with the pad id), ``prompt_mask`` [B, P],
-    objects ``prompt_text``, ``ground_truth``, ``data_source``, ``extra``.
+    objects ``prompt_text``, ``prompt_messages`` (the record's prompt, for agent loops, which render it
+    with their tools), ``ground_truth``, ``data_source``, ``extra``.
     """
 
     def __init__(self, tokenizer: Any, max_prompt_length: int) -> None:
@@ -57,6 +58,7 @@ class PromptEncoder:
             {"prompts": prompts, "prompt_mask": mask},
             {
                 "prompt_text": [self.render(record) for record in records],
+                "prompt_messages": [record.prompt for record in records],
                 "ground_truth": [record.ground_truth for record in records],
                 "data_source": [record.data_source for record in records],
                 "extra": [record.extra for record in records],

@@ -40,6 +40,7 @@ from rlloom.protocols import (
 from rlloom.types import EngineSpec, RoleSpec, SamplingParams
 
 from rlloom_trainer.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
+from rlloom_trainer.agents import multi_turn, start_agent_runner
 from rlloom_trainer.dumps import dump_rollouts
 from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
@@ -149,8 +150,12 @@ class Trainer:
         self.data = PromptIterator(train_records, self.config.train_batch_size, self.config.seed)
 
         self.sampling = sampling_params(sections["sampling"])
+        agent = multi_turn(self.resolved)
         with phase("starting the engines"):
             self.roles = self._start_roles()
+        self.agent_runner = start_agent_runner(self.resolved, registry, self.roles.rollout, self.tokenizer,
+                                               self.model_path) if agent else None
+        self.roles.agent_rollout = self.agent_runner
         self.guard = NonFiniteGuard(self.config.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
@@ -404,6 +409,8 @@ class Trainer:
                 except Exception as error:  # noqa: BLE001 - see the docstring
                     warnings.warn(f"tracker {type(tracker).__name__} failed to close: {error}", stacklevel=2)
         finally:
+            if self.agent_runner is not None:
+                self.agent_runner.close()
             self.launcher.shutdown()
 
 

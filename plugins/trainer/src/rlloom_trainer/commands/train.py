@@ -25,14 +25,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(record_yaml(resolved, get_registry()))
         return 0
-    from rlloom_trainer.interrupt import interrupt_message
+    from rlloom_trainer.interrupt import RunInterrupted, interrupt_message
     from rlloom_trainer.trainer import fit_run
 
     try:
         metrics = fit_run(resolved)
     except KeyboardInterrupt as interrupt:
         command = ["rlloom", "train", *(["--config", args.config] if args.config else []), *args.overrides]
-        print(interrupt_message(resolved, getattr(interrupt, "step", None), command), file=sys.stderr)
+        print(interrupt_message(resolved, interrupt.step if isinstance(interrupt, RunInterrupted) else None, command), file=sys.stderr)
         return INTERRUPTED
     summary = {k: v for k, v in metrics.items() if k.startswith("val-") or k == "critic/score/mean"}
     print(json.dumps(summary, indent=1, sort_keys=True))

@@ -1,0 +1,1 @@
+"""rlloom-agents: multi-turn agent loops, a tool, an environment (see the README)."""

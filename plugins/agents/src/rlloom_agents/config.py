@@ -1,0 +1,48 @@
+"""The settings of ``agent=tools``, ``agent=environment``, ``data=guess_number`` and ``reward=agent`` (torch-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from rlloom.config.limits import Limited
+from rlloom_agentkit.config import AgentConfig
+
+
+@dataclass
+class ToolLoopConfig(AgentConfig):
+    """``agent=tools``: the shared settings (:class:`~rlloom_agentkit.config.AgentConfig`), the calculator by
+    default."""
+
+    tools: list[str] = field(default_factory=lambda: ["calculator"])
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.tools:
+            raise ValueError("agent.tools=[]: agent=tools needs at least one tool (agent=single_turn has none)")
+
+
+@dataclass
+class EnvironmentLoopConfig(AgentConfig):
+    """``agent=environment``: the shared settings and ``environment``, the name of a registered environment."""
+
+    environment: str = "guess_number"
+
+
+@dataclass
+class GuessNumberDataConfig(Limited):
+    """``data=guess_number`` (:mod:`rlloom_agents.guess_number`)."""
+
+    section: ClassVar[str] = "data"
+    limits: ClassVar[dict[str, str]] = {"high": ">= 2", "num_val": ">= 0", "num_train": ">= 0"}
+
+    high: int = 100
+    num_val: int = 20
+    num_train: int = 0
+
+
+@dataclass
+class AgentRewardConfig:
+    """Options of ``reward=agent`` (:mod:`rlloom_agents.reward`)."""
+
+    unscored_score: float = 0.0
