@@ -247,3 +247,26 @@ def test_bad_agent_settings_exit_2_naming_the_key(overrides, message):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_agent_loop_with_a_launcher_that_cannot_run_it_exits_2_before_anything_starts(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "rlloom.cli", "train", "preset=tiny", "agent=tools",
+                             "launcher=ray", f"trainer.run_dir={run_dir}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "agent=tools drives the rollout engine from the trainer's process" in result.stderr
+    assert "use launcher=local" in result.stderr and not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_the_calculator_example_short_mode_runs_on_the_tiny_model(tmp_path):
+    """``preset=calculator`` (docs/agents.md) in the suite's short mode: the tiny model (byte tokens, so one
+    worked example and 2-digit numbers keep the prompt in its 2048 positions), two steps."""
+    final = rlloom_trainer.train([
+        "preset=calculator", "model=tiny", "model.max_position_embeddings=2048", "data.digits=2", "data.shots=1",
+        "data.num_val=4", "data.num_train=16", "trainer.total_steps=2", "trainer.max_prompt_length=1536",
+        "sampling.max_new_tokens=8", "agent.max_response_tokens=48", "algorithm.n=2", "trainer.train_batch_size=2",
+        "trainer.val_max_prompts=4", "trainer.val_greedy=false", f"trainer.run_dir={tmp_path}"])
+    rows = training_rows(metric_rows(str(tmp_path)))
+    assert len(rows) == 2 and all("agent/tool_calls/mean" in row for row in rows)
+    assert "val-core/calculator/acc/mean@2" in final

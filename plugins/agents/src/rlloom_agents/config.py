@@ -46,3 +46,16 @@ class AgentRewardConfig:
     """Options of ``reward=agent`` (:mod:`rlloom_agents.reward`)."""
 
     unscored_score: float = 0.0
+
+
+@dataclass
+class CalculatorDataConfig(Limited):
+    """``data=calculator`` (:mod:`rlloom_agents.calculator_task`)."""
+
+    section: ClassVar[str] = "data"
+    limits: ClassVar[dict[str, str]] = {"digits": "in [1, 3]", "shots": ">= 0", "num_val": ">= 0", "num_train": ">= 0"}
+
+    digits: int = 3
+    shots: int = 3
+    num_val: int = 64
+    num_train: int = 2000

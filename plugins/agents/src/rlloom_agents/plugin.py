@@ -1,8 +1,10 @@
 """The entry point ``agents``: registers the agent loops ``tools`` and ``environment``, the tool
-``calculator``, the environment and dataset ``guess_number`` and the reward ``agent``."""
+``calculator`` and its dataset, the environment and dataset ``guess_number``, the reward ``agent`` and the
+preset ``calculator``."""
 
 import rlloom
-from rlloom_agents.config import AgentRewardConfig, EnvironmentLoopConfig, GuessNumberDataConfig, ToolLoopConfig
+from rlloom_agents.config import (AgentRewardConfig, CalculatorDataConfig, EnvironmentLoopConfig,
+                                  GuessNumberDataConfig, ToolLoopConfig)
 
 
 @rlloom.hookimpl
@@ -24,6 +26,19 @@ def register_environments(register):
 @rlloom.hookimpl
 def register_datasets(register):
     register("guess_number", "rlloom_agents.guess_number:build_guess_number", config=GuessNumberDataConfig)
+    register("calculator", "rlloom_agents.calculator_task:build_calculator", config=CalculatorDataConfig)
+
+
+@rlloom.hookimpl
+def register_presets(register):
+    register(
+        "calculator",
+        ["agent=tools", "data=calculator", "reward=arithmetic", "algorithm.n=8", "trainer.train_batch_size=2",
+         "sampling.max_new_tokens=40", "agent.max_response_tokens=120", "agent.max_turns=3", "trainer.total_steps=8",
+         "trainer.test_freq=4", "trainer.val_max_prompts=16", "trainer.val_n=2", "trainer.val_greedy=false",
+         "trainer.max_prompt_length=640"],
+        "SmolLM2 learns to multiply 3-digit numbers with the calculator tool (docs/agents.md)",
+    )
 
 
 @rlloom.hookimpl

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlloom.config import ConfigError
 from rlloom.config.compose import ResolvedConfig
 from rlloom.plugins.registry import Registry
 
 
 def multi_turn(resolved: ResolvedConfig) -> bool:
-    """Whether the run's ``agent`` is a multi-turn loop; a RuntimeError, before any engine starts, when
-    its launcher would place the rollout engine outside the trainer's process."""
+    """Whether the run's ``agent`` is a multi-turn loop; a ConfigError when its launcher would place the
+    rollout engine outside the trainer's process."""
     from rlloom_agentkit.config import SingleTurnConfig
 
     if isinstance(resolved.sections["agent"], SingleTurnConfig):
         return False
     if resolved.choices["launcher"] != "local":
-        raise RuntimeError(f"agent={resolved.choices['agent']} drives the rollout engine from the trainer's "
+        raise ConfigError(f"agent={resolved.choices['agent']} drives the rollout engine from the trainer's "
                            f"process, which launcher={resolved.choices['launcher']} does not allow yet: use "
                            "launcher=local (rollout=server reaches servers on other machines)")
     return True

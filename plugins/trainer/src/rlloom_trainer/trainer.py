@@ -98,6 +98,7 @@ class Trainer:
         self.registry = registry = registry or get_registry()
         sections, choices = resolved.sections, resolved.choices
         self.config = sections["trainer"]
+        self.multi_turn = multi_turn(resolved)  # before anything is written: a ConfigError when the launcher cannot
         seed_everything(self.config.seed)
         self.run_dir = run_dir_of(self.config)
         self.run_config = OmegaConf.to_container(resolved.cfg, resolve=True)
@@ -150,11 +151,9 @@ class Trainer:
         self.data = PromptIterator(train_records, self.config.train_batch_size, self.config.seed)
 
         self.sampling = sampling_params(sections["sampling"])
-        agent = multi_turn(self.resolved)
         with phase("starting the engines"):
             self.roles = self._start_roles()
-        self.agent_runner = start_agent_runner(self.resolved, registry, self.roles.rollout, self.tokenizer,
-                                               self.model_path) if agent else None
+        self.agent_runner = self._start_agent_runner() if self.multi_turn else None
         self.roles.agent_rollout = self.agent_runner
         self.guard = NonFiniteGuard(self.config.max_nonfinite_steps, self.run_dir)
         self.step = 0
@@ -271,6 +270,14 @@ class Trainer:
             sleep_rollout=self.config.sleep_rollout,
             offload_train_engines=self.config.offload_train_engines,
         )
+
+    def _start_agent_runner(self) -> Any:
+        """The multi-turn agent's runner over the rollout engine (:func:`rlloom_trainer.agents.start_agent_runner`)."""
+        choice = f"agent={self.resolved.choices['agent']}"
+        try:
+            return start_agent_runner(self.resolved, self.registry, self.roles.rollout, self.tokenizer, self.model_path)
+        except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
+            raise RoleStartError("agent", choice, error) from error
 
     def _start_trackers(self) -> list[Any]:
         """Build ``trainer.trackers``; one that fails to start is left out with a warning."""
