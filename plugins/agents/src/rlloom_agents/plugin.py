@@ -1,8 +1,9 @@
-"""The entry point ``agents``: registers the agent loops ``tools`` and ``environment``, the tool
-``calculator``, the environment and dataset ``guess_number`` and the reward ``agent``."""
+"""The entry point ``agents``: registers the agent loops ``tools`` and ``environment``, the tools
+``calculator`` and ``retrieval``, the environment and dataset ``guess_number`` and the reward ``agent``."""
 
 import rlloom
-from rlloom_agents.config import AgentRewardConfig, EnvironmentLoopConfig, GuessNumberDataConfig, ToolLoopConfig
+from rlloom_agents.config import (AgentRewardConfig, EnvironmentLoopConfig, GuessNumberDataConfig,
+                                  RetrievalToolConfig, ToolLoopConfig)
 
 
 @rlloom.hookimpl
@@ -14,6 +15,7 @@ def register_agent_loops(register):
 @rlloom.hookimpl
 def register_tools(register):
     register("calculator", "rlloom_agents.calculator:Calculator")
+    register("retrieval", "rlloom_agents.retrieval:Retrieval", config=RetrievalToolConfig)
 
 
 @rlloom.hookimpl
