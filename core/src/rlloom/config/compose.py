@@ -275,7 +275,8 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     """Checks that span sections or need the registry (each section checks itself when built): tracker
     names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
     (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names and
-    the settings of registered components, the choices of declared roles, the roles sections name, and the device on this machine."""
+    the settings of registered components, the choices of declared roles, the roles sections name,
+    and the device on this machine."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     if registry is not None:

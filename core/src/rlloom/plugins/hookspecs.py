@@ -16,10 +16,10 @@ Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`
 - ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
   option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
   Its ``__post_init__`` validates values (a ValueError is a config error). A tool's config is no
-  group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`). Configs may have
-  abilities the core asks for (:mod:`rlloom.protocols`): an engine config's ``check_model``
-  (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's ``optimizer_steps_per_step``
-  (:class:`~rlloom.protocols.PlansOptimizerSteps`).
+  group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`).
+  Configs may have abilities the core asks for (:mod:`rlloom.protocols`): an engine config's
+  ``check_model`` (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's
+  ``optimizer_steps_per_step`` (:class:`~rlloom.protocols.PlansOptimizerSteps`).
 
 The ``register`` callbacks are typed below (:class:`RegisterComponent`, :class:`RegisterFunction`,
 :class:`RegisterConfig`, :class:`RegisterPreset`).
@@ -41,7 +41,7 @@ launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
 models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
 agent loops         ``agent``          ``factory(cfg, registry: Registry) -> AgentLoop``
-tools               (``agent.tools`` list)  ``factory(cfg) -> Tool`` with a config (``agent.tool_settings.<name>`` over its defaults), else ``factory() -> Tool``; once per run
+tools               (``agent.tools`` list)  ``factory(cfg) -> Tool`` with a config, else ``factory()`` (once per run)
 environments        (``agent.environment``)  ``factory() -> Environment`` (one per episode)
 dispatch modes      (engine methods)   ``factory() -> DispatchMode`` (see :mod:`rlloom.controller.dispatch`)
 commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentParser) -> run(args) -> int``

@@ -32,7 +32,8 @@ class ToolLoop:
         self.toolbox = Toolbox(self.tools, cfg)
 
     def calls(self, turn: Turn) -> list[ToolCall]:
-        """The tool calls a turn makes: its ``<tool_call>`` blocks (:func:`~rlloom_agentkit.hermes.parse_tool_calls`)."""
+        """The tool calls a turn makes: its ``<tool_call>`` blocks
+        (:func:`~rlloom_agentkit.hermes.parse_tool_calls`)."""
         return parse_tool_calls(turn.text)
 
     async def run(self, episode: Episode) -> None:
