@@ -19,6 +19,7 @@ from rlloom_agents.config import RetrievalToolConfig, ToolLoopConfig
 from rlloom_agents.loops import ToolLoop
 from rlloom_agents.retrieval import Retrieval
 from rlloom_models.tiny import build_tokenizer
+from rlloom_rewards.code.python_tool import PythonTool, PythonToolConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -71,6 +72,14 @@ def test_hostile_programs_are_error_observations_and_the_run_goes_on(tokenizer, 
     assert not os.path.exists(ESCAPE)
     readme = (ROOT / "README.md").read_text().splitlines()[0]
     assert readme not in tokenizer.decode(engine.prompts[1])
+
+
+def test_without_root_the_python_tool_refuses_unless_allowed(monkeypatch):
+    monkeypatch.setattr("rlloom_rewards.code.sandbox.os.geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match=r"set agent\.tool_settings\.python\.allow_unsandboxed=true"):
+        PythonTool(PythonToolConfig())
+    with pytest.warns(RuntimeWarning, match="the tool python runs untrusted code WITHOUT kernel containment"):
+        PythonTool(PythonToolConfig(allow_unsandboxed=True))
 
 
 # ---------------------------------------------------------------------------------------- retrieval

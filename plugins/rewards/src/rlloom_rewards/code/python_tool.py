@@ -12,7 +12,8 @@ on either way.
 
 A run blocks a thread while it waits for its child process, never the event loop: runs go to the tool's
 own ``max_concurrent`` threads (also a bound on the sandboxes alive at once: every run's program is
-the user ``nobody``, whose process count ``max_processes`` caps across runs).
+the user ``nobody``, whose process count ``max_processes`` caps across runs). A call waiting for a
+thread waits within the toolbox's ``agent.tool_timeout_s``; one abandoned before it started never runs.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ class PythonToolConfig(SandboxConfig, Limited):
     max_concurrent: int = 4
 
 
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 40`` for a number without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def observation(result: SandboxResult, timeout_s: float) -> str:
     """What the model sees of a finished run (see the module doc)."""
     if result.status == ERROR:
@@ -57,7 +66,7 @@ def observation(result: SandboxResult, timeout_s: float) -> str:
     if result.status == TIMEOUT:
         ending = f"the program ran past its limit of {timeout_s:g} s and was stopped"
     elif result.returncode is not None and result.returncode < 0:
-        ending = f"the program was killed by {signal.Signals(-result.returncode).name}"
+        ending = f"the program was killed by {signal_name(-result.returncode)}"
     else:
         ending = f"the program exited with status {result.returncode}"
     return f"error: {ending}\n{shown}"
