@@ -47,9 +47,11 @@ HOSTILE = {
     "write outside": f"open({ESCAPE!r}, 'w').write('out')\n",
     "read the host": f"print(open({str(ROOT / 'README.md')!r}).read())\n",
 }
-SEEN = {"loop": "error: the program ran past its limit of 2 s and was stopped",
-        "fork bomb": "error: the program exited with status 1", "allocation": "MemoryError",
-        "write outside": "PermissionError", "read the host": "FileNotFoundError"}
+TIMED_OUT = "error: the program ran past its limit of 2 s and was stopped"
+SEEN = {"loop": (TIMED_OUT,), "allocation": ("MemoryError",), "write outside": ("PermissionError",),
+        "read the host": ("FileNotFoundError",),
+        # a fork that fails ends its process (BlockingIOError); the first process may also outlive the clock
+        "fork bomb": ("error: the program exited with status 1\n", TIMED_OUT)}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the kernel containment runs as root only")
@@ -67,7 +69,7 @@ def test_hostile_programs_are_error_observations_and_the_run_goes_on(tokenizer, 
     seen = tokenizer.decode(engine.prompts[1]).split("\ntool: ")[1:]
     assert len(seen) == len(programs)
     for name, observation in zip(HOSTILE, seen):
-        assert observation.startswith("error: ") and SEEN[name] in observation, (name, observation)
+        assert observation.startswith("error: ") and any(s in observation for s in SEEN[name]), (name, observation)
     assert seen[-1].startswith("499999500000\n")
     assert not os.path.exists(ESCAPE)
     readme = (ROOT / "README.md").read_text().splitlines()[0]

@@ -5,8 +5,8 @@ is a :class:`~rlloom.config.errors.ConfigError` naming ``<where>.<key>``; the da
 ``__post_init__`` checks the values (its ValueError becomes a ConfigError too).
 
 Torch-free: :func:`rlloom.config.compose.check_component_settings` runs these checks when the run's
-config is composed, and the loop that builds the components (:func:`build_with_settings`) gets the
-same instances.
+config is composed, before anything heavy starts; the loop that builds the components
+(:func:`build_with_settings`) makes their configs the same way.
 """
 
 from __future__ import annotations

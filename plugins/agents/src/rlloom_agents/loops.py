@@ -33,7 +33,8 @@ class ToolLoop:
 
     def calls(self, turn: Turn) -> list[ToolCall]:
         """The tool calls a turn makes: its ``<tool_call>`` blocks
-        (:func:`~rlloom_agentkit.hermes.parse_tool_calls`)."""
+        (:func:`~rlloom_agentkit.hermes.parse_tool_calls`). A subclass may decide otherwise
+        (``bench/bench_agent.py``'s loop calls a tool every turn)."""
         return parse_tool_calls(turn.text)
 
     async def run(self, episode: Episode) -> None:
