@@ -5,21 +5,19 @@ multi-turn training runs on the tiny model (hf rollout, FSDP2 actor)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 
 import pytest
 import rlloom_trainer
 import torch
-from rlloom.batch import Batch
+from agent_helpers import EOS, ScriptedEngine, run_tool_loop
 from rlloom.data import PromptRecord
 from rlloom.plugins.registry import Registry
-from rlloom.types import Completion, MiniBatchStats, SamplingParams
+from rlloom.types import MiniBatchStats, SamplingParams
 from rlloom_agentkit.config import AgentConfig
 from rlloom_agentkit.episode import TokenEpisode
 from rlloom_agentkit.hermes import ToolCall, parse_tool_calls
-from rlloom_agentkit.runner import AgentRunner
 from rlloom_agentkit.template import TurnTemplate
 from rlloom_agentkit.toolbox import Toolbox
 from rlloom_agents.config import ToolLoopConfig
@@ -29,24 +27,7 @@ from rlloom_algokit.policy_loss import make_policy_loss_fn
 from rlloom_models.tiny import build_tokenizer
 from rlloom_trainer.testing import metric_rows, training_rows
 
-EOS = 257  # the tiny byte tokenizer's <eos>, which closes an assistant turn in its chat template
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "123*456"}}</tool_call>'
-
-
-class ScriptedEngine:
-    """An AsyncRolloutEngine whose "samples" are given texts (the model's behaviour is not what these tests
-    test: the episode, template and runner around it are); log-probs are distinct per token."""
-
-    def __init__(self, tokenizer, turns: list[str]) -> None:
-        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
-
-    async def generate_one(self, prompt_ids, sampling):
-        self.prompts.append(list(prompt_ids))
-        ids = self.tokenizer(self.turns.pop(0), add_special_tokens=False)["input_ids"] + [EOS]
-        ids = ids[: sampling.max_new_tokens]
-        log_probs = [-(len(self.prompts) + k / 1000) for k in range(len(ids))]
-        reason = "stop" if ids[-1] == EOS else "length"
-        return Completion(token_ids=[ids], log_probs=[log_probs], finish_reasons=[reason])
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +38,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def registry():
     return Registry()
-
-
-def prompt_batch(rows: list[PromptRecord]) -> Batch:
-    return Batch({"prompts": torch.ones(len(rows), 1, dtype=torch.long), "prompt_mask": torch.ones(len(rows), 1,
-                                                                                                   dtype=torch.long)},
-                 {"prompt_messages": [r.prompt for r in rows], "ground_truth": [r.ground_truth for r in rows],
-                  "data_source": [r.data_source for r in rows], "extra": [r.extra for r in rows],
-                  "prompt_text": ["" for _ in rows]})
-
-
-def run_tool_loop(tokenizer, registry, turns: list[str], **settings) -> tuple[Batch, ScriptedEngine]:
-    cfg = ToolLoopConfig(**settings)
-    engine = ScriptedEngine(tokenizer, turns)
-    runner = AgentRunner(engine, TurnTemplate(tokenizer, [EOS]), 256, lambda name: ToolLoop(cfg, registry),
-                         "tools", cfg)
-    row = PromptRecord([{"role": "user", "content": "What is 123*456?"}], "56088", "arithmetic")
-    try:
-        return runner(prompt_batch([row]), SamplingParams(max_new_tokens=200)), engine
-    finally:
-        runner.close()
 
 
 def test_a_trajectory_is_the_sampled_ids_and_the_template_tokens_between_them(tokenizer, registry):
@@ -235,8 +196,8 @@ def test_the_tool_loop_runs_on_the_tiny_model(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["agent=tools", "agent.tools=[calcuator]"],
-     "agent.tools=calcuator: no installed plugin provides tool 'calcuator'. Installed choices: calculator. "
-     "Did you mean 'calculator'?"),
+     "agent.tools=calcuator: no installed plugin provides tool 'calcuator'. Installed choices: calculator, python, "
+     "retrieval. Did you mean 'calculator'?"),
     (["agent=tools", "agent.tools=[]"], "agent.tools=[]: agent=tools needs at least one tool"),
     (["agent=environment", "agent.environment=chess"], "agent.environment=chess: no installed plugin provides "
                                                        "environment 'chess'"),

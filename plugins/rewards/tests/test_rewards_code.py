@@ -85,7 +85,7 @@ def test_code_reward_config_is_checked():
 
 
 def test_without_root_it_refuses_unless_allowed_and_then_warns(monkeypatch):
-    monkeypatch.setattr("rlloom_rewards.code.reward.os.geteuid", lambda: 1000)
+    monkeypatch.setattr("rlloom_rewards.code.sandbox.os.geteuid", lambda: 1000)
     with pytest.raises(RuntimeError, match="reward.allow_unsandboxed=true"):
         CodeReward(CodeRewardConfig())
     with pytest.warns(RuntimeWarning, match="WITHOUT kernel containment"):

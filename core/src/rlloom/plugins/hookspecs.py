@@ -15,10 +15,11 @@ Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`
   registry — and reporting a config error — stays fast (a test holds every in-tree plugin to it),
 - ``config``: a dataclass type: the component's typed config schema with defaults. It becomes the
   option ``<name>`` of the kind's Hydra config group; Hydra rejects unknown keys and wrong types.
-  Its ``__post_init__`` validates values (a ValueError is a config error). Configs may have
-  abilities the core asks for (:mod:`rlloom.protocols`): an engine config's ``check_model``
-  (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's ``optimizer_steps_per_step``
-  (:class:`~rlloom.protocols.PlansOptimizerSteps`).
+  Its ``__post_init__`` validates values (a ValueError is a config error). A tool's config is no
+  group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`).
+  Configs may have abilities the core asks for (:mod:`rlloom.protocols`): an engine config's
+  ``check_model`` (:class:`~rlloom.protocols.ChecksModel`), an algorithm config's
+  ``optimizer_steps_per_step`` (:class:`~rlloom.protocols.PlansOptimizerSteps`).
 
 The ``register`` callbacks are typed below (:class:`RegisterComponent`, :class:`RegisterFunction`,
 :class:`RegisterConfig`, :class:`RegisterPreset`).
@@ -40,7 +41,7 @@ launchers           ``launcher``       ``factory(cfg) -> Launcher``
 datasets            ``data``           ``factory(cfg, seed: int) -> PromptDataset``
 models              ``model``          ``factory(cfg) -> str`` (path of a local Hugging Face folder)
 agent loops         ``agent``          ``factory(cfg, registry: Registry) -> AgentLoop``
-tools               (``agent.tools`` list)  ``factory() -> Tool`` (built once per run)
+tools               (``agent.tools`` list)  ``factory(cfg) -> Tool`` with a config, else ``factory()`` (once per run)
 environments        (``agent.environment``)  ``factory() -> Environment`` (one per episode)
 dispatch modes      (engine methods)   ``factory() -> DispatchMode`` (see :mod:`rlloom.controller.dispatch`)
 commands            (``rlloom <name>``)  ``factory(parser: argparse.ArgumentParser) -> run(args) -> int``
@@ -182,8 +183,11 @@ def register_agent_loops(register: RegisterComponent) -> None:
 @hookspec
 @provides("tool", group=False)
 def register_tools(register: RegisterComponent) -> None:
-    """Register :class:`~rlloom.protocols.Tool` factories (``register(name, factory)``): the names an
-    agent loop's ``tools`` list may hold."""
+    """Register :class:`~rlloom.protocols.Tool` factories (``register(name, factory, config=None)``):
+    the names an agent loop's ``tools`` list may hold. With ``config`` (a dataclass type: the tool's
+    settings and their defaults), the factory is called ``factory(cfg)``, ``cfg`` built from
+    ``agent.tool_settings.<name>`` over the defaults and checked when the run's config is composed
+    (:mod:`rlloom.config.settings`); without, ``factory()``."""
 
 
 @hookspec

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rlloom.config.limits import Limited
 
@@ -23,6 +23,10 @@ class AgentConfig(Limited):
       inserted (tool, user, template) token together; each turn samples at most
       ``sampling.max_new_tokens`` of it;
     - ``tools``: names of registered tools (``register_tools``) described to the model;
+    - ``tool_settings``: tool name -> ``{key: value}`` over that tool's registered config's defaults
+      (``+agent.tool_settings.python.timeout_s=3``); an unknown key, a wrong type or a tool not in
+      ``tools`` is a config error naming ``agent.tool_settings.<tool>.<key>``
+      (:mod:`rlloom.config.settings`);
     - ``max_parallel_calls``: tool calls of one turn run at once (more in one turn: the rest answered
       with an error observation);
     - ``max_tool_response_tokens``: a longer observation keeps its head and tail, the middle cut;
@@ -38,6 +42,7 @@ class AgentConfig(Limited):
     max_turns: int = 4
     max_response_tokens: int = 256
     tools: list[str] = field(default_factory=list)
+    tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_parallel_calls: int = 4
     max_tool_response_tokens: int = 128
     tool_timeout_s: float = 10.0

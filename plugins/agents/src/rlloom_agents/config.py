@@ -1,7 +1,9 @@
-"""The settings of ``agent=tools``, ``agent=environment``, ``data=guess_number`` and ``reward=agent`` (torch-free)."""
+"""The settings of ``agent=tools``, ``agent=environment``, the tool ``retrieval``, ``data=guess_number`` and
+``reward=agent`` (torch-free)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -27,6 +29,26 @@ class EnvironmentLoopConfig(AgentConfig):
     """``agent=environment``: the shared settings and ``environment``, the name of a registered environment."""
 
     environment: str = "guess_number"
+
+
+@dataclass
+class RetrievalToolConfig(Limited):
+    """Settings of the tool ``retrieval`` (``+agent.tool_settings.retrieval.<key>=...``,
+    :mod:`rlloom_agents.retrieval`): ``corpus``, the collection searched (a JSONL file of ``{"id",
+    "text"}`` objects or a folder of ``.txt`` files; "": the invented passages shipped with this
+    package), and ``top_k``, the passages one search shows. A ``corpus`` that does not exist is a
+    config error naming it."""
+
+    section: ClassVar[str] = "agent.tool_settings.retrieval"
+    limits: ClassVar[dict[str, str]] = {"top_k": ">= 1"}
+
+    corpus: str = ""
+    top_k: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.corpus and not os.path.exists(self.corpus):
+            raise ValueError(f"{self.section}.corpus={self.corpus}: no such file or folder")
 
 
 @dataclass

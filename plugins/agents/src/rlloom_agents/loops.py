@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rlloom.config.settings import build_with_settings
 from rlloom.plugins.registry import Registry
 from rlloom.protocols import Episode
-from rlloom_agentkit.hermes import parse_tool_calls
+from rlloom.types import Turn
+from rlloom_agentkit.hermes import ToolCall, parse_tool_calls
 from rlloom_agentkit.toolbox import Toolbox
 from rlloom_agents.config import EnvironmentLoopConfig, ToolLoopConfig
 
@@ -20,12 +22,20 @@ class ToolLoop:
     Ends with ``answer`` (a turn without a tool call), ``max_turns`` (the last allowed turn still
     called a tool), or ``length`` (the budget ran out, or a turn without a tool call ran out of
     ``sampling.max_new_tokens``: its answer is cut). Counters ``tool_calls``
-    and ``tool_errors`` (every episode reports them, 0 included)."""
+    and ``tool_errors`` (every episode reports them, 0 included). Each tool is built once, with its
+    ``agent.tool_settings`` over its config (:func:`rlloom.config.settings.build_with_settings`)."""
 
     def __init__(self, cfg: ToolLoopConfig, registry: Registry) -> None:
         self.config = cfg
-        self.tools = tuple(registry.build("tool", name) for name in cfg.tools)
+        self.tools = tuple(build_with_settings(registry, "tool", name, cfg.tool_settings.get(name, {}),
+                                               f"agent.tool_settings.{name}") for name in cfg.tools)
         self.toolbox = Toolbox(self.tools, cfg)
+
+    def calls(self, turn: Turn) -> list[ToolCall]:
+        """The tool calls a turn makes: its ``<tool_call>`` blocks
+        (:func:`~rlloom_agentkit.hermes.parse_tool_calls`). A subclass may decide otherwise
+        (``bench/bench_agent.py``'s loop calls a tool every turn)."""
+        return parse_tool_calls(turn.text)
 
     async def run(self, episode: Episode) -> None:
         episode.count("tool_calls", 0)
@@ -34,7 +44,7 @@ class ToolLoop:
             turn = await episode.assistant_turn()
             if turn is None:
                 return  # the budget is spent: the episode finished itself with "length"
-            calls = parse_tool_calls(turn.text)
+            calls = self.calls(turn)
             if not calls:
                 episode.finish("answer" if turn.finish_reason == "stop" else "length")
                 return

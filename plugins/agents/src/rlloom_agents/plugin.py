@@ -1,10 +1,10 @@
-"""The entry point ``agents``: registers the agent loops ``tools`` and ``environment``, the tool
-``calculator`` and its dataset, the environment and dataset ``guess_number``, the reward ``agent`` and the
-preset ``calculator``."""
+"""The entry point ``agents``: registers the agent loops ``tools`` and ``environment``, the tools
+``calculator`` and ``retrieval``, the calculator's dataset and preset ``calculator``, the environment and
+dataset ``guess_number`` and the reward ``agent``."""
 
 import rlloom
 from rlloom_agents.config import (AgentRewardConfig, CalculatorDataConfig, EnvironmentLoopConfig,
-                                  GuessNumberDataConfig, ToolLoopConfig)
+                                  GuessNumberDataConfig, RetrievalToolConfig, ToolLoopConfig)
 
 
 @rlloom.hookimpl
@@ -16,6 +16,7 @@ def register_agent_loops(register):
 @rlloom.hookimpl
 def register_tools(register):
     register("calculator", "rlloom_agents.calculator:Calculator")
+    register("retrieval", "rlloom_agents.retrieval:Retrieval", config=RetrievalToolConfig)
 
 
 @rlloom.hookimpl

@@ -31,27 +31,21 @@ once.
 
 from __future__ import annotations
 
-import os
-import warnings
 from dataclasses import dataclass
 
 from rlloom_rewardkit import ExecutionConfig, RowReward
 
-from rlloom_rewards.code.sandbox import SandboxLimits, sandbox_python
+from rlloom_rewards.code.sandbox import SandboxConfig
 from rlloom_rewards.code.verifier import CodeVerifier
 
 
 @dataclass
-class CodeRewardConfig(ExecutionConfig):
-    """Options of ``reward=code`` (see the module doc and :class:`SandboxLimits`)."""
+class CodeRewardConfig(ExecutionConfig, SandboxConfig):
+    """Options of ``reward=code`` (see the module doc): how rows are scored (``ExecutionConfig``: the
+    sandbox enforces ``timeout_s`` itself, per program) and the sandbox's settings
+    (:class:`~rlloom_rewards.code.sandbox.SandboxConfig`)."""
 
     timeout_s: float = 5.0  # wall clock per program (and ceil(timeout_s) s of CPU)
-    memory_mb: int = 512
-    file_size_mb: int = 16
-    max_processes: int = 16
-    disk_mb: int = 64  # private tmpfs per program (as root): everything it writes
-    allow_unsandboxed: bool = False  # without root: run with the weak guard-only sandbox (docs/sandbox.md)
-    python: str = ""  # interpreter for the programs; "" = this one (see sandbox_python)
     pass_score: float = 1.0
     fail_score: float = 0.0
 
@@ -68,16 +62,8 @@ class CodeReward(RowReward):
     to build unless ``allow_unsandboxed`` (then it warns)."""
 
     def __init__(self, cfg: CodeRewardConfig) -> None:
-        if os.geteuid() != 0:
-            if not cfg.allow_unsandboxed:
-                raise RuntimeError(
-                    "reward=code contains untrusted code with kernel namespaces, which needs root here "
-                    "(docs/sandbox.md); set reward.allow_unsandboxed=true to run it with the weak guard-only sandbox"
-                )
-            warnings.warn("reward=code runs untrusted code WITHOUT kernel containment (reward.allow_unsandboxed=true)",
-                          RuntimeWarning, stacklevel=2)
-        limits = SandboxLimits(cfg.timeout_s, cfg.memory_mb, cfg.file_size_mb, cfg.max_processes, cfg.disk_mb)
-        verify = CodeVerifier(limits, sandbox_python(cfg.python), cfg.pass_score, cfg.fail_score)
+        python = cfg.contained_python("reward=code", "reward")
+        verify = CodeVerifier(cfg.sandbox_limits(), python, cfg.pass_score, cfg.fail_score)
         # The sandbox enforces timeout_s itself; the scorer must not cut it short.
         execution = ExecutionConfig(cfg.num_workers, 0.0, cfg.error_score, cfg.timeout_score)
         super().__init__(verify, execution, ("response_text", "ground_truth", "extra"), defaults={"extra": {}})

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,13 +97,14 @@ def _usable_by_others(path: str) -> bool:
         directory = os.path.dirname(directory)
 
 
-def sandbox_python(configured: str = "") -> str:
+def sandbox_python(configured: str = "", key: str = "reward.python") -> str:
     """The interpreter sandboxed programs run with: ``configured`` when given, else this process's
     interpreter; as root (the program then runs as ``nobody``) the first of this interpreter and the
-    system ``python3`` that ``nobody`` can execute. ``ValueError`` when there is none."""
+    system ``python3`` that ``nobody`` can execute. ``ValueError`` naming ``key`` (the setting
+    ``configured`` came from) when there is none."""
     if configured:
         if not os.path.isfile(configured):
-            raise ValueError(f"reward.python={configured!r} is not a file")
+            raise ValueError(f"{key}={configured!r} is not a file")
         return configured
     own = getattr(sys, "_base_executable", sys.executable)
     if os.geteuid() != 0:
@@ -113,8 +115,42 @@ def sandbox_python(configured: str = "") -> str:
             return candidate
     raise ValueError(
         f"running as root, sandboxed programs run as 'nobody', who cannot execute any of {candidates}; "
-        "set reward.python to an interpreter every user can run (e.g. /usr/bin/python3)"
+        f"set {key} to an interpreter every user can run (e.g. /usr/bin/python3)"
     )
+
+
+@dataclass
+class SandboxConfig:
+    """The sandbox settings of a config that runs programs (``reward=code``, the tool ``python``): each
+    run's limits (:class:`SandboxLimits`: ``timeout_s`` of wall clock and ``ceil(timeout_s)`` s of CPU,
+    ``memory_mb``, ``file_size_mb``, ``max_processes``, ``disk_mb`` of private tmpfs as root),
+    ``allow_unsandboxed`` (without root: run with the weak guard-only sandbox, docs/sandbox.md) and
+    ``python`` (the programs' interpreter; "": see :func:`sandbox_python`)."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 512
+    file_size_mb: int = 16
+    max_processes: int = 16
+    disk_mb: int = 64
+    allow_unsandboxed: bool = False
+    python: str = ""
+
+    def sandbox_limits(self) -> SandboxLimits:
+        return SandboxLimits(self.timeout_s, self.memory_mb, self.file_size_mb, self.max_processes, self.disk_mb)
+
+    def contained_python(self, what: str, section: str) -> str:
+        """The interpreter ``what`` (``reward=code``) runs programs with (:func:`sandbox_python`, its
+        setting named ``<section>.python``). Without root: a RuntimeError unless ``allow_unsandboxed``
+        (then a RuntimeWarning), since only root gets kernel containment."""
+        if os.geteuid() != 0:
+            if not self.allow_unsandboxed:
+                raise RuntimeError(
+                    f"{what} contains untrusted code with kernel namespaces, which needs root here "
+                    f"(docs/sandbox.md); set {section}.allow_unsandboxed=true to run it with the weak "
+                    "guard-only sandbox")
+            warnings.warn(f"{what} runs untrusted code WITHOUT kernel containment ({section}.allow_unsandboxed=true)",
+                          RuntimeWarning, stacklevel=3)
+        return sandbox_python(self.python, f"{section}.python")
 
 
 def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
