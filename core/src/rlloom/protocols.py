@@ -612,6 +612,16 @@ class ChecksRoles(Protocol):
 
 
 @runtime_checkable
+class ChecksInstalled(Protocol):
+    """Optional ability of a config section: checks what only the installed plugins can tell (an agent
+    config's tool names and their settings), when the run's config is composed; a ValueError, whose
+    message names the key, is a config error."""
+
+    def check_installed(self, registry: Registry) -> None:
+        ...
+
+
+@runtime_checkable
 class PlansOptimizerSteps(Protocol):
     """Optional ability of an algorithm config (the registered dataclass); without it a step takes
     one optimizer step per trained engine."""

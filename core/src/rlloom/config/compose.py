@@ -27,9 +27,8 @@ from rlloom.config.errors import ConfigError
 from rlloom.config.run_name import name_run, run_dir_of
 from rlloom.config.roles import check_role_groups, role_groups, run_role_names, run_schema
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig
-from rlloom.config.settings import component_config
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
-from rlloom.protocols import ChecksRoles, PlansOptimizerSteps
+from rlloom.protocols import ChecksInstalled, ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
 
@@ -274,9 +273,9 @@ def check_run_dir(run_dir: str | None) -> None:
 def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
     """Checks that span sections or need the registry (each section checks itself when built): tracker
     names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
-    (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names and
-    the settings of registered components, the choices of declared roles, the roles sections name,
-    and the device on this machine."""
+    (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names,
+    sections that check themselves against the installed plugins, the choices of declared roles, the
+    roles sections name, and the device on this machine."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     if registry is not None:
@@ -291,7 +290,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
     check_run_dir(run_dir_of(trainer))
     if registry is not None:
         check_registered_names(resolved.sections, registry)
-        check_component_settings(resolved.sections, registry)
+        check_installed(resolved.sections, registry)
         check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward"))
     check_placed_roles(resolved)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
@@ -309,48 +308,34 @@ def check_device_here(name: str) -> None:
         raise ConfigError(str(error)) from None
 
 
-REGISTERED_NAME_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss",
-                        "tools": "tool", "environment": "environment"}
-"""Config keys (of any section) whose value names a component a plugin registered (or, for ``tools``,
-a list of such names) -> its registry kind (``register_advantage_estimators``, ``register_policy_losses``,
-``register_tools``, ``register_environments``)."""
+REGISTERED_NAME_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss"}
+"""Config keys (of any section) whose value names a function a plugin registered -> its registry kind
+(``register_advantage_estimators``, ``register_policy_losses``)."""
 
 
 def check_registered_names(sections: dict[str, Any], registry: Registry) -> None:
     """ConfigError unless each key of :data:`REGISTERED_NAME_KEYS` that a section's config declares
-    names installed components (None: none named); the message lists those."""
+    names an installed function; the message lists those."""
     for group, section in sections.items():
         if not dataclasses.is_dataclass(section):
             continue
         declared = {field.name for field in dataclasses.fields(section)}
         for key, kind in REGISTERED_NAME_KEYS.items():
-            value = getattr(section, key, None) if key in declared else None
-            for name in ([] if value is None else value if isinstance(value, (list, tuple)) else [value]):
-                if name not in registry.components[kind]:
-                    _, _, reason = registry.missing_message(kind, str(name)).partition(": ")
-                    raise ConfigError(f"{group}.{key}={name}: {reason}")
+            name = getattr(section, key, None)
+            if key in declared and name not in registry.components[kind]:
+                _, _, reason = registry.missing_message(kind, str(name)).partition(": ")
+                raise ConfigError(f"{group}.{key}={name}: {reason}")
 
 
-SETTINGS_KEYS = {"tool_settings": ("tool", "tools")}
-"""Config keys (of any section) holding settings of registered components -> (their registry kind, the
-section's key listing the components used): ``agent.tool_settings`` maps tool names of ``agent.tools``
-to ``{key: value}`` over each tool's registered config (:mod:`rlloom.config.settings`)."""
-
-
-def check_component_settings(sections: dict[str, Any], registry: Registry) -> None:
-    """ConfigError unless each :data:`SETTINGS_KEYS` entry of a section names a component the section
-    uses and fits its registered config (:func:`rlloom.config.settings.component_config`)."""
-    for group, section in sections.items():
-        if not dataclasses.is_dataclass(section):
-            continue
-        for key, (kind, names_key) in SETTINGS_KEYS.items():
-            used = list(getattr(section, names_key, None) or ())
-            for name, settings in (getattr(section, key, None) or {}).items():
-                where = f"{group}.{key}.{name}"
-                if name not in used:
-                    raise ConfigError(f"{where}: {name} is not in {group}.{names_key} ({', '.join(used) or 'empty'});"
-                                      f" settings apply only to the {kind}s the run uses." + did_you_mean(name, used))
-                component_config(registry.get(kind, name), settings, where)
+def check_installed(sections: dict[str, Any], registry: Registry) -> None:
+    """Sections that check themselves against the installed plugins (:class:`~rlloom.protocols.ChecksInstalled`,
+    e.g. an agent config's tools and their settings): their ValueError is a ConfigError."""
+    for section in sections.values():
+        if isinstance(section, ChecksInstalled):
+            try:
+                section.check_installed(registry)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None
 
 
 def check_placed_roles(resolved: ResolvedConfig) -> None:

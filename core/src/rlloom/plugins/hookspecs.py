@@ -187,7 +187,7 @@ def register_tools(register: RegisterComponent) -> None:
     the names an agent loop's ``tools`` list may hold. With ``config`` (a dataclass type: the tool's
     settings and their defaults), the factory is called ``factory(cfg)``, ``cfg`` built from
     ``agent.tool_settings.<name>`` over the defaults and checked when the run's config is composed
-    (:mod:`rlloom.config.settings`); without, ``factory()``."""
+    (:mod:`rlloom_agentkit.settings`); without, ``factory()``."""
 
 
 @hookspec

@@ -26,7 +26,7 @@ class AgentConfig(Limited):
     - ``tool_settings``: tool name -> ``{key: value}`` over that tool's registered config's defaults
       (``+agent.tool_settings.python.timeout_s=3``); an unknown key, a wrong type or a tool not in
       ``tools`` is a config error naming ``agent.tool_settings.<tool>.<key>``
-      (:mod:`rlloom.config.settings`);
+      (:mod:`rlloom_agentkit.settings`);
     - ``max_parallel_calls``: tool calls of one turn run at once (more in one turn: the rest answered
       with an error observation);
     - ``max_tool_response_tokens``: a longer observation keeps its head and tail, the middle cut;
@@ -46,3 +46,11 @@ class AgentConfig(Limited):
     max_parallel_calls: int = 4
     max_tool_response_tokens: int = 128
     tool_timeout_s: float = 10.0
+
+    def check_installed(self, registry: Any) -> None:
+        """Contract: :class:`rlloom.protocols.ChecksInstalled`: ``tools`` are registered tools and
+        ``tool_settings`` fit them (:mod:`rlloom_agentkit.settings`)."""
+        from rlloom_agentkit.settings import check_names, check_tool_settings
+
+        check_names(registry, "tool", list(self.tools), f"{self.section}.tools")
+        check_tool_settings(registry, list(self.tools), self.tool_settings, f"{self.section}.tool_settings")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rlloom.config.limits import Limited
 from rlloom_agentkit.config import AgentConfig
@@ -29,6 +29,13 @@ class EnvironmentLoopConfig(AgentConfig):
     """``agent=environment``: the shared settings and ``environment``, the name of a registered environment."""
 
     environment: str = "guess_number"
+
+    def check_installed(self, registry: Any) -> None:
+        """The tools' checks, and ``environment`` is a registered environment."""
+        from rlloom_agentkit.settings import check_names
+
+        super().check_installed(registry)
+        check_names(registry, "environment", [self.environment], f"{self.section}.environment")
 
 
 @dataclass

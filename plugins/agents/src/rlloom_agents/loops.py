@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rlloom.config.settings import build_with_settings
+from rlloom_agentkit.settings import build_with_settings
 from rlloom.plugins.registry import Registry
 from rlloom.protocols import Episode
 from rlloom.types import Turn
@@ -23,7 +23,7 @@ class ToolLoop:
     called a tool), or ``length`` (the budget ran out, or a turn without a tool call ran out of
     ``sampling.max_new_tokens``: its answer is cut). Counters ``tool_calls``
     and ``tool_errors`` (every episode reports them, 0 included). Each tool is built once, with its
-    ``agent.tool_settings`` over its config (:func:`rlloom.config.settings.build_with_settings`)."""
+    ``agent.tool_settings`` over its config (:func:`rlloom_agentkit.settings.build_with_settings`)."""
 
     def __init__(self, cfg: ToolLoopConfig, registry: Registry) -> None:
         self.config = cfg
