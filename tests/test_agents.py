@@ -94,6 +94,28 @@ def test_the_policy_loss_has_no_gradient_on_tool_tokens(tokenizer, registry):
     assert bool((grad[inserted] == 0).all()) and bool((grad[mask.bool()] != 0).all())
 
 
+def test_a_row_may_name_its_own_loop(tokenizer, registry):
+    """In an ``agent=tools`` run, a row whose ``extra["agent"]`` is ``single_turn`` gets one turn, its tool
+    call left as text; the other rows run the run's loop."""
+    from agent_helpers import prompt_batch
+    from rlloom_agentkit.loops import SingleTurn
+    from rlloom_agentkit.runner import AgentRunner
+
+    cfg = ToolLoopConfig()
+    loops = {"tools": lambda: ToolLoop(cfg, registry), "single_turn": SingleTurn}
+    engine = ScriptedEngine(tokenizer, [CALL, CALL, "56088"])
+    runner = AgentRunner(engine, TurnTemplate(tokenizer, [EOS]), 256, lambda name: loops[name](), "tools", cfg)
+    rows = [PromptRecord([{"role": "user", "content": "What is 123*456?"}], "56088", "t", extra)
+            for extra in ({"agent": "single_turn"}, {})]
+    try:
+        out = runner(prompt_batch(rows), SamplingParams(max_new_tokens=200))
+    finally:
+        runner.close()
+    assert out["agent_turns"].tolist() == [1, 2]
+    assert out["agent_finish_reason"].tolist() == ["answer", "answer"]
+    assert sorted(runner.loops) == ["single_turn", "tools"]
+
+
 def test_messages_before_the_first_turn_join_the_prompt(tokenizer):
     engine = ScriptedEngine(tokenizer, ["7"])
     row = PromptRecord([{"role": "user", "content": "Guess."}], 7, "guess_number")

@@ -259,3 +259,24 @@ def test_layout_is_validated():
         FSDPConfig(attention="flex", sequence_layout="padded")
     with pytest.raises(ValueError, match="train_engine.max_tokens_per_micro_batch=.*: must be >= 1"):
         FSDPConfig(max_tokens_per_micro_batch=0)
+
+
+def test_multi_turn_rows_are_read_whole_and_scored_on_sampled_tokens_in_every_layout(model_dir, engines):
+    """An agent's trajectories: tokens 2-3 of each long response were inserted (a tool's answer:
+    ``response_attention_mask`` 1, ``response_mask`` 0). Every layout reads them (later tokens' log-probs
+    change when they are hidden) and scores only the sampled ones (0 on the inserted), with equal values."""
+    batch = grouped_batch()
+    attention = batch["response_mask"].clone()
+    inserted = torch.zeros_like(attention, dtype=torch.bool)
+    inserted[attention.sum(dim=1) >= 5, 2:4] = True
+    assert inserted.sum() >= 4
+    batch["response_attention_mask"], batch["response_mask"] = attention, attention.masked_fill(inserted, 0)
+    results = {layout: engines(model_dir, micro_batch_size=9, sequence_layout=layout).compute_log_probs(batch)["log_probs"]
+               for layout in ("padded", *PACKED)}
+    for layout in PACKED:
+        torch.testing.assert_close(results[layout], results["padded"], atol=1e-5, rtol=0, msg=layout)
+    assert bool((results["padded"][inserted] == 0).all())
+    unread = batch.exclude("response_attention_mask")  # the inserted tokens dropped from what the model reads
+    later = batch["response_mask"].bool() & (torch.arange(attention.shape[1]) >= 4)
+    changed = engines(model_dir, micro_batch_size=9, sequence_layout="padded").compute_log_probs(unread)["log_probs"]
+    assert (changed[later] - results["padded"][later]).abs().max() > 1e-3

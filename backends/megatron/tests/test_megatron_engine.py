@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 import torch.multiprocessing as mp
 from rlloom import Batch, EngineSpec
+from rlloom.batch import response_attention
 from rlloom.config import ConfigError
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 from rlloom_megatron import MegatronConfig, cpu_compat
@@ -72,11 +73,12 @@ def make_batch(rows: int = 6, prompt_len: int = 5, response_len: int = 7, seed: 
 
 def reference(path: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain transformers with left padding and position ids: log softmax(logits / T) of the
-    response tokens and the entropy, 0 on padding."""
+    response tokens and the entropy, 0 where ``response_mask`` is (padding, an agent's inserted tokens,
+    which the model still reads: :func:`rlloom.batch.response_attention`)."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     mask = batch["response_mask"]
     ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
-    attention = torch.cat([batch["prompt_mask"], mask], dim=1)
+    attention = torch.cat([batch["prompt_mask"], response_attention(batch)], dim=1)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(1) - 1).clamp(min=0)).logits
     start = batch["prompts"].shape[1] - 1
@@ -165,6 +167,37 @@ def test_tp1_log_probs_entropy_and_one_step_match_transformers_and_fsdp(model_di
     assert abs(metrics["grad_norm"] - fsdp_metrics["grad_norm"]) < 1e-4 * fsdp_metrics["grad_norm"]
     assert_same_weights(stepped, fsdp_weights, atol=1e-4)
     assert max(float((stepped[n] - initial[n]).abs().max()) for n in initial) > 1e-4  # the step moved them
+
+
+def agent_batch() -> Batch:
+    """:func:`make_batch` as multi-turn trajectories: on rows with 5+ response tokens, tokens 2 and 3 were
+    inserted (a tool's answer): read by the model (``response_attention_mask``), not sampled
+    (``response_mask`` 0, advantage 0)."""
+    batch = make_batch()
+    attention = batch["response_mask"].clone()
+    inserted = torch.zeros_like(attention, dtype=torch.bool)
+    inserted[attention.sum(dim=1) >= 5, 2:4] = True
+    batch["response_attention_mask"] = attention
+    batch["response_mask"] = attention.masked_fill(inserted, 0)
+    batch["advantages"] = batch["advantages"].masked_fill(inserted, 0.0)
+    assert inserted.sum() >= 4
+    return batch
+
+
+def test_tp1_multi_turn_rows_read_inserted_tokens_and_train_only_on_sampled_ones(model_dir):
+    batch = agent_batch()
+    want_log_probs, _ = reference(model_dir, batch)
+    engine = megatron_engine(model_dir)
+    try:
+        out = engine.compute_log_probs(batch)
+        metrics = engine.train_step(batch, pg_loss)
+        stepped = weights_of(engine)
+    finally:
+        engine.close()
+    torch.testing.assert_close(out["log_probs"], want_log_probs, atol=1e-5, rtol=0)
+    fsdp_metrics, fsdp_weights = fsdp_after_one_step(model_dir, batch)  # fsdp's default (packed) layout
+    assert abs(metrics["loss"] - fsdp_metrics["loss"]) < 1e-6
+    assert_same_weights(stepped, fsdp_weights, atol=1e-4)
 
 
 def test_tp1_rows_with_zero_advantages_are_left_out_with_the_same_update(model_dir):
