@@ -93,7 +93,7 @@ def test_openai_completions_equal_generate_streamed_or_not(server):
 def test_openai_chat_completions_apply_the_template_and_equal_generate(server):
     client = openai_client(server)
     messages = [{"role": "user", "content": "hi"}]
-    tokenizer = ServedTokenizer(served_model(server)).tokenizer
+    tokenizer = ServedTokenizer.load(served_model(server)).tokenizer
     prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
                               add_special_tokens=False)
     (expected,) = generate(server, prompt, n=1, seed=11, max_new_tokens=5)
@@ -187,7 +187,7 @@ def test_stop_ids_end_in_the_engine_and_stop_strings_cut_the_answer(server):
 
 
 def test_a_stop_string_keeps_the_tokens_that_spell_it(server):
-    tokenizer = ServedTokenizer(served_model(server))
+    tokenizer = ServedTokenizer.load(served_model(server))
     ids = tokenizer.encode("abcXYdeXY")  # the tiny tokenizer: one token per byte
     (sample,) = tokenizer.samples(Completion([ids], [[-1.0] * len(ids)], ["length"]), ("de", "XY"))
     assert sample.text == "abc" and sample.tokens == ids[:5] and sample.log_probs == [-1.0] * 5
