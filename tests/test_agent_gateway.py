@@ -178,7 +178,8 @@ def test_a_gateway_without_a_command_is_a_config_error():
 
 # ---------------------------------------------------------------------------------------- real runs
 @pytest.mark.slow
-def test_the_example_black_box_agent_trains_on_exactly_the_ids_the_engine_generated(tmp_path, monkeypatch):
+def test_the_example_black_box_agent_trains_on_exactly_the_ids_the_engine_generated(tokenizer, tmp_path,
+                                                                                     monkeypatch):
     generated, trained = [], []
     generate_one, call = HFRolloutEngine.generate_one, AgentRunner.__call__
 
@@ -211,6 +212,8 @@ def test_the_example_black_box_agent_trains_on_exactly_the_ids_the_engine_genera
     for out in trained:  # every sampled stretch of every trajectory is an engine answer to the ids before it
         for row in range(len(out)):
             prompt, response, mask = trajectory(out, row)
+            # the agent's calculator tool came through the gateway (the tiny template: Hermes instructions)
+            assert tokenizer.decode(prompt).startswith("system: You may call tools.")
             starts = [k for k in range(len(mask)) if mask[k] and (k == 0 or not mask[k - 1])]
             assert starts and sum(mask) > 0
             for start in starts:
