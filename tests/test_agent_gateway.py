@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import pathlib
+import subprocess
 import sys
 import threading
 import time
@@ -171,9 +172,27 @@ def test_agents_that_fail_or_hang_are_counted_and_the_batch_goes_on(tokenizer, t
     assert not any(running(pid) for pid in json.loads(hang.read_text()))  # its whole process group is killed
 
 
-def test_a_gateway_without_a_command_is_a_config_error():
-    with pytest.raises(ValueError, match=r"agent.command=\[\]: agent=gateway needs the agent program"):
-        GatewayConfig()
+def test_a_call_past_max_turns_gets_409_and_the_episode_ends_with_max_turns(tokenizer, tmp_path):
+    runner, engine = gateway_runner(tokenizer, ["4"], max_turns=1)
+    calls = [{"messages": [QUESTION], "via": "path"},
+             {"messages": [QUESTION, {"role": "assistant", "content": "{0}"}, FOLLOW_UP], "via": "path"}]
+    try:
+        out = run_rows(runner, [{"script": "calls", "calls": calls, "out": str(tmp_path / "a.json")}])
+    finally:
+        runner.close()
+    # the agent's client raised on the 409 and it exited 1; the episode had already ended with max_turns
+    assert out["agent_finish_reason"].tolist() == ["max_turns"] and len(engine.prompts) == 1
+    assert trajectory(out, 0)[1] == tokenizer("4")["input_ids"] + [EOS]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([], "agent.command=[]: agent=gateway needs the agent program and its arguments"),
+    (["agent.command=[x]", "agent.episode_timeout_s=0"], "agent.episode_timeout_s=0.0: must be in (0, inf)"),
+])
+def test_bad_gateway_settings_exit_2_naming_the_key(overrides, message):
+    result = subprocess.run([sys.executable, "-m", "rlloom.cli", "train", "preset=tiny", "agent=gateway", *overrides],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
 # ---------------------------------------------------------------------------------------- real runs
