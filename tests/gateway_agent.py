@@ -1,7 +1,8 @@
 """A black-box agent program for the gateway tests, told what to do by its row's ``extra["script"]``:
 
 - ``calls``: one chat completion (the ``openai`` client) per entry of ``extra["calls"]``
-  (``{"messages", "via": "path" | "header"}``; ``{k}`` in a message's content is answer ``k``'s text),
+  (``{"messages", "via": "path" | "header", "stream": bool}``; ``{k}`` in a message's content is answer
+  ``k``'s text),
   asking for the token ids; writes the answers (``content``, ``token_ids``, ``prompt_token_ids``) as
   JSON to ``extra["out"]``; posts ``extra["reward"]`` when there is one; exits 0;
 - ``fail``: writes two lines to stderr, exits 3;
@@ -33,10 +34,15 @@ def chat_calls(extra: dict) -> None:
         texts = [answer["content"] for answer in answers]
         messages = [{**m, "content": m["content"].format(*texts)} for m in call["messages"]]
         client = by_header if call["via"] == "header" else by_path
-        answer = client.chat.completions.create(model="policy", messages=messages,
+        answer = client.chat.completions.create(model="policy", messages=messages, stream=call.get("stream", False),
                                                 extra_body={"return_token_ids": True})
-        choice = answer.choices[0]
-        answers.append({"content": choice.message.content, "token_ids": choice.token_ids,
+        if call.get("stream"):
+            (choice,) = [chunk.choices[0] for chunk in answer]
+            message = choice.delta
+        else:
+            choice = answer.choices[0]
+            message = choice.message
+        answers.append({"content": message.content, "token_ids": choice.token_ids,
                         "prompt_token_ids": choice.prompt_token_ids})
     pathlib.Path(extra["out"]).write_text(json.dumps(answers))
     if "reward" in extra:

@@ -71,7 +71,8 @@ def trajectory(out, row: int) -> tuple[list[int], list[int], list[int]]:
 
 def test_an_exact_extension_appends_and_an_edited_history_forks(tokenizer, tmp_path):
     calls = [{"messages": [QUESTION], "via": "path"},
-             {"messages": [QUESTION, {"role": "assistant", "content": "{0}"}, FOLLOW_UP], "via": "header"},
+             {"messages": [QUESTION, {"role": "assistant", "content": "{0}"}, FOLLOW_UP], "via": "header",
+              "stream": True},
              {"messages": [{"role": "user", "content": "What is 2+3?"}, {"role": "assistant", "content": "{0}"},
                            FOLLOW_UP], "via": "path"}]
     runner, engine = gateway_runner(tokenizer, ["4", "Yes, 4.", "4", "Yes, 4.", "5"])
@@ -183,6 +184,11 @@ def test_a_call_past_max_turns_gets_409_and_the_episode_ends_with_max_turns(toke
     # the agent's client raised on the 409 and it exited 1; the episode had already ended with max_turns
     assert out["agent_finish_reason"].tolist() == ["max_turns"] and len(engine.prompts) == 1
     assert trajectory(out, 0)[1] == tokenizer("4")["input_ids"] + [EOS]
+
+
+def test_a_command_that_names_no_program_is_refused_when_the_loop_is_built():
+    with pytest.raises(ValueError, match="agent.command: no program 'no-such-agent-program'"):
+        GatewayLoop(GatewayConfig(command=["no-such-agent-program", "x.py"]), Registry())
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import uuid
@@ -226,6 +227,8 @@ class GatewayLoop:
     tools: tuple = ()
 
     def __init__(self, cfg: GatewayConfig, registry: Registry) -> None:
+        if shutil.which(cfg.command[0]) is None:
+            raise ValueError(f"agent.command: no program {cfg.command[0]!r} (not on PATH, or not an executable file)")
         self.config = cfg
         self.gateway: Gateway | None = None
         self._started: asyncio.Future | None = None
