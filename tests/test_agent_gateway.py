@@ -36,6 +36,7 @@ from agent_helpers import EOS, ScriptedEngine, prompt_batch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 AGENT = [sys.executable, str(ROOT / "tests" / "gateway_agent.py")]
+EXAMPLE = [sys.executable, str(ROOT / "examples" / "agents" / "blackbox_calculator.py")]
 QUESTION = {"role": "user", "content": "What is 2+2?"}
 FOLLOW_UP = {"role": "user", "content": "Are you sure?"}
 
@@ -45,16 +46,17 @@ def tokenizer():
     return build_tokenizer(4096)
 
 
-def gateway_runner(tokenizer, turns: list[str], **settings) -> tuple[AgentRunner, ScriptedEngine]:
-    cfg = GatewayConfig(command=AGENT, **settings)
+def gateway_runner(tokenizer, turns: list[str], command=tuple(AGENT), **settings) -> tuple[AgentRunner,
+                                                                                           ScriptedEngine]:
+    cfg = GatewayConfig(command=list(command), **settings)
     engine = ScriptedEngine(tokenizer, turns)
     return AgentRunner(engine, TurnTemplate(tokenizer, [EOS]), 256, lambda name: GatewayLoop(cfg, Registry()),
                        "gateway", cfg), engine
 
 
-def run_rows(runner: AgentRunner, rows: list[dict]):
+def run_rows(runner: AgentRunner, rows: list[dict], max_new_tokens: int = 32):
     records = [PromptRecord([QUESTION], "4", "arithmetic", extra) for extra in rows]
-    return runner(prompt_batch(records), SamplingParams(max_new_tokens=32, seed=0))
+    return runner(prompt_batch(records), SamplingParams(max_new_tokens=max_new_tokens, seed=0))
 
 
 def rendered(tokenizer, messages: list[dict]) -> list[int]:
@@ -102,6 +104,23 @@ def test_an_exact_extension_appends_and_an_edited_history_forks(tokenizer, tmp_p
     assert forked["agent_reward"].tolist() == [0.5] and forked.meta["metrics"]["agent/reward/posted/mean"] == 0.5
     log_probs = forked["rollout_log_probs"][0, : len(five)].tolist()
     assert log_probs == pytest.approx([-(5 + k / 1000) for k in range(len(five))])
+
+
+def test_the_example_agent_runs_the_calculator_the_model_calls_and_posts_its_reward(tokenizer):
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*2"}}</tool_call>'
+    runner, engine = gateway_runner(tokenizer, [call, "It is 4."], command=EXAMPLE)
+    try:
+        out = run_rows(runner, [{}], max_new_tokens=128)
+    finally:
+        runner.close()
+    prompt, response, mask = trajectory(out, 0)
+    assert tokenizer.decode(prompt).startswith("system: You may call tools.")  # its tool, as Hermes instructions
+    # the model's call came back parsed (tool_calls), the agent ran it and sent the result as a tool message;
+    # the answer sent back as received re-rendered to an exact extension
+    inserted = tokenizer.decode([t for t, m in zip(response, mask) if m == 0])
+    assert inserted == "\ntool: 4\nassistant: " and out.meta["metrics"]["agent/forks"] == 0
+    assert engine.prompts[1] == prompt + response[: len(response) - len(tokenizer("It is 4.")["input_ids"]) - 1]
+    assert out["agent_reward"].tolist() == [1.0] and out.meta["metrics"]["agent/reward/correct/mean"] == 1.0
 
 
 def post(url: str, body, headers=None) -> tuple[int, str]:
@@ -221,7 +240,7 @@ def test_the_example_black_box_agent_trains_on_exactly_the_ids_the_engine_genera
     monkeypatch.setattr(AgentRunner, "__call__", recorded_call)
     rlloom_trainer.train([
         "preset=tiny", "data=arithmetic", "reward=agent", "agent=gateway",
-        f"agent.command=[{sys.executable},{ROOT / 'examples' / 'agents' / 'blackbox_calculator.py'}]",
+        f"agent.command=[{','.join(EXAMPLE)}]",
         "sampling.max_new_tokens=12", "agent.max_response_tokens=128", "algorithm.n=2", "trainer.train_batch_size=2",
         "trainer.total_steps=2", "trainer.test_freq=0", "trainer.val_before_train=false", "data.num_val=1",
         f"trainer.run_dir={tmp_path}"])

@@ -5,10 +5,8 @@ with a ``calculator`` tool offered, runs the calculator itself when the model ca
 so in a ``tool`` message), else asks the model once to check its answer (a ``user`` message), then
 posts a reward to the gateway: 1 when the last integer of the model's final answer is the ground
 truth, else 0. The ``openai`` client finds the gateway in ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``;
-the reward goes to the URL beside it, ``<base without /v1>/reward``, with plain HTTP.
-
-    rlloom train preset=tiny data=arithmetic agent=gateway reward=agent \\
-        'agent.command=[python,examples/agents/blackbox_calculator.py]'
+the reward goes to the URL beside it, ``<base without /v1>/reward``, with plain HTTP. The command
+that trains it: README.md beside this file.
 """
 
 from __future__ import annotations
