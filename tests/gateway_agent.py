@@ -7,7 +7,9 @@
   JSON to ``extra["out"]``; posts ``extra["reward"]`` when there is one; exits 0;
 - ``fail``: writes two lines to stderr, exits 3;
 - ``hang``: starts a child that sleeps, writes both pids to ``extra["out"]``, sleeps;
-- ``wait``: exits 0 once the file ``extra["go"]`` exists.
+- ``wait``: exits 0 once the file ``extra["go"]`` exists;
+- ``count``: puts a file of its own in the folder ``extra["folder"]``, sleeps a little, writes how many
+  files the folder holds to ``extra["out"]``, removes its file, exits 0.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def main() -> None:
     elif script == "wait":
         while not os.path.exists(extra["go"]):
             time.sleep(0.05)
+    elif script == "count":
+        mine = pathlib.Path(extra["folder"]) / str(os.getpid())
+        mine.touch()
+        time.sleep(0.2)
+        pathlib.Path(extra["out"]).write_text(str(len(list(mine.parent.iterdir()))))
+        mine.unlink()
 
 
 if __name__ == "__main__":

@@ -106,6 +106,19 @@ def test_an_exact_extension_appends_and_an_edited_history_forks(tokenizer, tmp_p
     assert log_probs == pytest.approx([-(5 + k / 1000) for k in range(len(five))])
 
 
+def test_at_most_max_concurrent_agents_run_at_once(tokenizer, tmp_path):
+    runner, _ = gateway_runner(tokenizer, [], max_concurrent_agents=1)
+    (tmp_path / "running").mkdir()
+    rows = [{"script": "count", "folder": str(tmp_path / "running"), "out": str(tmp_path / f"{k}.txt")}
+            for k in range(3)]
+    try:
+        out = run_rows(runner, rows)
+    finally:
+        runner.close()
+    assert out["agent_finish_reason"].tolist() == ["answer"] * 3
+    assert [(tmp_path / f"{k}.txt").read_text() for k in range(3)] == ["1"] * 3  # each ran alone
+
+
 def test_the_example_agent_runs_the_calculator_the_model_calls_and_posts_its_reward(tokenizer):
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*2"}}</tool_call>'
     runner, engine = gateway_runner(tokenizer, [call, "It is 4."], command=EXAMPLE)

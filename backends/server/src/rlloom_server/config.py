@@ -47,12 +47,15 @@ class GatewayConfig(AgentConfig):
     are unused: the agent's requests bring their own ``tools``), and
 
     - ``command``: the agent program and its arguments (required), started once per episode;
-    - ``episode_timeout_s``: an agent still running after this long is killed (``agent_timeout``)."""
+    - ``episode_timeout_s``: an agent still running after this long is killed (``agent_timeout``);
+    - ``max_concurrent_agents``: agent processes running at once; the other episodes wait to start
+      theirs (their timeout counts from their start)."""
 
-    limits: ClassVar[dict[str, str]] = {"episode_timeout_s": "in (0, inf)"}
+    limits: ClassVar[dict[str, str]] = {"episode_timeout_s": "in (0, inf)", "max_concurrent_agents": ">= 1"}
 
     command: list[str] = field(default_factory=list)
     episode_timeout_s: float = 300.0
+    max_concurrent_agents: int = 64
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -23,6 +23,7 @@ Routes (a request naming no episode, a malformed id or one not running gets 400 
 - ``POST /episodes/{id}/reward`` with ``{"reward": float, "parts": {name: float}}``: the episode's
   reward (``reward=agent`` trains on it; another reward function scores the sampled text).
 
+At most ``agent.max_concurrent_agents`` programs run at once; the other episodes wait for a slot.
 The episode ends when the program exits: ``answer`` (status 0), ``agent_error`` (another status;
 the run's first such failure is logged with the last line of the agent's stderr) or
 ``agent_timeout`` (still running after ``agent.episode_timeout_s``: its process group is killed).
@@ -230,6 +231,7 @@ class GatewayLoop:
         if shutil.which(cfg.command[0]) is None:
             raise ValueError(f"agent.command: no program {cfg.command[0]!r} (not on PATH, or not an executable file)")
         self.config = cfg
+        self.slots = asyncio.Semaphore(cfg.max_concurrent_agents)
         self.gateway: Gateway | None = None
         self._started: asyncio.Future | None = None
         self._warned = False
@@ -238,12 +240,13 @@ class GatewayLoop:
         gateway = await self._gateway(episode.tokenizer)
         episode.count("forks", 0)
         episode_id = uuid.uuid4().hex
-        session = gateway.sessions[episode_id] = Session(episode, self.config.max_turns)
-        try:
-            reason = await self._run_agent(agent_environment(gateway.url, episode_id, episode.row))
-        finally:
-            del gateway.sessions[episode_id]
-            await session.stop()
+        async with self.slots:
+            session = gateway.sessions[episode_id] = Session(episode, self.config.max_turns)
+            try:
+                reason = await self._run_agent(agent_environment(gateway.url, episode_id, episode.row))
+            finally:
+                del gateway.sessions[episode_id]
+                await session.stop()
         episode.finish(reason, session.reward, session.parts)
 
     async def _gateway(self, tokenizer: Any) -> Gateway:
