@@ -1,11 +1,13 @@
 """SGLang's and OpenAI's clients against a real ``rlloom serve`` process (the hf engine, tiny model):
 the real ``openai`` client's completions and chat completions, streamed and not, sample exactly
-what ``/generate`` samples for the same prompt ids and seed; SGLang's text, rid, stop strings and
+what ``/generate`` samples for the same prompt ids and seed; chat ``tools`` through the template and
+``tool_calls`` parsed from the answer; SGLang's text, rid, stop strings and
 ids, streaming and strict booleans; the text routes; ``--api-key``."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import urllib.error
 import urllib.request
@@ -13,12 +15,15 @@ import urllib.request
 import openai
 import pytest
 from rlloom import Completion, EngineSpec, SamplingParams
+from rlloom_agentkit.template import render_chat
 
+from rlloom_server.openai_api import ChatDialect, Extras
 from rlloom_server.testing import ServerProcess
-from rlloom_server.text import ServedTokenizer
+from rlloom_server.text import Sample, ServedTokenizer
 from rlloom_serverkit.client import ServerError, ServerRolloutConfig, ServerRolloutEngine
 
 KEY = "sk-test-key"
+EXTRAS = Extras("chatcmpl-1", "m", (), False, False, False, False)
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
@@ -93,7 +98,7 @@ def test_openai_completions_equal_generate_streamed_or_not(server):
 def test_openai_chat_completions_apply_the_template_and_equal_generate(server):
     client = openai_client(server)
     messages = [{"role": "user", "content": "hi"}]
-    tokenizer = ServedTokenizer(served_model(server)).tokenizer
+    tokenizer = ServedTokenizer.load(served_model(server)).tokenizer
     prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
                               add_special_tokens=False)
     (expected,) = generate(server, prompt, n=1, seed=11, max_new_tokens=5)
@@ -112,6 +117,30 @@ def test_openai_chat_completions_apply_the_template_and_equal_generate(server):
     assert streamed.delta.content == expected["text"] and streamed.token_ids == expected["output_ids"]
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(**args, top_logprobs=2)
+
+
+def test_chat_tools_go_through_the_template_and_tool_calls_come_back_parsed(server):
+    tool = {"type": "function", "function": {"name": "calculator", "description": "adds", "parameters": {
+        "type": "object", "properties": {"expression": {"type": "string"}}}}}
+    messages = [{"role": "user", "content": "hi"}]
+    served = ServedTokenizer.load(served_model(server))
+    # the tiny model's template ignores tools: they come as Hermes instructions in a system message (too
+    # long for its 256-token context, which the door refuses naming the prompt's length)
+    expected = served.encode(render_chat(served.tokenizer, messages, [tool]), add_special_tokens=False)
+    assert served.chat_prompt(messages, [tool]) == expected
+    assert served.decode(expected).startswith("system: You may call tools.") and len(expected) > 256
+    with pytest.raises(openai.BadRequestError, match=f"input_ids\\[0\\] has {len(expected)} tokens"):
+        openai_client(server).chat.completions.create(model="any", messages=messages, tools=[tool], max_tokens=3)
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
+    choice = ChatDialect(served, "m")._choice(0, Sample([1], None, f"Let me see. {call}", "stop", 1),
+                                              dataclasses.replace(EXTRAS, tools=True), streamed=False)
+    assert choice["message"]["content"] == f"Let me see. {call}" and choice["finish_reason"] == "tool_calls"
+    (parsed,) = choice["message"]["tool_calls"]
+    assert parsed["function"] == {"name": "calculator", "arguments": '{"expression": "1+2"}'}
+    assert parsed["type"] == "function" and parsed["id"].startswith("call_")
+    broken = ChatDialect(served, "m")._choice(0, Sample([1], None, "<tool_call>{oops", "stop", 1),
+                                              dataclasses.replace(EXTRAS, tools=True), streamed=False)
+    assert "tool_calls" not in broken["message"] and broken["finish_reason"] == "stop"
 
 
 def test_sglang_text_rid_stream_and_strict_booleans(server):
@@ -153,7 +182,10 @@ def test_what_the_engines_cannot_do_is_refused_naming_the_field(server, body, na
     ("completions", {"prompt": "", "max_tokens": 2}, "prompt"),
     ("completions", {"prompt": [1, 10**6]}, "prompt"),
     ("completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
-    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": []}, "tools"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+     "tools[0]"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"},
+     "tool_choice"),
     ("chat/completions", {"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": "yes"}, "logprobs"),
 ])
@@ -187,7 +219,7 @@ def test_stop_ids_end_in_the_engine_and_stop_strings_cut_the_answer(server):
 
 
 def test_a_stop_string_keeps_the_tokens_that_spell_it(server):
-    tokenizer = ServedTokenizer(served_model(server))
+    tokenizer = ServedTokenizer.load(served_model(server))
     ids = tokenizer.encode("abcXYdeXY")  # the tiny tokenizer: one token per byte
     (sample,) = tokenizer.samples(Completion([ids], [[-1.0] * len(ids)], ["length"]), ("de", "XY"))
     assert sample.text == "abc" and sample.tokens == ids[:5] and sample.log_probs == [-1.0] * 5

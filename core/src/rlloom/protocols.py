@@ -419,10 +419,12 @@ class Episode(Protocol):
     go in as the ids the model's chat template puts after the turns so far (``response_mask`` 0).
     ``row`` is the dataset row; the prompt (with the loop's tools described in it) is already in.
     ``tokenizer``: the model's (a Hugging Face tokenizer), for loops that measure or cut text in tokens.
+    ``finished``: whether it has ended (:meth:`finish`, or its budget ran out).
     """
 
     row: PromptRecord
     tokenizer: Any
+    finished: bool
 
     async def assistant_turn(self) -> Turn | None:
         """Sample the next assistant turn and append it. None when the episode's response budget
@@ -433,6 +435,19 @@ class Episode(Protocol):
         """Append ``messages`` (chat messages, e.g. ``{"role": "tool", "content": ...}``) after the last
         turn, with the template's boundary tokens, all masked out. False when they do not fit the
         budget (the episode is then finished with reason ``"length"``)."""
+        ...
+
+    def extend_to(self, ids: Sequence[int]) -> bool:
+        """For loops that see whole conversations as token ids (the OpenAI gateway): when ``ids`` are
+        the episode's prompt and response ids followed by more, append the more (``response_mask``
+        0; before the first sampled token, to the prompt) and return True; a finished episode, or
+        ids that differ anywhere in what the episode holds, return False and change nothing. Extra
+        ids that leave no room to answer finish the episode with ``"length"`` (True, nothing appended)."""
+        ...
+
+    def restart(self, prompt_ids: Sequence[int]) -> None:
+        """Begin a new sample of this episode whose prompt is ``prompt_ids`` (a fork: what was
+        sampled so far is dropped, the trajectory is the last sample); counters and turns go on."""
         ...
 
     def count(self, name: str, k: int = 1) -> None:
@@ -483,7 +498,8 @@ class Environment(Protocol):
 class AgentLoop(Protocol):
     """``agent=<name>``: how one trajectory is driven, turn by turn (built once per run by
     ``factory(cfg, registry)``; ``run`` is called for hundreds of episodes at once on one event loop,
-    so it must await, never block)."""
+    so it must await, never block). A loop that holds resources (a server, processes) may have an
+    ``async def close()``: the runner awaits it on that event loop when it closes."""
 
     tools: Sequence[Tool]
 

@@ -66,7 +66,7 @@ from rlloom_server.text import ServedTokenizer
 from rlloom_serverkit.schema import GenerateRequest, SchemaError
 
 
-def _error(status: int, message: str) -> web.Response:
+def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "code": status}}, status=status)
 
 
@@ -74,7 +74,7 @@ def _weights_answer(success: bool, message: str) -> web.Response:
     return web.json_response({"success": success, "message": message}, status=200 if success else 400)
 
 
-async def _json(request: web.Request) -> Any:
+async def read_json(request: web.Request) -> Any:
     try:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -122,7 +122,7 @@ class RolloutServer:
         self.scheduler = BatchingScheduler(engine, max_batch_prompts=cfg.max_batch_prompts)
         self.in_flight = 0
         self.running = RunningRequests()
-        self.tokenizer = ServedTokenizer(model_path)
+        self.tokenizer = ServedTokenizer.load(model_path)
         self.versions = weights.WeightVersion(cfg.weight_version)
         self.sglang = sglang_api.GenerateDialect(self.tokenizer, self.versions)
 
@@ -160,10 +160,10 @@ class RolloutServer:
         """A generate request in ``dialect`` (SGLang's ``/generate`` when None)."""
         dialect = dialect or self.sglang
         if self.in_flight >= self.cfg.max_concurrency:
-            return _error(503, f"the server is at its limit of {self.cfg.max_concurrency} concurrent requests")
+            return error_response(503, f"the server is at its limit of {self.cfg.max_concurrency} concurrent requests")
         self.in_flight += 1
         try:
-            parsed, extras = dialect.parse(await _json(request))
+            parsed, extras = dialect.parse(await read_json(request))
             parsed, cost = admit(parsed, self.limits)
             work = asyncio.ensure_future(self._generate(parsed, cost))
             with self.running.track(getattr(extras, "rids", None), work):
@@ -175,13 +175,13 @@ class RolloutServer:
                     return web.json_response(sglang_api.aborted(parsed, extras))
             return await dialect.answer(request, parsed, answers, extras)
         except SchemaError as error:
-            return _error(400, str(error))
+            return error_response(400, str(error))
         except RequestTooLarge as error:
-            return _error(413, str(error))
+            return error_response(413, str(error))
         except asyncio.TimeoutError:
-            return _error(504, f"the request took longer than request_timeout_s={self.cfg.request_timeout_s}")
+            return error_response(504, f"the request took longer than request_timeout_s={self.cfg.request_timeout_s}")
         except Exception as error:  # noqa: BLE001 - the engine's failure goes back to the caller
-            return _error(500, f"{type(error).__name__}: {error}")
+            return error_response(500, f"{type(error).__name__}: {error}")
         finally:
             self.in_flight -= 1
 
@@ -210,7 +210,7 @@ class RolloutServer:
 
     async def update_from_disk(self, request: web.Request) -> web.Response:
         async def load() -> str:
-            body = await _json(request)
+            body = await read_json(request)
             path = body.get("model_path") if isinstance(body, dict) else None
             if not isinstance(path, str) or not os.path.isdir(path):
                 raise SchemaError(f"model_path must name a folder on the server's machine, got {path!r}")
@@ -224,7 +224,7 @@ class RolloutServer:
 
     async def update_from_tensor(self, request: web.Request) -> web.Response:
         async def load() -> str:
-            body = await _json(request)
+            body = await read_json(request)
             if not isinstance(body, dict):
                 raise SchemaError("the body must be a JSON object")
             requested = weights.requested_version(body)

@@ -1,9 +1,12 @@
-"""``rlloom serve`` settings (its command-line options); ``rollout=server``'s schema is
-:class:`rlloom_serverkit.config.ServerRolloutConfig`."""
+"""``rlloom serve`` settings (its command-line options) and ``agent=gateway``'s (torch-free);
+``rollout=server``'s schema is :class:`rlloom_serverkit.config.ServerRolloutConfig`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from rlloom_agentkit.config import AgentConfig
 
 
 @dataclass
@@ -35,3 +38,27 @@ class ServeConfig:
     max_total_tokens: int = 2**22
     api_key: str | None = None
     weight_version: str = "default"
+
+
+@dataclass
+class GatewayConfig(AgentConfig):
+    """``agent=gateway`` (:mod:`rlloom_server.gateway`): the shared agent settings (``max_turns``: chat
+    calls per episode; ``max_response_tokens``: each sample's response budget; the tool settings
+    are unused: the agent's requests bring their own ``tools``), and
+
+    - ``command``: the agent program and its arguments (required), started once per episode;
+    - ``episode_timeout_s``: an agent still running after this long is killed (``agent_timeout``);
+    - ``max_concurrent_agents``: agent processes running at once; the other episodes wait to start
+      theirs (their timeout counts from their start)."""
+
+    limits: ClassVar[dict[str, str]] = {"episode_timeout_s": "in (0, inf)", "max_concurrent_agents": ">= 1"}
+
+    command: list[str] = field(default_factory=list)
+    episode_timeout_s: float = 300.0
+    max_concurrent_agents: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.command:
+            raise ValueError("agent.command=[]: agent=gateway needs the agent program and its arguments, e.g. "
+                             "'agent.command=[python,my_agent.py]'")

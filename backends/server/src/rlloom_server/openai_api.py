@@ -11,9 +11,14 @@ index ``i``, choice ``i * n + j`` is its sample ``j``.
   after decoding, :mod:`rlloom_server.text`), ``logprobs`` (0 only: the sampled tokens' log-probs,
   no alternatives), ``stream``, ``stream_options.include_usage``.
 - ``/v1/chat/completions``: ``messages`` rendered by the served tokenizer's chat template with the
-  generation prompt; ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``n``,
-  ``seed``, ``stop``, ``logprobs`` (true: the sampled tokens' log-probs), ``top_logprobs`` (0 only),
-  ``stream``, ``stream_options.include_usage``.
+  generation prompt, with ``tools`` (function descriptions) through the template's tool format, or
+  as Hermes tool instructions where it has none (:func:`rlloom_agentkit.template.render_chat`);
+  ``tool_choice`` (``"auto"`` only), ``max_tokens`` / ``max_completion_tokens``, ``temperature``,
+  ``top_p``, ``n``, ``seed``, ``stop``, ``logprobs`` (true: the sampled tokens' log-probs),
+  ``top_logprobs`` (0 only), ``stream``, ``stream_options.include_usage``. With ``tools``, an answer
+  holding Hermes ``<tool_call>`` blocks (:func:`rlloom_agentkit.hermes.parse_tool_calls`, every
+  block well-formed) also carries them as ``tool_calls`` (finish reason ``tool_calls`` when it
+  stopped); its ``content`` stays the whole text, so sending the message back renders it as sampled.
 - Both: ``max_tokens`` left out is ``/generate``'s default; ``model`` is not checked (the server
   serves one model, named in ``/v1/models``); the extensions ``top_k``, ``ignore_eos`` and
   ``return_token_ids`` (vLLM's: every choice carries ``token_ids`` and ``prompt_token_ids``);
@@ -26,6 +31,7 @@ index ``i``, choice ``i * n + j`` is its sample ``j``.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,6 +39,7 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 from rlloom import Completion
+from rlloom_agentkit.hermes import parse_tool_calls
 from rlloom_serverkit.schema import GenerateRequest, SchemaError, parse_generate
 
 from rlloom_server.sse import send_events
@@ -57,6 +64,7 @@ class Extras:
     stream: bool
     include_usage: bool
     token_ids: bool
+    tools: bool = False
 
 
 class _Dialect:
@@ -93,7 +101,7 @@ class _Dialect:
         return parsed, Extras(f"{self.prefix}-{uuid.uuid4().hex}", self.model,
                               stop_strings(body.get("stop"), "stop"), log_probs, flag(body, "stream", "stream"),
                               flag(options, "include_usage", "stream_options.include_usage"),
-                              flag(body, "return_token_ids", "return_token_ids"))
+                              flag(body, "return_token_ids", "return_token_ids"), bool(body.get("tools")))
 
     def _max_tokens(self, body: dict) -> Any:
         return body.get("max_tokens")
@@ -166,7 +174,7 @@ class CompletionsDialect(_Dialect):
 class ChatDialect(_Dialect):
     """``POST /v1/chat/completions`` (module doc)."""
 
-    keys = COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs"}
+    keys = COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"}
     prefix = "chatcmpl"
 
     @staticmethod
@@ -174,7 +182,8 @@ class ChatDialect(_Dialect):
         return "chat.completion.chunk" if streamed else "chat.completion"
 
     def _prompts(self, body: dict) -> list[list[int]]:
-        return [self.tokenizer.chat_prompt(body.get("messages"))]
+        refuse_unless_neutral(body, {"tool_choice": "auto"}, "")
+        return [self.tokenizer.chat_prompt(body.get("messages"), body.get("tools"))]
 
     def _max_tokens(self, body: dict) -> Any:
         return body.get("max_completion_tokens", body.get("max_tokens"))
@@ -192,8 +201,16 @@ class ChatDialect(_Dialect):
             log_probs = {"content": [{"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
                                      for text, lp in zip(self._token_texts(sample.tokens), sample.log_probs)]}
         message = {"role": "assistant", "content": sample.text}
+        calls = parse_tool_calls(sample.text) if extras.tools else []
+        finish = sample.finish
+        if calls and all(call.error is None for call in calls):
+            message["tool_calls"] = [{**({"index": k} if streamed else {}), "id": f"call_{uuid.uuid4().hex[:24]}",
+                                      "type": "function", "function": {"name": call.name,
+                                                                       "arguments": json.dumps(call.arguments)}}
+                                     for k, call in enumerate(calls)]
+            finish = "tool_calls" if finish == "stop" else finish
         return {"index": index, ("delta" if streamed else "message"): message, "logprobs": log_probs,
-                "finish_reason": sample.finish}
+                "finish_reason": finish}
 
 
 def _renamed(message: str) -> str:

@@ -1,5 +1,5 @@
-"""Entry point ``server`` (group ``rlloom``): the rollout engine ``rollout=server`` and the command
-``rlloom serve``."""
+"""Entry point ``server`` (group ``rlloom``): the rollout engine ``rollout=server``, the command
+``rlloom serve`` and the agent loop ``agent=gateway`` (black-box agents over OpenAI's API)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import rlloom
 from rlloom import EngineSpec
 
 from rlloom_serverkit.config import ServerRolloutConfig
+
+from rlloom_server.config import GatewayConfig
 
 
 def build_engine(cfg: ServerRolloutConfig, spec: EngineSpec):
@@ -32,3 +34,8 @@ def register_rollout_engines(register):
 @rlloom.hookimpl
 def register_commands(register):
     register("serve", serve_command)
+
+
+@rlloom.hookimpl
+def register_agent_loops(register):
+    register("gateway", "rlloom_server.gateway:GatewayLoop", config=GatewayConfig)

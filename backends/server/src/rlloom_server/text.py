@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlloom import Completion
+from rlloom_agentkit.template import render_chat
 from rlloom_serverkit.schema import SchemaError
 
 # sampling settings the engines cannot honour, each with the one value that means "off": a
@@ -67,17 +68,22 @@ class Sample:
 
 
 class ServedTokenizer:
-    """The tokenizer of the served model folder (``model_path``), loaded once at start.
-    ``vocab_size``: ids the model can produce (its config's ``vocab_size``, at least the tokenizer's);
-    ``context_len``: its ``max_position_embeddings`` (None when the config has none)."""
+    """A Hugging Face ``tokenizer`` as the dialects use it. ``vocab_size``: ids the model can produce;
+    ``context_len``: its longest sequence (None: unknown). :meth:`load` reads a model folder's."""
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, context_len: int | None = None) -> None:
+        self.tokenizer, self.vocab_size, self.context_len = tokenizer, vocab_size, context_len
+
+    @classmethod
+    def load(cls, model_path: str) -> ServedTokenizer:
+        """The tokenizer of the model folder ``model_path``; ``vocab_size`` is its config's (at least
+        the tokenizer's), ``context_len`` its ``max_position_embeddings`` (None when it has none)."""
         from transformers import AutoConfig, AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
         config = AutoConfig.from_pretrained(model_path)
-        self.vocab_size = max(int(getattr(config, "vocab_size", 0) or 0), len(self.tokenizer))
-        self.context_len = getattr(config, "max_position_embeddings", None)
+        return cls(tokenizer, max(int(getattr(config, "vocab_size", 0) or 0), len(tokenizer)),
+                   getattr(config, "max_position_embeddings", None))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
@@ -92,17 +98,18 @@ class ServedTokenizer:
             raise SchemaError(f"{where} must be a non-empty list of token ids in [0, {self.vocab_size})")
         return value
 
-    def chat_prompt(self, messages: Any) -> list[int]:
+    def chat_prompt(self, messages: Any, tools: Any = None) -> list[int]:
         """The token ids of ``messages`` (OpenAI's ``[{"role", "content"}, ...]``; a content may be
-        a list of ``{"type": "text", "text"}`` parts, joined) rendered by the tokenizer's chat
-        template with the generation prompt appended; SchemaError naming the message at fault."""
+        a list of ``{"type": "text", "text"}`` parts, joined; other fields, e.g. an assistant's
+        ``tool_calls``, are not rendered) and of ``tools`` (OpenAI's function descriptions,
+        :func:`rlloom_agentkit.template.render_chat`) by the tokenizer's chat template with the
+        generation prompt appended; SchemaError naming the message or tool at fault."""
         if not isinstance(messages, list) or not messages:
             raise SchemaError("messages must be a non-empty list of {role, content} objects")
         plain = [{"role": _role(m, i), "content": _content(m, i)} for i, m in enumerate(messages)]
         if self.tokenizer.chat_template is None:
             raise SchemaError("the served tokenizer has no chat template: use /v1/completions")
-        text = self.tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=False)
-        return self.encode(text, add_special_tokens=False)
+        return self.encode(render_chat(self.tokenizer, plain, function_tools(tools)), add_special_tokens=False)
 
     def samples(self, answer: Completion, stops: tuple[str, ...], skip_special_tokens: bool = True) -> list[Sample]:
         """The responses of ``answer`` as :class:`Sample` s, each cut at its first stop string (module doc)."""
@@ -146,3 +153,18 @@ def _content(message: dict, i: int) -> str:
                                          and isinstance(p.get("text"), str) for p in content):
         return "".join(p["text"] for p in content)
     raise SchemaError(f"messages[{i}].content must be a string or a list of text parts")
+
+
+def function_tools(tools: Any) -> list[dict]:
+    """A request's ``tools`` (null, or a list of ``{"type": "function", "function": {"name", ...}}``)
+    checked; SchemaError naming the one at fault."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise SchemaError("tools must be a list of {type: function, function: {name, ...}} objects")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type") != "function" or not isinstance(
+                function.get("name"), str):
+            raise SchemaError(f"tools[{i}] must be {{type: function, function: {{name, description, parameters}}}}")
+    return tools

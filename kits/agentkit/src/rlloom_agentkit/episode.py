@@ -10,6 +10,11 @@ the episode finished with ``length``; messages that do not fit (with room for on
 not added (the same). A turn that ran out of ``sampling.max_new_tokens`` (``Turn.finish_reason``
 ``"length"``) leaves the episode open: the loop decides.
 
+A loop that gets whole token sequences instead of messages (the OpenAI gateway: each call's
+messages rendered by the chat template) appends with :meth:`TokenEpisode.extend_to`, which takes
+only an exact extension of the ids so far; anything else is a fork: :meth:`TokenEpisode.restart`
+begins a new sample on the new ids, and the episode's trajectory is its last sample.
+
 Each turn's request carries its own seed, ``turn_seed(seed, t)`` for turn ``t``, so a trajectory
 does not depend on what it was batched with, and a resumed run repeats it.
 """
@@ -110,11 +115,34 @@ class TokenEpisode:
     def _extend_prompt(self, messages: list[dict[str, str]]) -> bool:
         """Messages before the first sampled token: part of the prompt, rendered whole."""
         if self.messages is None:
-            raise ValueError("messages cannot follow a plain-string prompt before the first turn; give the "
-                             "dataset's prompts as chat messages")
+            raise ValueError("messages cannot follow a plain-string prompt (or a prompt given as ids) before "
+                             "the first turn; give the dataset's prompts as chat messages")
         self.messages += messages
         self.prompt_ids = self.template.ids(self.template.render(self.messages, tools=self.tools))
         return True
+
+    def extend_to(self, ids: Sequence[int]) -> bool:
+        """Contract: :meth:`rlloom.protocols.Episode.extend_to`."""
+        current = self.prompt_ids + self.response_ids
+        if self.finished or len(ids) < len(current) or list(ids[: len(current)]) != current:
+            return False
+        extra = list(ids[len(current):])
+        if not self.response_ids:
+            self.prompt_ids += extra
+        elif len(self.response_ids) + len(extra) >= self.budget:  # no room left to answer
+            self.finish("length")
+        else:
+            self.response_ids += extra
+            self.mask += [0] * len(extra)
+            self.log_probs += [0.0] * len(extra)
+        return True
+
+    def restart(self, prompt_ids: Sequence[int]) -> None:
+        """Contract: :meth:`rlloom.protocols.Episode.restart`. ``turns`` goes on counting, so the new
+        sample's turns get seeds of their own."""
+        self.prompt_ids, self.messages = list(prompt_ids), None
+        self.response_ids, self.mask, self.log_probs = [], [], []
+        self.log_probs_known, self._closed_turn = True, True
 
     def count(self, name: str, k: int = 1) -> None:
         """Contract: :meth:`rlloom.protocols.Episode.count`."""

@@ -132,7 +132,11 @@ class AgentRunner:
         return out
 
     def close(self) -> None:
-        """Stop the event loop's thread (and the scheduler this runner made)."""
+        """Close the loops that hold resources (their ``async close()``, on the event loop), then stop
+        the event loop's thread (and the scheduler this runner made)."""
+        for loop in self.loops.values():
+            if hasattr(loop, "close"):
+                self.run_on_loop(loop.close())
         if isinstance(self.engine, BatchingScheduler):
             self.engine.close()
         self.run_on_loop(cancel_others())

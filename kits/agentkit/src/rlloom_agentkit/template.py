@@ -36,16 +36,33 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
             "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters}}
 
 
-def hermes_system_prompt(tools: Sequence[Tool]) -> str:
-    """The Hermes / Qwen tool instructions, for templates that ignore ``tools``: the schemas in
-    ``<tools>`` and the ``<tool_call>`` format the model must answer in (:mod:`rlloom_agentkit.hermes`)."""
-    listed = "\n".join(json.dumps(tool_schema(tool)) for tool in tools)
+def hermes_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
+    """The Hermes / Qwen tool instructions, for templates that ignore ``tools``: the function
+    descriptions (:func:`tool_schema`'s shape) in ``<tools>`` and the ``<tool_call>`` format the model
+    must answer in (:mod:`rlloom_agentkit.hermes`)."""
+    listed = "\n".join(json.dumps(schema) for schema in schemas)
     return ("You may call tools. The tools are described in JSON schema inside <tools></tools>:\n"
             f"<tools>\n{listed}\n</tools>\n"
             "To call a tool, answer with a JSON object holding its name and arguments inside "
             "<tool_call></tool_call> tags:\n"
             '<tool_call>\n{"name": <tool name>, "arguments": <arguments object>}\n</tool_call>\n'
             "The result comes back in a tool message. Give your final answer without a tool call.")
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], schemas: Sequence[dict[str, Any]] = (),
+                generation_prompt: bool = True) -> str:
+    """``messages`` through ``tokenizer``'s chat template; the function descriptions ``schemas``
+    through the template's own tool format when it has one (the text changes with them), else as a
+    Hermes system prompt merged into the first system message (:func:`with_system`)."""
+    plain = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    if not schemas:
+        return plain
+    text = tokenizer.apply_chat_template(messages, tools=list(schemas), tokenize=False,
+                                         add_generation_prompt=generation_prompt)
+    if text != plain:
+        return text
+    return tokenizer.apply_chat_template(with_system(messages, hermes_system_prompt(schemas)), tokenize=False,
+                                         add_generation_prompt=generation_prompt)
 
 
 class TurnTemplate:
@@ -71,22 +88,15 @@ class TurnTemplate:
 
     def render(self, messages: list[dict[str, Any]], generation_prompt: bool = True,
                tools: Sequence[Tool] = ()) -> str:
-        """``messages`` through the chat template; ``tools`` through the template's own tool format when
-        it has one, else as a Hermes system prompt (merged into the first system message)."""
-        schemas = [tool_schema(tool) for tool in tools] or None
-        text = self.tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
-        if schemas and text == self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                                  add_generation_prompt=generation_prompt):
-            return self.tokenizer.apply_chat_template(with_system(messages, hermes_system_prompt(tools)),
-                                                      tokenize=False, add_generation_prompt=generation_prompt)
-        return text
+        """``messages`` and ``tools`` through the chat template (:func:`render_chat`)."""
+        return render_chat(self.tokenizer, messages, [tool_schema(tool) for tool in tools], generation_prompt)
 
     def prompt_ids(self, prompt: list[dict[str, Any]] | str, tools: Sequence[Tool] = ()) -> list[int]:
         """The ids of a dataset row's prompt (chat messages, or a string taken as it is with the tool
         instructions in front), ready for the first assistant turn."""
         if isinstance(prompt, str):
-            return self.ids((hermes_system_prompt(tools) + "\n\n" if tools else "") + prompt)
+            schemas = [tool_schema(tool) for tool in tools]
+            return self.ids((hermes_system_prompt(schemas) + "\n\n" if tools else "") + prompt)
         return self.ids(self.render(prompt, tools=tools))
 
     def after_turn(self, messages: list[dict[str, Any]], ended_with_closing: bool) -> list[int]:
