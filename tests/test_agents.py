@@ -283,3 +283,16 @@ def test_a_resumed_agent_run_repeats_the_uninterrupted_one(tmp_path):
         assert (tmp_path / "resumed" / name).read_text() == (tmp_path / "straight" / name).read_text()
     assert (tmp_path / "resumed" / "final_model" / "model.safetensors").read_bytes() == (
         tmp_path / "straight" / "final_model" / "model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_every_trained_sample_carries_the_weight_version_that_sampled_it(tmp_path):
+    """Step k samples with the actor after step k - 1 (0: the starting weights), in the dumps of a run
+    and of a resumed one alike (the version is restored with the checkpoint)."""
+    import json
+
+    rlloom_trainer.train([*GUESS, "trainer.total_steps=3", f"trainer.run_dir={tmp_path}"])
+    for step in (1, 2, 3):
+        rows = [json.loads(line) for line in (tmp_path / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        assert [row["weight_version"] for row in rows] == [step - 1] * 4
+        assert all(row["agent_turns"] >= 1 and row["agent_finish_reason"] for row in rows)

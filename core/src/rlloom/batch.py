@@ -35,6 +35,7 @@ field                  shape      dtype   meaning
 ``advantages``         [B, R]     float32 per-token advantages (0 where the mask is 0)
 ``returns``            [B, R]     float32 value targets
 ``prompt_index``       [B]        int64   optional rollout input: keys each row's randomness
+``weight_version``     [B]        int64   the policy that sampled the row: the actor after step k (0: start)
 =====================  =========  ======  ==========================================================
 
 Object fields: ``prompt_text``, ``response_text``, ``ground_truth``, ``data_source``, ``uid`` (the

@@ -47,6 +47,7 @@ class Roles:
     critic: TrainEngine | None = None
     declared: dict[Role, Any] = field(default_factory=dict)
     agent_rollout: Callable[[Batch, SamplingParams], Batch] | None = None
+    weight_version: int = 0  # the rollout engine's weights: the actor's after this step (0: the starting weights)
     sleep_rollout: bool = False
     rollout_asleep: bool = False
     offload_train_engines: bool = False
@@ -217,7 +218,8 @@ class StepContext:
     # -------------------------------------------------------------------------- stages
     def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
         """``n`` responses per prompt row (interleaved), their sampled tokens decoded into
-        ``response_text``; the output's ``meta["metrics"]`` (an agent runner's) join the step's."""
+        ``response_text``, each stamped with the rollout's ``weight_version``; the output's
+        ``meta["metrics"]`` (an agent runner's) join the step's."""
         params = dataclasses.replace(sampling or self.sampling, n=n)
         if self.seed is not None and params.seed is None:
             call = self._calls[stage] = self._calls.get(stage, -1) + 1
@@ -227,6 +229,7 @@ class StepContext:
         with self.timed(stage):
             batch = (self.roles.agent_rollout or self.roles.rollout.generate)(prompts, params)
         self.metrics.update(batch.meta.pop("metrics", {}))
+        batch["weight_version"] = torch.full((len(batch),), self.roles.weight_version, dtype=torch.long)
         batch.meta.setdefault("max_new_tokens", params.max_new_tokens)
         self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
         batch["response_text"] = self.tokenizer.batch_decode(
@@ -339,13 +342,15 @@ class StepContext:
             self.metrics[name if "/" in name else f"{role}/{name}"] = sum(values) / len(values)
 
     def sync_weights(self) -> None:
-        """Push the actor's weights into the rollout engine (``perf/weight_sync_*``: bytes, seconds,
+        """Push the actor's weights into the rollout engine, whose ``weight_version`` becomes this step
+        (``perf/weight_sync_*``: bytes, seconds,
         the largest tensor streamed, and on CUDA the measured peak extra memory; see
         :class:`~rlloom.types.SyncStats`); then add the rollout engine's own metrics (e.g. resident
         memory per phase, ``rollout/rss_gb/<phase>``) when it reports any."""
         self.roles.wake_rollout()
         with self.timed("update_weights"):
             stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+        self.roles.weight_version = self.step
         self.metrics["perf/weight_sync_bytes"] = float(stats.num_bytes)
         self.metrics["perf/weight_sync_seconds"] = stats.seconds
         self.metrics["perf/weight_sync_max_tensor_mb"] = stats.max_tensor_bytes / 1e6

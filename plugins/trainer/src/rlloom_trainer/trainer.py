@@ -204,6 +204,7 @@ class Trainer:
                 raise CheckpointError(f"{checkpoint.path} holds algorithm state but the algorithm cannot load it")
             self.algorithm.load_state_dict(state.algorithm)
         self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+        self.roles.weight_version = self.step
         set_rng_state(state.rng)
 
     def save_checkpoint(self) -> Checkpoint:
