@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rlloom.config.schema import TrainerConfig
 from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
 
 BUILTIN_MODES = {"one_to_all": "OneToAll", "rank_zero": "RankZero"}  # mode -> factory in rlloom.controller.dispatch
@@ -19,11 +18,6 @@ def register_launchers(register):
 def register_dispatch_modes(register):
     for name, factory in BUILTIN_MODES.items():
         register(name, f"rlloom.controller.dispatch:{factory}")
-
-
-@hookimpl
-def register_resharders(register):
-    register("in_process", InProcessResharder, config=InProcessResharderConfig)
 
 
 @hookimpl

@@ -300,7 +300,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None
 def check_device_here(name: str) -> None:
     """ConfigError unless ``trainer.device`` can be used on this machine (``cuda`` needs a GPU).
     The last check: the one that imports torch."""
-    from rlloom.devices import resolve_device
+    from rlloom.choices import resolve_device
 
     try:
         resolve_device(name)
