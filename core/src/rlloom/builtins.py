@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 from rlloom.config.schema import TrainerConfig
-from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
 from rlloom.plugins.hookspecs import hookimpl
 
 BUILTIN_MODES = {"one_to_all": "OneToAll", "rank_zero": "RankZero"}  # mode -> factory in rlloom.controller.dispatch
-
-
-@hookimpl
-def register_launchers(register):
-    register("local", LocalLauncher, config=LocalLauncherConfig)
 
 
 @hookimpl

@@ -20,7 +20,7 @@ import os
 import sys
 
 from rlloom.config import ConfigError
-from rlloom.controller.local import RoleFailedError, RoleStartError
+from rlloom.controller.roles import RoleFailedError, RoleStartError
 from rlloom.errors import RunFailedError
 from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry, provider_of
 

@@ -1,5 +1,5 @@
 """Errors a plugin raises to end a command with the run-failed exit status (1) and one paragraph, no
-traceback: :class:`RunFailedError`. A role's failures are :mod:`rlloom.controller.local`'s, a bad
+traceback: :class:`RunFailedError`. A role's failures are :mod:`rlloom.controller.roles`'s, a bad
 config's :class:`rlloom.config.ConfigError`."""
 
 

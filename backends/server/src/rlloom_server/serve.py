@@ -16,7 +16,7 @@ import sys
 
 from rlloom.config import compose_config
 from rlloom.config.errors import ConfigError
-from rlloom.controller.local import RoleStartError, build_role
+from rlloom.controller.roles import RoleStartError, build_role
 from rlloom.plugins.registry import get_registry
 from rlloom.types import EngineSpec, RoleSpec
 

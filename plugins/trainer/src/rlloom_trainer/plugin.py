@@ -1,7 +1,7 @@
-"""Entry point ``trainer`` (group ``rlloom``): the commands ``rlloom train``, ``eval``, ``generate``, ``chat``,
-``export`` and ``plot`` (:mod:`rlloom_trainer.commands`) and every in-tree tracker (:mod:`rlloom_trainer.trackers`):
-``console`` and ``jsonl`` (a run's default), ``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the
-extras of the same names).
+"""Entry point ``trainer`` (group ``rlloom``): ``launcher=local``, the default (:mod:`rlloom_trainer.local`), the
+commands ``rlloom train``, ``eval``, ``generate``, ``chat``, ``export`` and ``plot`` (:mod:`rlloom_trainer.commands`)
+and every in-tree tracker (:mod:`rlloom_trainer.trackers`): ``console`` and ``jsonl`` (a run's default),
+``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the extras of the same names).
 
 Factories are named as ``"module:attribute"``, imported when first built; a command's is
 ``command(parser)``, which adds the command's arguments and returns the function that runs it (the
@@ -11,6 +11,8 @@ Factories are named as ``"module:attribute"``, imported when first built; a comm
 from __future__ import annotations
 
 from rlloom import hookimpl
+
+from rlloom_trainer.local import LocalLauncherConfig
 
 COMMANDS = {
     "train": "rlloom_trainer.commands.train:command",
@@ -27,6 +29,11 @@ TRACKERS = {
     "wandb": "rlloom_trainer.trackers.wandb:WandbTracker",
     "mlflow": "rlloom_trainer.trackers.mlflow:MlflowTracker",
 }
+
+
+@hookimpl
+def register_launchers(register):
+    register("local", "rlloom_trainer.local:LocalLauncher", config=LocalLauncherConfig)
 
 
 @hookimpl
