@@ -1,7 +1,5 @@
-"""A run's name and folder: ``trainer.run_name`` (default ``<algorithm>-<data>-<model>``, e.g.
-``grpo-digits-tiny``) names the run, and its folder is ``trainer.run_dir`` when given, else
-``runs/<run_name>``. Re-running a command therefore finds the same folder and resumes the run in it.
-"""
+"""A run's name, ``trainer.run_name`` (default ``<algorithm>-<data>-<model>``: ``grpo-digits-tiny``), and its
+folder, ``trainer.run_dir`` or ``runs/<run_name>``: re-running a command finds the folder and resumes the run."""
 
 from __future__ import annotations
 
@@ -30,8 +28,8 @@ def check_run_name(name: str) -> None:
 
 
 def name_run(cfg: DictConfig, sections: dict[str, Any], choices: dict[str, str]) -> None:
-    """Fill ``trainer.run_name`` (in the composed ``cfg`` and the trainer section) with
-    :func:`default_run_name` when it is not set; check it either way."""
+    """Fill an unset ``trainer.run_name`` (in ``cfg`` and the trainer section) with :func:`default_run_name`;
+    check it either way."""
     trainer = sections["trainer"]
     if trainer.run_name is None:
         cfg.trainer.run_name = trainer.run_name = default_run_name(choices)

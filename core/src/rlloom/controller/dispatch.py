@@ -1,24 +1,11 @@
-"""Dispatch modes: how one call on a worker group of ``world_size`` ranks is spread over the ranks,
-and how the ranks' results become the caller's result.
-
-A mode is an object with two methods (:class:`rlloom.protocols.DispatchMode`):
-
-- ``scatter(args, kwargs, world_size) -> list[RankCall | None]``: what rank ``i`` runs
-  (None: rank ``i`` sits the call out);
-- ``gather(results, args, kwargs) -> Any``: the caller's result; ``results[i]`` is rank ``i``'s
-  result, None for a rank that sat out or dropped its result (``RankCall.keep_result``).
-
-The core registers two: ``one_to_all`` (every rank runs the call with the same arguments, as
-collectives such as an FSDP engine's full-weight gather need; rank 0's result is kept, the others
-are dropped where they were computed) and ``rank_zero`` (only rank 0 runs it). The data-parallel
-splits (``dp_split``, ``dp_split_uneven``, ``dp_split_tokens``, ``dp_split_rollout``) are the engine
-kit's (:mod:`rlloom_enginekit.dispatch`), which registers them.
+"""Dispatch modes (:class:`rlloom.protocols.DispatchMode`): how a launcher spreads one call over a worker
+group's ranks and gathers their results. The core registers ``one_to_all`` (every rank runs the call, as
+collectives need; rank 0's result is kept, the others are dropped where they were computed) and
+``rank_zero``; the data-parallel splits are the engine kit's (:mod:`rlloom_enginekit.dispatch`).
 
 An engine declares a method's mode with :func:`dispatch` (``@dispatch("dp_split")``); a method that
-declares none falls back to :data:`DEFAULT_MODES` by name, then ``one_to_all``. Plugins add modes with
-the ``register_dispatch_modes`` hook (``register(name, factory)``, ``factory()`` returning the mode).
-A launcher that places a role on one process (the local launcher) calls methods directly and needs
-no mode.
+declares none falls back to :data:`DEFAULT_MODES` by name, then ``one_to_all``. A launcher that places a
+role in one process calls its methods directly and needs no mode.
 """
 
 from __future__ import annotations
@@ -43,7 +30,7 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def dispatch(mode: str) -> Callable[[Method], Method]:
-    """Declare the dispatch mode of an engine method (see the module docstring for the modes)."""
+    """Declare the dispatch mode of an engine method (a registered mode's name)."""
 
     def declare(method: Method) -> Method:
         setattr(method, DISPATCH_ATTRIBUTE, mode)
