@@ -73,23 +73,18 @@ class RolloutEngine(Protocol):
         When ``prompts`` has a ``prompt_index`` field [B] (:data:`rlloom.batch.PROMPT_INDEX_FIELD`),
         row ``i``'s index is ``prompt_index[i]`` instead.
         """
-        ...
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Load full (unsharded) weights given in Hugging Face parameter naming."""
-        ...
 
     def sleep(self) -> None:
         """Free what can be freed (KV cache, weights on GPU) between rollout phases."""
-        ...
 
     def wake_up(self) -> None:
         """Restore what :meth:`sleep` freed. Weights are re-synced by the resharder afterwards."""
-        ...
 
     def close(self) -> None:
         """Release every resource (processes, memory)."""
-        ...
 
 
 @runtime_checkable
@@ -108,7 +103,6 @@ class AsyncRolloutEngine(Protocol):
         that has not started; one already generating stops within one decode step where the batch
         engine has the :class:`BatchesRequests` ability, else it finishes and its result is dropped.
         """
-        ...
 
 
 @runtime_checkable
@@ -124,11 +118,9 @@ class TrainEngine(Protocol):
         ``response_mask`` is 0) and, when ``entropy``, ``entropy`` [B, R] float32 (entropy of the
         full next-token distribution at each response position).
         """
-        ...
 
     def compute_values(self, batch: Batch) -> Batch:
         """Critic values at each response position: ``values`` [B, R] float32. Critic engines only."""
-        ...
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step on ``batch`` (the mini-batch).
@@ -138,31 +130,24 @@ class TrainEngine(Protocol):
         the gradient norm, steps the optimizer and the LR schedule. Returns the averaged ``loss_fn``
         metrics plus ``grad_norm`` and ``lr``.
         """
-        ...
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (unsharded) weights in Hugging Face naming, one tensor at a time (for weight sync)."""
-        ...
 
     def save(self, path: str) -> None:
         """Write model, optimizer and LR-schedule state under the directory ``path``."""
-        ...
 
     def load(self, path: str) -> None:
         """Restore what :meth:`save` wrote."""
-        ...
 
     def offload(self) -> None:
         """Move parameters and optimizer state off the accelerator (no-op on CPU)."""
-        ...
 
     def onload(self) -> None:
         """Undo :meth:`offload`."""
-        ...
 
     def close(self) -> None:
         """Release every resource (process groups, memory)."""
-        ...
 
 
 @runtime_checkable
@@ -174,7 +159,6 @@ class LendsWeights(Protocol):
         """The model's own parameter tensors (no copy: the optimizer's in-place updates show through),
         in Hugging Face naming as :meth:`TrainEngine.named_weights`. ValueError when the engine holds
         only a shard of them."""
-        ...
 
 
 @runtime_checkable
@@ -185,7 +169,6 @@ class BorrowsWeights(Protocol):
         """Make the model's parameters *be* ``named_tensors`` (same storage, nothing copied), freeing its
         own copies; return how many bytes of its own it let go. ValueError naming the tensor when a
         name, shape, dtype or device does not match."""
-        ...
 
 
 @runtime_checkable
@@ -194,8 +177,7 @@ class LoadsWeightsFromDir(Protocol):
     files itself (``resharder=safetensors`` then writes the folder and names it, instead of streaming
     tensors through :meth:`RolloutEngine.update_weights`)."""
 
-    def load_weights_from_dir(self, path: str) -> None:
-        ...
+    def load_weights_from_dir(self, path: str) -> None: ...
 
 
 @runtime_checkable
@@ -217,7 +199,6 @@ class BatchesRequests(Protocol):
           reads it before every decode step and stops decoding the rows of a prompt set True within
           that step (their responses in the output are cut where they stood), the others go on.
         """
-        ...
 
 
 @runtime_checkable
@@ -225,8 +206,7 @@ class ReportsMetrics(Protocol):
     """Optional ability of a rollout engine: metrics of its own (e.g. resident memory per phase,
     ``rollout/rss_gb/<phase>``), added to the step's after each weight sync."""
 
-    def metrics(self) -> dict[str, float]:
-        ...
+    def metrics(self) -> dict[str, float]: ...
 
 
 @runtime_checkable
@@ -234,8 +214,7 @@ class Closable(Protocol):
     """Optional ability of a reward function or resharder (engines must have it): release what it
     holds (worker processes, files) when the run ends."""
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -248,7 +227,6 @@ class NamesInertRows(Protocol):
 
     def inert_rows(self, batch: Batch) -> torch.Tensor:
         """Bool [B]: True for the rows of ``batch`` whose loss has zero gradient."""
-        ...
 
 
 @runtime_checkable
@@ -257,7 +235,6 @@ class Resharder(Protocol):
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         """Make ``rollout`` generate with ``train``'s current weights; report what moved."""
-        ...
 
 
 @runtime_checkable
@@ -277,14 +254,11 @@ class DistributedResharder(Resharder, Protocol):
     Within one process, ``sync(train, rollout)`` still works without a group.
     """
 
-    def connect(self, rank: int, world_size: int, host: str, port: int) -> None:
-        ...
+    def connect(self, rank: int, world_size: int, host: str, port: int) -> None: ...
 
-    def send(self, train: TrainEngine) -> SyncStats:
-        ...
+    def send(self, train: TrainEngine) -> SyncStats: ...
 
-    def receive(self, rollout: RolloutEngine) -> SyncStats:
-        ...
+    def receive(self, rollout: RolloutEngine) -> SyncStats: ...
 
 
 @runtime_checkable
@@ -295,7 +269,6 @@ class RewardFn(Protocol):
         """In: ``response_text``, ``ground_truth``, ``data_source``, ``prompt_text`` (objects) and the
         token fields; out: a :class:`~rlloom.types.RewardResult` with one score per row. A verifier
         that raises on a sample must count it in ``num_errors`` and score it, not propagate."""
-        ...
 
 
 @runtime_checkable
@@ -313,19 +286,16 @@ class Algorithm(Protocol):
     needs_reference: bool
     needs_critic: bool
 
-    def step(self, ctx: Any, prompts: Batch) -> dict[str, float]:
-        ...
+    def step(self, ctx: Any, prompts: Batch) -> dict[str, float]: ...
 
 
 @runtime_checkable
 class StatefulAlgorithm(Protocol):
     """The optional part of :class:`Algorithm` for state that must survive a resume."""
 
-    def state_dict(self) -> dict[str, Any]:
-        ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @runtime_checkable
@@ -429,13 +399,11 @@ class Episode(Protocol):
     async def assistant_turn(self) -> Turn | None:
         """Sample the next assistant turn and append it. None when the episode's response budget
         is spent (the episode is then finished with reason ``"length"``)."""
-        ...
 
     def add_messages(self, messages: list[dict[str, str]]) -> bool:
         """Append ``messages`` (chat messages, e.g. ``{"role": "tool", "content": ...}``) after the last
         turn, with the template's boundary tokens, all masked out. False when they do not fit the
         budget (the episode is then finished with reason ``"length"``)."""
-        ...
 
     def extend_to(self, ids: Sequence[int]) -> bool:
         """For loops that see whole conversations as token ids (the OpenAI gateway): when ``ids`` are
@@ -453,14 +421,12 @@ class Episode(Protocol):
     def count(self, name: str, k: int = 1) -> None:
         """Add ``k`` to the episode's counter ``name`` (reported as ``agent/<name>``, the batch's sum,
         and ``agent/<name>/mean``, per trajectory)."""
-        ...
 
     def finish(self, reason: str, reward: float | None = None, parts: dict[str, float] | None = None) -> None:
         """End the episode: ``reason`` (``answer``, ``max_turns``, ``length``, ``tool_error``, …; reported
         as ``agent/finish_reason/<reason>``) and, when the loop scores it itself (an environment), its
         ``reward`` and named ``parts``. A later call keeps the first reason (an episode the budget ended
         is ``length``) but may still give the reward."""
-        ...
 
 
 @runtime_checkable
@@ -476,7 +442,6 @@ class Tool(Protocol):
     async def __call__(self, arguments: dict[str, Any], row: PromptRecord) -> str:
         """The observation for one call (text shown to the model). Raising, hanging past the loop's
         timeout or returning too much is the loop's to handle: the model sees an error observation."""
-        ...
 
 
 @runtime_checkable
@@ -487,11 +452,9 @@ class Environment(Protocol):
     def reset(self, row: PromptRecord) -> str | None:
         """Start an episode on ``row``; the first observation, shown as a user message after the
         prompt (None: the prompt alone)."""
-        ...
 
     def step(self, action: str) -> EnvStep:
         """Take the text of the model's turn; return the observation, the reward and whether done."""
-        ...
 
 
 @runtime_checkable
@@ -506,7 +469,6 @@ class AgentLoop(Protocol):
     async def run(self, episode: Episode) -> None:
         """Drive ``episode`` to its end (``episode.finish``); returning without finishing finishes it
         with reason ``"answer"``."""
-        ...
 
 
 class Launcher(Protocol):
@@ -519,11 +481,9 @@ class Launcher(Protocol):
     releases everything (it is called after a failed start too).
     """
 
-    def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
-        ...
+    def start_role(self, spec: RoleSpec, registry: Registry) -> Any: ...
 
-    def shutdown(self) -> None:
-        ...
+    def shutdown(self) -> None: ...
 
 
 class DispatchMode(Protocol):
@@ -532,11 +492,9 @@ class DispatchMode(Protocol):
 
     def scatter(self, args: tuple, kwargs: dict, world_size: int) -> list[RankCall | None]:
         """What rank ``i`` runs (None: rank ``i`` sits the call out)."""
-        ...
 
     def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
         """The caller's result from the ranks' (None for a rank that sat out or dropped its result)."""
-        ...
 
 
 @runtime_checkable
@@ -545,11 +503,9 @@ class Future(Protocol):
 
     def result(self) -> Any:
         """The call's result; raises what the call raised."""
-        ...
 
     def span(self) -> tuple[float, float]:
         """``(start, end)`` (``time.time()`` seconds) of the call where it ran; waits like :meth:`result`."""
-        ...
 
 
 @runtime_checkable
@@ -558,7 +514,6 @@ class RemoteHandle(Protocol):
 
     def submit_call(self, method: str, args: tuple, kwargs: dict) -> Future:
         """Start ``method(*args, **kwargs)`` on the role; return its future at once."""
-        ...
 
 
 @runtime_checkable
@@ -566,11 +521,9 @@ class Tracker(Protocol):
     """Receives metrics; a failing tracker is disabled with a warning, never kills a run (optional:
     :class:`RewindsRecord`)."""
 
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        ...
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -582,7 +535,6 @@ class RewindsRecord(Protocol):
         run starts in a folder an interrupted run logged to, so the record equals an uninterrupted
         run's. May return a few words on what it dropped (``"2 rows (steps 3-4) of metrics.jsonl"``),
         which the trainer prints; ``None`` when there is nothing to say."""
-        ...
 
 
 @runtime_checkable
@@ -593,7 +545,6 @@ class ChecksModel(Protocol):
         """Called once the model folder exists and before any engine loads weights (``launcher=local``
         only: elsewhere the engines check when they start): ValueError for shapes the engine cannot
         run (a head size without a kernel), a config error naming the engine choice."""
-        ...
 
 
 @runtime_checkable
@@ -605,7 +556,6 @@ class StartsWithOtherWeights(Protocol):
         another process started: they may hold another run's weights, or a later step's). The trainer
         of a fresh run then syncs the actor's weights into the engine before step 0, its validation
         included, as it does for every resumed run."""
-        ...
 
 
 @runtime_checkable
@@ -624,7 +574,6 @@ class ChecksRoles(Protocol):
 
     def check_roles(self, roles: list[str]) -> None:
         """ValueError, naming the key as the user types it and the valid ``roles``, for a role the run has not."""
-        ...
 
 
 @runtime_checkable
@@ -647,4 +596,3 @@ class PlansOptimizerSteps(Protocol):
         prompts (engines size their LR schedules by it). ValueError, naming the key as the user
         types it (``algorithm.ppo_mini_batch_size``), when the batch cannot be cut as configured:
         it is checked when the config is composed."""
-        ...
