@@ -9,7 +9,6 @@ dataclass (running its own checks), then check what spans sections. Every user e
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +22,9 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from rlloom.choices import DeviceError
 from rlloom.config.errors import ConfigError
-from rlloom.config.roles import check_role_groups, role_groups, run_role_names, run_schema
-from rlloom.config.run_name import name_run, run_dir_of
-from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig
+from rlloom.config.roles import check_role_groups, role_groups, run_role_names
+from rlloom.config.run_name import check_run_dir, name_run, run_dir_of
+from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig, run_schema
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
 from rlloom.protocols import ChecksInstalled, ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
@@ -246,20 +245,6 @@ def _reject_added_keys(cfg: DictConfig, options: Options, choices: dict[str, str
             extra = sorted(set(cfg[group].keys()) - {f.name for f in dataclasses.fields(schema)})
             if extra:
                 raise ConfigError(_no_such_key(f"{group}.{extra[0]}", schema, choices, run_config))
-
-
-def check_run_dir(run_dir: str | None) -> None:
-    """ConfigError unless ``trainer.run_dir`` is a folder or can be made one: its nearest existing
-    ancestor must be a writable folder."""
-    if not run_dir:
-        return
-    path = os.path.abspath(run_dir)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ConfigError(f"trainer.run_dir={run_dir}: {path} is a file, not a folder; choose another trainer.run_dir.")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"trainer.run_dir={run_dir}: the folder {path} is not writable; choose another trainer.run_dir.")
 
 
 def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[str, list[str]]) -> None:
