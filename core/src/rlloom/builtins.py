@@ -17,24 +17,3 @@ def register_dispatch_modes(register):
 @hookimpl
 def register_configs(register):
     register("trainer", "default", TrainerConfig)
-
-
-@hookimpl
-def register_presets(register):
-    register(
-        "tiny",
-        [
-            "model=tiny",
-            "data=digits",
-            "reward=digit_fraction",
-            "algorithm.n=8",
-            "trainer.total_steps=20",
-            "trainer.train_batch_size=4",
-            "trainer.test_freq=10",
-            "trainer.val_n=2",
-            "trainer.val_greedy=false",
-            "sampling.max_new_tokens=4",
-            "train_engine.lr=1e-2",
-        ],
-        "the tiny random-init model learning a format reward in about a minute (tests, smoke runs)",
-    )

@@ -56,9 +56,8 @@ class Roles:
         return found
 
     def offload_train_engines_if_asked(self) -> None:
-        """Before generating, with ``offload_train_engines``: move the train engines' weights and
-        optimizer state to host memory (:meth:`TrainEngine.offload`); each engine brings them back
-        at its next call."""
+        """Before generating, with ``offload_train_engines``: :meth:`TrainEngine.offload` every train engine
+        (each brings its state back at its next call)."""
         if self.offload_train_engines:
             declared = [held for role, held in self.declared.items() if role.kind == "train_engine"]
             for engine in (self.actor, self.ref, self.critic, *declared):
@@ -78,8 +77,7 @@ class Roles:
             self.rollout_asleep = False
 
     def sleep_rollout_if_asked(self) -> None:
-        """Before a training phase, with ``sleep_rollout``: let the rollout engine free what it can
-        (its KV cache) so that colocated roles do not hold both at once."""
+        """Before a training phase, with ``sleep_rollout``: the rollout engine frees what it can (KV cache)."""
         if self.sleep_rollout and not self.rollout_asleep:
             self.rollout.sleep()
             self.rollout_asleep = True
@@ -87,11 +85,7 @@ class Roles:
 
 def _store(batch: Batch, name: str, key: str) -> Callable[[Batch], None]:
     """A stage's ``finish`` callback: ``batch[name] = out[key]``."""
-
-    def finish(out: Batch) -> None:
-        batch[name] = out[key]
-
-    return finish
+    return lambda out: batch.__setitem__(name, out[key])
 
 
 def token_level(result: RewardResult, response_mask: torch.Tensor) -> torch.Tensor:
@@ -238,13 +232,9 @@ class StepContext:
         for name, values in result.components.items():
             batch[f"{role}_{name}"] = values.float()
         section = "critic" if role == REWARD_ROLE else role
-        self.metrics.update({
-            f"{section}/score/mean": float(scores.mean()),
-            f"{section}/score/max": float(scores.max()),
-            f"{section}/score/min": float(scores.min()),
-            f"{role}/errors": float(result.num_errors),
-            f"{role}/timeouts": float(result.num_timeouts),
-        })
+        self.metrics.update({f"{section}/score/mean": float(scores.mean()), f"{section}/score/max": float(scores.max()),
+                             f"{section}/score/min": float(scores.min()), f"{role}/errors": float(result.num_errors),
+                             f"{role}/timeouts": float(result.num_timeouts)})
         for name, values in result.components.items():
             self.metrics[f"{role}/{name}/mean"] = float(values.float().mean())
         if role == REWARD_ROLE:
@@ -252,12 +242,9 @@ class StepContext:
 
     def _add_lengths(self, batch: Batch) -> None:
         lengths = batch["response_mask"].sum(dim=1).float()
-        self.metrics.update({
-            "response_length/mean": float(lengths.mean()),
-            "response_length/max": float(lengths.max()),
-            "response_length/min": float(lengths.min()),
-            "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
-        })
+        self.metrics.update({"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
+                             "response_length/min": float(lengths.min()), "response_length/clip_ratio":
+                             float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean())})
 
     def old_log_probs(self, batch: Batch) -> Batch:
         """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap

@@ -124,12 +124,7 @@ class Registry:
     # ------------------------------------------------------------------------------ loading
     def _load(self, entry_point: importlib.metadata.EntryPoint) -> None:
         dist = entry_point.dist
-        status = PluginStatus(
-            entry_point=entry_point.name,
-            distribution=dist.name if dist else "?",
-            version=dist.version if dist else "?",
-            status="loaded",
-        )
+        status = PluginStatus(entry_point.name, dist.name if dist else "?", dist.version if dist else "?", "loaded")
         self.statuses.append(status)
         module = None
         try:
@@ -153,9 +148,7 @@ class Registry:
         staged_presets: list[Preset] = []
         for kind, hook_name in KINDS.items():
             def register(name: str, factory: Callable[..., Any] | str, config: Any = None, *, _kind=kind) -> None:
-                staged_components.append(
-                    Component(_kind, name, factory, config, status.distribution, status.version)
-                )
+                staged_components.append(Component(_kind, name, factory, config, status.distribution, status.version))
             self._call(plugin, hook_name, register)
 
         def register_config(group: str, name: str, node: Any) -> None:
