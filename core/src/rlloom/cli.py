@@ -16,9 +16,7 @@ import json
 import os
 import sys
 
-from rlloom.config import ConfigError
-from rlloom.controller.roles import RoleFailedError, RoleStartError
-from rlloom.errors import RunFailedError
+from rlloom.errors import ConfigError, RoleFailedError, RoleStartError, RunFailedError
 from rlloom.plugins.registry import KINDS, PluginStatus, UnknownPluginError, get_registry, provider_of
 
 USAGE_ERROR = 2

@@ -306,28 +306,23 @@ class CountsInvalidRows(Protocol):
 
 @runtime_checkable
 class Episode(Protocol):
-    """One trajectory in the making, which the agent runner hands to :meth:`AgentLoop.run`.
-
-    Its tokens only grow, and nothing is ever tokenised twice: an assistant turn's ids go in exactly
-    as the engine sampled them (``response_mask`` 1, with their log-probs); messages the loop adds
-    go in as the ids the model's chat template puts after the turns so far (``response_mask`` 0).
-    ``row`` is the dataset row; the prompt (with the loop's tools described in it) is already in.
-    ``tokenizer``: the model's (a Hugging Face tokenizer), for loops that measure or cut text in tokens.
-    ``finished``: whether it has ended (:meth:`finish`, or its budget ran out).
-    """
+    """One trajectory in the making, handed to :meth:`AgentLoop.run`. Its tokens only grow and nothing is
+    tokenised twice: an assistant turn's ids go in as sampled (``response_mask`` 1, with their log-probs),
+    messages the loop adds as the ids the chat template puts after the turns so far (``response_mask`` 0).
+    ``row``: the dataset row (its prompt, with the loop's tools described, is already in); ``tokenizer``:
+    the model's Hugging Face tokenizer; ``finished``: whether it has ended (:meth:`finish`, or its budget ran out)."""
 
     row: PromptRecord
     tokenizer: Any
     finished: bool
 
     async def assistant_turn(self) -> Turn | None:
-        """Sample the next assistant turn and append it. None when the episode's response budget
-        is spent (the episode is then finished with reason ``"length"``)."""
+        """Sample the next assistant turn and append it; None when the response budget is spent (the
+        episode is then finished with reason ``"length"``)."""
 
     def add_messages(self, messages: list[dict[str, str]]) -> bool:
-        """Append ``messages`` (chat messages, e.g. ``{"role": "tool", "content": ...}``) after the last
-        turn, with the template's boundary tokens, all masked out. False when they do not fit the
-        budget (the episode is then finished with reason ``"length"``)."""
+        """Append chat ``messages`` (``{"role": "tool", "content": ...}``) after the last turn, with the
+        template's boundary tokens, masked out; False when they do not fit (then finished, ``"length"``)."""
 
     def extend_to(self, ids: Sequence[int]) -> bool:
         """For loops that see whole conversations as token ids (the OpenAI gateway): when ``ids`` are
@@ -335,12 +330,10 @@ class Episode(Protocol):
         0; before the first sampled token, to the prompt) and return True; a finished episode, or
         ids that differ anywhere in what the episode holds, return False and change nothing. Extra
         ids that leave no room to answer finish the episode with ``"length"`` (True, nothing appended)."""
-        ...
 
     def restart(self, prompt_ids: Sequence[int]) -> None:
         """Begin a new sample of this episode whose prompt is ``prompt_ids`` (a fork: what was
         sampled so far is dropped, the trajectory is the last sample); counters and turns go on."""
-        ...
 
     def count(self, name: str, k: int = 1) -> None:
         """Add ``k`` to the episode's counter ``name`` (reported as ``agent/<name>``, the batch's sum,
@@ -355,23 +348,22 @@ class Episode(Protocol):
 
 @runtime_checkable
 class Tool(Protocol):
-    """A tool the model may call (``register_tools``): its name, description and JSON-schema
-    ``parameters`` (an ``object`` schema) are shown to the model through the chat template's tool
-    format; a call's arguments are validated against ``parameters`` before the tool sees them."""
+    """A tool the model may call: ``name``, ``description`` and the JSON-schema ``parameters`` (an ``object``
+    schema) are shown through the chat template's tool format; a call's arguments are validated against
+    ``parameters`` before the tool sees them."""
 
     name: str
     description: str
     parameters: dict[str, Any]
 
     async def __call__(self, arguments: dict[str, Any], row: PromptRecord) -> str:
-        """The observation for one call (text shown to the model). Raising, hanging past the loop's
-        timeout or returning too much is the loop's to handle: the model sees an error observation."""
+        """The observation (text shown to the model) for one call; raising, hanging past the loop's timeout
+        or returning too much shows the model an error observation."""
 
 
 @runtime_checkable
 class Environment(Protocol):
-    """A multi-turn task that is not tool calls (``register_environments``; one instance per
-    episode), gym-style."""
+    """A multi-turn task that is not tool calls, gym-style (one instance per episode)."""
 
     def reset(self, row: PromptRecord) -> str | None:
         """Start an episode on ``row``; the first observation, shown as a user message after the
@@ -383,10 +375,9 @@ class Environment(Protocol):
 
 @runtime_checkable
 class AgentLoop(Protocol):
-    """``agent=<name>``: how one trajectory is driven, turn by turn (built once per run by
-    ``factory(cfg, registry)``; ``run`` is called for hundreds of episodes at once on one event loop,
-    so it must await, never block). A loop that holds resources (a server, processes) may have an
-    ``async def close()``: the runner awaits it on that event loop when it closes."""
+    """``agent=<name>``: how a trajectory is driven, turn by turn (built once per run; ``run`` serves hundreds
+    of episodes at once on one event loop, so it must await, never block). A loop that holds resources (a
+    server, processes) may have an ``async def close()``, which the runner awaits on that loop when it closes."""
 
     tools: Sequence[Tool]
 

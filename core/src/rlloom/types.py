@@ -78,9 +78,8 @@ class Completion:
 
 @dataclass(frozen=True)
 class Turn:
-    """One assistant turn of an agent loop's episode (:meth:`~rlloom.protocols.Episode.assistant_turn`):
-    its text (special tokens dropped), its token ids exactly as sampled, and ``finish_reason``
-    (``"stop"``: it ended with a stop token; ``"length"``: the turn's token budget ran out)."""
+    """One assistant turn (:meth:`~rlloom.protocols.Episode.assistant_turn`): its text (special tokens dropped),
+    its token ids as sampled, ``finish_reason`` (``"stop"``: a stop token; ``"length"``: the turn's budget)."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -165,8 +164,7 @@ class RankCall:
 
 
 STANDARD_ROLES = ("actor", "ref", "critic", "rollout", "reward")
-"""The roles every algorithm may use without declaring them (``ref`` and ``critic`` when its
-``needs_reference`` / ``needs_critic`` say so); an algorithm declares any other as a :class:`Role`."""
+"""The roles every algorithm may use undeclared (``ref``, ``critic`` when ``needs_reference``/``needs_critic``)."""
 
 ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward": ()}
 """A declared role's kind -> what its engine may serve as (:attr:`Role.serves_as`)."""
@@ -174,17 +172,13 @@ ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward": ()}
 
 @dataclass(frozen=True)
 class Role:
-    """A role an algorithm adds to the standard ones (:data:`STANDARD_ROLES`); declared on its config
-    class (:class:`~rlloom.protocols.DeclaresRoles`), so the run builds, places, checkpoints and
-    validates it with no change to the core.
-
-    - ``name``: what the step passes to the controller's stages (``ctx.score(batch, role="cost")``),
-      ``launcher.mapping``'s key, and a train engine's folder in checkpoints.
-    - ``kind``: ``"train_engine"``: built from the run's ``train_engine`` choice as a ``serves_as``
-      engine (``"critic"``: a value head), trained and checkpointed unless it serves as ``ref``;
-      ``"reward"``: built from a config group of its own, named ``name``, whose options are the
-      ``reward`` group's and ``none`` (the default): a run of the algorithm must choose one, other runs
-      leave it ``none``.
+    """A role an algorithm adds to :data:`STANDARD_ROLES`, declared on its config class
+    (:class:`~rlloom.protocols.DeclaresRoles`): the run builds, places, checkpoints and validates it with no
+    change to the core. ``name``: what the step passes to the stages (``ctx.score(batch, role="cost")``),
+    ``launcher.mapping``'s key, a train engine's folder in checkpoints. ``kind``: ``"train_engine"``, built
+    from the run's ``train_engine`` choice as a ``serves_as`` engine (``"critic"``: a value head), trained
+    unless it serves as ``ref``; or ``"reward"``, built from a config group of its own, named ``name``, whose
+    options are the ``reward`` group's and ``none``: a run of the algorithm must choose one, others leave ``none``.
     """
 
     name: str

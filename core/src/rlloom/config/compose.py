@@ -1,10 +1,7 @@
-"""Compose and validate a run config from command-line overrides, before anything heavy starts.
-
-Steps: expand ``preset=<name>`` (the user's own overrides win), check every group choice against the
-installed plugins, compose with Hydra from the schemas plugins registered, build each section's
-dataclass (running its own checks), then check what spans sections. Every user error is a
-:class:`ConfigError` whose message is one paragraph naming the key and what is allowed.
-"""
+"""Compose and validate a run config from command-line overrides, before anything heavy starts: expand
+``preset=<name>``, check every group choice against the installed plugins, compose with Hydra from the
+registered schemas, build each section's dataclass (running its own checks), check what spans sections.
+Every user error is a :class:`ConfigError`, one paragraph naming the key and what is allowed."""
 
 from __future__ import annotations
 
@@ -21,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlloom.choices import DeviceError
-from rlloom.config.errors import ConfigError
 from rlloom.config.roles import check_role_groups, role_groups, run_role_names
 from rlloom.config.run_name import check_run_dir, name_run, run_dir_of
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig, run_schema
+from rlloom.errors import ConfigError
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
 from rlloom.protocols import ChecksInstalled, ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
@@ -35,9 +32,8 @@ Options = dict[str, dict[str, Any]]
 
 @dataclass
 class ResolvedConfig:
-    """A validated run config: ``cfg``, the composed config (read-only; what the run saves);
-    ``choices``, group → option name (``{"algorithm": "grpo", ...}``); ``sections``, group → the
-    option's dataclass instance (what factories receive)."""
+    """A validated run config: ``cfg``, the composed config (read-only; what the run saves); ``choices``,
+    group → option name; ``sections``, group → the option's dataclass instance (what factories receive)."""
 
     cfg: DictConfig
     choices: dict[str, str]
@@ -99,9 +95,8 @@ def _schema(group: str, options: Options, choices: dict[str, str]) -> Any:
 
 
 def _fits(override: str, options: Options, choices: dict[str, str]) -> bool:
-    """Whether a preset's ``group.key=value`` names a key of the option chosen for ``group``: a preset
-    written for the RL algorithms sets ``algorithm.n``, which ``algorithm=sft`` has not, and is then
-    skipped there. The user's own overrides are never skipped."""
+    """Whether a preset's ``group.key=value`` names a key of the option chosen for ``group`` (a preset's
+    ``algorithm.n`` is skipped under ``algorithm=sft``, which has none; the user's own are never skipped)."""
     group, _, key = override.partition("=")[0].lstrip("+~").partition(".")
     schema = _schema(group, options, choices)
     if not key or "." in key or not dataclasses.is_dataclass(schema):
@@ -145,8 +140,7 @@ def _store(options: Options, run_config: type) -> None:
 
 
 def _no_such_key(full_key: str, schema: Any, choices: dict[str, str], run_config: type) -> str:
-    """``<key>: no such key``, naming the valid keys of the key's section (for a top-level key: the
-    sections), with a did-you-mean."""
+    """``<key>: no such key``, naming the valid keys of its section (of a top-level key: the sections)."""
     group, typed = full_key.split(".")[0], full_key.split(".")[-1]
     if dataclasses.is_dataclass(schema):
         valid = [f.name for f in dataclasses.fields(schema)]
@@ -223,8 +217,8 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
 
 
 def _section(cfg: DictConfig, group: str, choice: str | None) -> Any:
-    """The config section ``group`` as its dataclass; the dataclass's own checks (``__post_init__``)
-    failing is a ConfigError, prefixed with ``group=choice`` unless it already names its key."""
+    """The section ``group`` as its dataclass; its own checks failing is a ConfigError, prefixed with
+    ``group=choice`` unless it names its key."""
     try:
         return OmegaConf.to_object(cfg[group])
     except (ValueError, TypeError, OmegaConfBaseException) as error:
@@ -248,11 +242,10 @@ def _reject_added_keys(cfg: DictConfig, options: Options, choices: dict[str, str
 
 
 def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[str, list[str]]) -> None:
-    """Checks that span sections or need the registry (each section checks itself when built): tracker
-    names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
-    (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, names of registered functions, sections
-    that check themselves against the installed plugins, the choices of the declared ``roles``' groups, the
-    roles sections name, and the device on this machine."""
+    """Checks that span sections or need the registry: tracker names, the algorithm's cut of
+    ``trainer.train_batch_size`` into optimizer steps, the run folder, names of registered functions, sections
+    that check themselves against the installed plugins, the declared ``roles``' groups, the roles sections
+    name, and the device on this machine."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
     for name in trainer.trackers:
@@ -273,8 +266,7 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[
 
 
 def check_device_here(name: str) -> None:
-    """ConfigError unless ``trainer.device`` can be used on this machine (``cuda`` needs a GPU).
-    The last check: the one that imports torch."""
+    """ConfigError unless ``trainer.device`` can be used here; the last check, the one that imports torch."""
     from rlloom.choices import resolve_device
 
     try:
@@ -313,8 +305,8 @@ def check_installed(sections: dict[str, Any], registry: Registry) -> None:
 
 
 def check_placed_roles(resolved: ResolvedConfig) -> None:
-    """Sections that name roles (:class:`~rlloom.protocols.ChecksRoles`, e.g. a launcher's placement
-    map) are checked against the roles a run of the chosen algorithm may have."""
+    """Sections that name roles (:class:`~rlloom.protocols.ChecksRoles`) are checked against the roles a run
+    of the chosen algorithm may have."""
     roles = run_role_names(resolved.sections["algorithm"])
     for section in resolved.sections.values():
         if isinstance(section, ChecksRoles):

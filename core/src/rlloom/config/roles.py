@@ -1,14 +1,13 @@
-"""The config side of declared roles (:class:`~rlloom.types.Role`): each reward role an installed
-algorithm declares is a config group of its own (``cost`` for Safe-RLHF), offering every reward
-function and ``none``; a run chooses one exactly when its algorithm declares the role.
-"""
+"""The config side of declared roles (:class:`~rlloom.types.Role`): each reward role an installed algorithm
+declares is a config group (``cost``), offering ``none`` and every reward function; a run chooses a function
+exactly when its algorithm declares the role."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlloom.config.errors import ConfigError
 from rlloom.config.schema import NO_ROLE
+from rlloom.errors import ConfigError
 from rlloom.protocols import DeclaresRoles
 from rlloom.types import STANDARD_ROLES, Role
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlloom.config.errors import ConfigError
+from rlloom.errors import ConfigError
 
 RUNS_DIR = "runs"
 NAME_GROUPS = ("algorithm", "data", "model")

@@ -1,11 +1,7 @@
-"""Futures (:class:`rlloom.protocols.Future`): a role method's call submitted now, its result taken later.
-
-:func:`submit` is how the controller calls a role without waiting: a :class:`RemoteHandle` (``launcher=ray``)
-starts the call and returns a real future; an in-process handle runs the call inside :func:`submit`, and a
-:class:`Completed` future carries its result. A future's span is the wall-clock interval (``time.time()``)
-in which the call ran, from the first rank's start to the last rank's end; :func:`overlap_s` measures how
-much the spans of calls on different worker groups overlapped.
-"""
+"""Futures (:class:`rlloom.protocols.Future`): :func:`submit` calls a role without waiting (a
+:class:`RemoteHandle` returns a real future; an in-process call runs at once into a :class:`Completed`).
+A future's span is the wall-clock interval in which the call ran (first rank's start to last rank's end);
+:func:`overlap_s` measures how much the spans of calls on different worker groups overlapped."""
 
 from __future__ import annotations
 

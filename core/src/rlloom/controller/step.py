@@ -209,9 +209,7 @@ class StepContext:
         batch.meta.setdefault("max_new_tokens", params.max_new_tokens)
         self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
         batch["response_text"] = self.tokenizer.batch_decode(
-            [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])],
-            skip_special_tokens=True,
-        )
+            [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])], skip_special_tokens=True)
         return batch
 
     def score(self, batch: Batch, role: str = REWARD_ROLE, into: str = "scores") -> Batch:

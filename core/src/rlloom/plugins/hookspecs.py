@@ -32,9 +32,8 @@ hookimpl = pluggy.HookimplMarker("rlloom")
 
 
 def provides(kind: str, group: bool = True) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Marks a ``register_*`` hook with the kind of component it registers: the registry's name for
-    them (``registry.get(kind, name)``) and, with ``group``, the config group whose options they are
-    (``rollout=hf``). The registry's kinds are read from these marks."""
+    """Marks a ``register_*`` hook with the registry's kind of what it registers (``registry.get(kind, name)``)
+    and, with ``group``, says they are the options of the config group ``kind`` (``rollout=hf``)."""
 
     def mark(spec: Callable[..., None]) -> Callable[..., None]:
         spec.rlloom_kind, spec.rlloom_group = kind, group
@@ -50,9 +49,7 @@ class RegisterComponent(Protocol):
 
 
 class RegisterFunction(Protocol):
-    """The ``register`` callback of ``register_advantage_estimators`` / ``register_policy_losses``:
-    a function (:class:`~rlloom.protocols.AdvantageEstimator`, :class:`~rlloom.protocols.PolicyLoss`) or
-    ``"module:attribute"`` naming one."""
+    """The ``register`` callback of ``register_advantage_estimators`` / ``register_policy_losses``."""
 
     def __call__(self, name: str, function: Callable[..., Any] | str) -> None: ...
 
