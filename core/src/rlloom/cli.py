@@ -1,12 +1,8 @@
-"""``rlloom`` command line: ``plugins``, ``--version`` (of rlloom and its plugins) and the commands plugins
-register (``train``, ``eval``, ``generate``, ``chat``, ``export``, ``plot``: rlloom-trainer; ``serve``:
-rlloom-server); a known command whose distribution is not installed says what to install (status 2).
-
-Errors print one paragraph, no traceback: a user error (bad config, missing plugin, a resume whose
-config changed, a model or engine that cannot start; ``RLLOOM_DEBUG=1`` shows the traceback of the
-last) exits with status 2; a run that stops itself or cannot write a checkpoint, 1; a role whose
-worker fails mid-run (raises, dies, stops answering), 3; Ctrl-C, 130 (``train`` says more:
-:mod:`rlloom_trainer.interrupt`).
+"""``rlloom`` command line: ``plugins``, ``--version`` and the commands plugins register (``train``, ``eval``, …:
+rlloom-trainer; ``serve``: rlloom-server); a known command whose distribution is not installed says what to
+install (status 2). Errors print one paragraph, no traceback (``RLLOOM_DEBUG=1`` shows a role's): a user error
+(bad config, missing plugin, changed resume config, a role that cannot start) exits with 2; a run that stops
+itself or cannot checkpoint, 1; a role failing mid-run, 3; Ctrl-C, 130 (:mod:`rlloom_trainer.interrupt`).
 """
 
 from __future__ import annotations

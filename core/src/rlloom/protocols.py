@@ -251,22 +251,15 @@ class DeclaresRoles(Protocol):
 
 
 class AdvantageEstimator(Protocol):
-    """The one signature of every advantage estimator (hook ``register_advantage_estimators``, config
-    key ``algorithm.adv_estimator``). Every argument is passed, by keyword; an estimator reads the
-    ones it needs and ignores the rest (end its signature with ``**_``). An input the batch does not
-    hold is None: raise naming it (:func:`rlloom_algokit.advantages.need`).
-
-    - ``scores`` [N] float32: each response's sequence score (an empty response keeps its score);
-    - ``token_level_rewards`` [N, R] float32: rewards placed on tokens (the score on the last
-      token), after any KL penalty in the reward;
-    - ``response_mask`` [N, R]: 1 on response tokens;
-    - ``group_ids``: N hashables, equal for the responses to one prompt (the batch's ``uid``);
-    - ``baselines`` [N] or None: a baseline score per response (ReMax: the greedy response's);
-    - ``gamma``: the discount of token-level returns;
-    - ``norm_by_std`` / ``eps``: divide by the group's std (+ eps), where an estimator groups.
-
-    Returns the advantages [N, R] float32, 0 on padding.
-    """
+    """The one signature of every advantage estimator (``algorithm.adv_estimator``). Every argument is passed,
+    by keyword; an estimator reads those it needs (end its signature with ``**_``) and raises naming one the
+    batch does not hold, None (:func:`rlloom_algokit.advantages.need`). ``scores`` [N] float32: each
+    response's score (an empty response keeps its score); ``token_level_rewards`` [N, R] float32: rewards on
+    tokens (the score on the last), after any KL penalty; ``response_mask`` [N, R]; ``group_ids``: N
+    hashables, equal for the responses to one prompt (``uid``); ``baselines`` [N] or None: a baseline per
+    response (ReMax: the greedy response's); ``gamma``: the discount of token-level returns;
+    ``norm_by_std`` / ``eps``: divide by the group's std (+ eps). Returns the advantages [N, R] float32, 0 on
+    padding."""
 
     def __call__(self, *, scores: Optional[torch.Tensor], token_level_rewards: Optional[torch.Tensor],
                  response_mask: torch.Tensor, group_ids: Optional[Sequence[Hashable]], baselines: Optional[torch.Tensor],
@@ -274,15 +267,12 @@ class AdvantageEstimator(Protocol):
 
 
 class PolicyLoss(Protocol):
-    """The one signature of every policy loss (hook ``register_policy_losses``, config key
-    ``algorithm.policy_loss``): per-token terms from the current ``log_probs``, the behaviour
-    ``old_log_probs`` (constants), ``advantages`` and the ``response_mask`` (all [B, R]) and the clip
-    settings of :class:`rlloom_algokit.config.PolicyLossConfig`, by keyword. Returns
-    :class:`rlloom.types.ClipLossTerms` (loss, clip indicators, per-token log π_old − log π), all
-    0 on padding; :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` aggregates them and adds
-    the entropy and KL terms. A token whose advantage is 0 must get loss 0 with zero gradient (every
-    in-tree loss is linear in the advantage): rows whose advantages are all 0 are left out of the
-    update by default (``algorithm.skip_zero_advantage_rows``, :class:`NamesInertRows`)."""
+    """The one signature of every policy loss (``algorithm.policy_loss``): per-token terms from ``log_probs``,
+    the behaviour ``old_log_probs`` (constants), ``advantages``, ``response_mask`` (all [B, R]) and the clip
+    settings (:class:`rlloom_algokit.config.PolicyLossConfig`, by keyword), as :class:`rlloom.types.ClipLossTerms`
+    (0 on padding; :func:`rlloom_algokit.policy_loss.make_policy_loss_fn` aggregates them, adds entropy and
+    KL). A token whose advantage is 0 must get loss 0 and zero gradient: rows whose advantages are all 0 are
+    left out of the update by default (``algorithm.skip_zero_advantage_rows``, :class:`NamesInertRows`)."""
 
     def __call__(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                  response_mask: torch.Tensor, *, clip_ratio_low: float, clip_ratio_high: float,

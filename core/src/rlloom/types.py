@@ -33,18 +33,13 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.first_prompt < 0:
-            raise ValueError(f"SamplingParams.first_prompt must be >= 0, got {self.first_prompt}")
+        checks = {"n": (self.n >= 1, ">= 1"), "temperature": (self.temperature >= 0, ">= 0"),
+                  "top_p": (0.0 < self.top_p <= 1.0, "in (0, 1]"),
+                  "top_k": (self.top_k == -1 or self.top_k >= 1, "-1 (off) or >= 1"),
+                  "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"), "first_prompt": (self.first_prompt >= 0, ">= 0")}
+        for key, (ok, rule) in checks.items():
+            if not ok:
+                raise ValueError(f"SamplingParams.{key} must be {rule}, got {getattr(self, key)}")
         if not isinstance(self.stop_token_ids, tuple) or any(
                 isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"SamplingParams.stop_token_ids must be a tuple of token ids, got {self.stop_token_ids!r}")
@@ -98,15 +93,11 @@ class EnvStep:
 
 @dataclass
 class RewardResult:
-    """What a :class:`~rlloom.protocols.RewardFn` returns for B responses.
-
-    - ``scores`` [B] float32: each response's sequence-level score;
-    - ``token_level`` [B, R] float32 or None: when given, its row sums are the scores and it is used
-      instead of placing ``scores`` on the last token;
-    - ``components``: named [B] float32 tensors (``{"correct": ..., "format": ...}``), logged as ``reward/<name>/mean``;
-    - ``num_errors`` / ``num_timeouts``: rows whose verifier raised or ran out of time (scored with the
-      function's fallback value, never fatal); ``info``: per-row extras (lists of length B) for dumps.
-    """
+    """What a :class:`~rlloom.protocols.RewardFn` returns for B responses: ``scores`` [B] float32; ``token_level``
+    [B, R] float32 or None (its row sums are the scores; used instead of ``scores`` on the last token);
+    ``components``, named [B] float32 tensors (``{"correct": ..., "format": ...}``: ``reward/<name>/mean``);
+    ``num_errors`` / ``num_timeouts``, rows whose verifier raised or ran out of time (scored with the
+    function's fallback value, never fatal); ``info``, per-row extras (lists of length B) for dumps."""
 
     scores: torch.Tensor
     token_level: torch.Tensor | None = None

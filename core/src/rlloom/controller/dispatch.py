@@ -18,13 +18,9 @@ from rlloom.types import RankCall
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"
 ONE_TO_ALL = "one_to_all"
 
-# Modes of the protocol methods for engines that declare none.
-DEFAULT_MODES: dict[str, str] = {
-    "compute_log_probs": "dp_split",
-    "compute_values": "dp_split",
-    "train_step": "dp_split_tokens",
-    "generate": "dp_split_rollout",
-}
+DEFAULT_MODES: dict[str, str] = {  # the modes of the protocol methods of engines that declare none
+    "compute_log_probs": "dp_split", "compute_values": "dp_split", "train_step": "dp_split_tokens",
+    "generate": "dp_split_rollout"}
 
 Method = TypeVar("Method", bound=Callable[..., Any])
 

@@ -1,23 +1,17 @@
-"""The hooks a plugin implements. This module is the public plugin API.
-
-A plugin is a module (or object) with functions decorated ``@rlloom.hookimpl`` named after the hooks
-below, exposed as an entry point in group ``rlloom``::
+"""The hooks a plugin implements, the public plugin API: a module with functions decorated ``@rlloom.hookimpl``
+named after the hooks below, exposed as an entry point in group ``rlloom``::
 
     [project.entry-points.rlloom]
     my_plugin = "my_package.plugin"
 
-Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)`` (:class:`RegisterComponent`):
-
-- ``name``: what users type in config (``algorithm=<name>``);
-- ``factory``: a callable building the component (its signature is the hook's; ``cfg`` is an instance
-  of the registered config), or ``"module:attribute"`` naming it, imported when the component is first
-  built: register heavy components (engines, algorithms, rewards that import torch) this way, so that
-  loading the registry, and reporting a config error, stays fast (a test holds every in-tree plugin to it);
-- ``config``: a dataclass type, the component's typed config schema with defaults: the option
-  ``<name>`` of the kind's Hydra config group (unknown keys and wrong types are rejected). Its
-  ``__post_init__`` validates values (a ValueError is a config error); it may have abilities the core
-  asks for (:mod:`rlloom.protocols`: ``ChecksModel``, ``PlansOptimizerSteps``, …). A tool's config is no
-  group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`).
+Every ``register_<kind>s`` hook receives ``register(name, factory, config=None)``: ``name``, what users type
+(``algorithm=<name>``); ``factory``, a callable with the hook's signature (``cfg``: an instance of the
+registered config), or ``"module:attribute"`` naming it, imported when first built (so loading the registry,
+and reporting a config error, stays fast: register heavy components so; a test holds every in-tree plugin
+to it); ``config``, the component's config dataclass with defaults, the option ``<name>`` of the kind's Hydra
+config group, whose ``__post_init__`` validates values (a ValueError is a config error) and which may have
+the abilities the core asks for (:mod:`rlloom.protocols`: ``ChecksModel``, ``PlansOptimizerSteps``, …). A
+tool's config is no group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`).
 """
 
 from __future__ import annotations
@@ -32,12 +26,12 @@ hookimpl = pluggy.HookimplMarker("rlloom")
 
 
 def provides(kind: str, group: bool = True) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Marks a ``register_*`` hook with the registry's kind of what it registers (``registry.get(kind, name)``)
-    and, with ``group``, says they are the options of the config group ``kind`` (``rollout=hf``)."""
+    """A ``register_*`` hook spec, marked with the registry's kind of what it registers (``registry.get(kind,
+    name)``) and, with ``group``, as the options of the config group ``kind`` (``rollout=hf``)."""
 
     def mark(spec: Callable[..., None]) -> Callable[..., None]:
         spec.rlloom_kind, spec.rlloom_group = kind, group
-        return spec
+        return hookspec(spec)
 
     return mark
 
@@ -66,82 +60,69 @@ class RegisterPreset(Protocol):
     def __call__(self, name: str, overrides: list[str], description: str = "") -> None: ...
 
 
-@hookspec
 @provides("train_engine")
 def register_train_engines(register: RegisterComponent) -> None:
     """``train_engine=<name>``: ``factory(cfg, spec: EngineSpec) -> TrainEngine``."""
 
 
-@hookspec
 @provides("rollout")
 def register_rollout_engines(register: RegisterComponent) -> None:
     """``rollout=<name>``: ``factory(cfg, spec: EngineSpec) -> RolloutEngine``."""
 
 
-@hookspec
 @provides("resharder")
 def register_resharders(register: RegisterComponent) -> None:
     """``resharder=<name>``: ``factory(cfg) -> Resharder``."""
 
 
-@hookspec
 @provides("reward")
 def register_reward_fns(register: RegisterComponent) -> None:
     """``reward=<name>``: ``factory(cfg) -> RewardFn``."""
 
 
-@hookspec
 @provides("algorithm")
 def register_algorithms(register: RegisterComponent) -> None:
     """``algorithm=<name>``: ``factory(cfg) -> Algorithm``."""
 
 
-@hookspec
 @provides("advantage_estimator", group=False)
 def register_advantage_estimators(register: RegisterFunction) -> None:
     """The choices of ``algorithm.adv_estimator``: ``register(name, function)``, a function with the one
     signature of :class:`rlloom.protocols.AdvantageEstimator` (or ``"module:attribute"`` naming it)."""
 
 
-@hookspec
 @provides("policy_loss", group=False)
 def register_policy_losses(register: RegisterFunction) -> None:
     """The choices of ``algorithm.policy_loss``: ``register(name, function)``, a per-token loss with the
     signature of :class:`rlloom.protocols.PolicyLoss` (or ``"module:attribute"`` naming it)."""
 
 
-@hookspec
 @provides("tracker", group=False)
 def register_trackers(register: RegisterComponent) -> None:
     """The names ``trainer.trackers`` may list: ``factory(run_dir: str, config: dict) -> Tracker``."""
 
 
-@hookspec
 @provides("launcher")
 def register_launchers(register: RegisterComponent) -> None:
     """``launcher=<name>``, how roles are placed (in-process, Ray, …): ``factory(cfg) -> Launcher``."""
 
 
-@hookspec
 @provides("data")
 def register_datasets(register: RegisterComponent) -> None:
     """``data=<name>``: ``factory(cfg, seed: int) -> PromptDataset``."""
 
 
-@hookspec
 @provides("model")
 def register_models(register: RegisterComponent) -> None:
     """``model=<name>``: ``factory(cfg) -> str``, the path of a local Hugging Face folder."""
 
 
-@hookspec
 @provides("agent")
 def register_agent_loops(register: RegisterComponent) -> None:
     """``agent=<name>`` (default ``single_turn``: one sampled answer per prompt):
     ``factory(cfg, registry: Registry) -> AgentLoop``."""
 
 
-@hookspec
 @provides("tool", group=False)
 def register_tools(register: RegisterComponent) -> None:
     """The names ``agent.tools`` may list: ``factory() -> Tool``, or with ``config`` (a dataclass of the tool's
@@ -149,20 +130,17 @@ def register_tools(register: RegisterComponent) -> None:
     and checked when the config is composed (:mod:`rlloom_agentkit.settings`); built once per run."""
 
 
-@hookspec
 @provides("environment", group=False)
 def register_environments(register: RegisterComponent) -> None:
     """The names ``agent.environment`` may hold: ``factory() -> Environment`` (one per episode)."""
 
 
-@hookspec
 @provides("dispatch_mode", group=False)
 def register_dispatch_modes(register: RegisterComponent) -> None:
     """How a launcher spreads an engine method's call over a worker group's ranks (engines name them with
     ``@rlloom.dispatch(name)``): ``factory() -> DispatchMode``."""
 
 
-@hookspec
 @provides("command", group=False)
 def register_commands(register: RegisterComponent) -> None:
     """``rlloom <name>``: ``factory(parser: argparse.ArgumentParser) -> run(args) -> int`` adds the command's
