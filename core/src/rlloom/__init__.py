@@ -1,10 +1,6 @@
-"""rlloom: plugin-based reinforcement-learning post-training for language models.
-
-Importing this package imports pluggy only: the names below that need torch (``Batch``,
-``RewardResult``, ``dispatch``, …) are imported when first used, so the command line can compose and
-check a config, and report an error, before torch loads. It never imports ray, vllm, sglang, megatron
-or transformers. The training loop and ``rlloom train`` are rlloom-trainer's (:func:`rlloom_trainer.train`).
-"""
+"""rlloom: plugin-based reinforcement-learning post-training for language models. Importing it imports pluggy
+only: the names below that need torch are imported when first used, so a config error is reported before
+torch loads (never ray, vllm, sglang, megatron or transformers). The training loop is rlloom-trainer's."""
 
 from rlloom.lazy import lazy_exports
 from rlloom.plugins.hookspecs import hookimpl

@@ -1,11 +1,7 @@
-"""Dispatch modes (:class:`rlloom.protocols.DispatchMode`): how a launcher spreads one call over a worker
-group's ranks and gathers their results. The core registers ``one_to_all`` (every rank runs the call, as
-collectives need; rank 0's result is kept, the others are dropped where they were computed) and
-``rank_zero``; the data-parallel splits are the engine kit's (:mod:`rlloom_enginekit.dispatch`).
-
-An engine declares a method's mode with :func:`dispatch` (``@dispatch("dp_split")``); a method that
-declares none falls back to :data:`DEFAULT_MODES` by name, then ``one_to_all``. A launcher that places a
-role in one process calls its methods directly and needs no mode.
+"""Dispatch modes (:class:`rlloom.protocols.DispatchMode`): how a launcher spreads a call over a worker group's
+ranks. The core's: ``one_to_all`` (every rank runs it, as collectives need; only rank 0's result is kept)
+and ``rank_zero``; the data-parallel splits are :mod:`rlloom_enginekit.dispatch`'s. An engine declares a
+method's mode with ``@dispatch("dp_split")``; undeclared, :data:`DEFAULT_MODES` by name, then ``one_to_all``.
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ REWARD_ROLE = "reward"
 
 @dataclass
 class Roles:
-    """The worker groups (or in-process engines) of a run, by role: ``ref`` and ``critic`` None when unused;
-    ``declared``, each :class:`~rlloom.types.Role` its config declares -> its engine or reward function;
-    ``agent_rollout``, when the agent loop is not ``single_turn``, generates in place of ``rollout.generate``
-    (same call and contract, plus ``response_attention_mask`` and ``agent_*`` fields: ``rlloom_agentkit``'s runner)."""
+    """A run's worker groups (or in-process engines) by role (``ref``, ``critic``: None when unused); ``declared``:
+    each declared :class:`~rlloom.types.Role` -> its engine or function; ``agent_rollout``: a multi-turn agent
+    runner's call in place of ``rollout.generate`` (same contract, plus ``response_attention_mask``, ``agent_*``)."""
 
     rollout: RolloutEngine
     actor: TrainEngine
