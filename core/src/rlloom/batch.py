@@ -64,7 +64,8 @@ def _as_object_array(name: str, values: Any) -> np.ndarray:
         return values
     is_sequence = isinstance(values, Sequence) or (isinstance(values, np.ndarray) and values.ndim > 0)
     if not is_sequence or isinstance(values, (str, bytes)):
-        raise BatchError(f"object field {name!r} needs a sequence with one value per sample, got {type(values).__name__}")
+        raise BatchError(f"object field {name!r} needs a sequence with one value per sample, "
+                         f"got {type(values).__name__}")
     array = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
         array[i] = value

@@ -252,8 +252,8 @@ class DeclaresRoles(Protocol):
 
 class AdvantageEstimator(Protocol):
     """The one signature of every advantage estimator (``algorithm.adv_estimator``). Every argument is passed,
-    by keyword; an estimator reads those it needs (end its signature with ``**_``) and raises naming one the
-    batch does not hold, None (:func:`rlloom_algokit.advantages.need`). ``scores`` [N] float32: each
+    by keyword; an estimator reads those it needs (end its signature with ``**_``); an input the batch does
+    not hold is None: raise naming it (:func:`rlloom_algokit.advantages.need`). ``scores`` [N] float32: each
     response's score (an empty response keeps its score); ``token_level_rewards`` [N, R] float32: rewards on
     tokens (the score on the last), after any KL penalty; ``response_mask`` [N, R]; ``group_ids``: N
     hashables, equal for the responses to one prompt (``uid``); ``baselines`` [N] or None: a baseline per
@@ -262,8 +262,8 @@ class AdvantageEstimator(Protocol):
     padding."""
 
     def __call__(self, *, scores: Optional[torch.Tensor], token_level_rewards: Optional[torch.Tensor],
-                 response_mask: torch.Tensor, group_ids: Optional[Sequence[Hashable]], baselines: Optional[torch.Tensor],
-                 gamma: float, norm_by_std: bool, eps: float) -> torch.Tensor: ...
+                 response_mask: torch.Tensor, group_ids: Optional[Sequence[Hashable]],
+                 baselines: Optional[torch.Tensor], gamma: float, norm_by_std: bool, eps: float) -> torch.Tensor: ...
 
 
 class PolicyLoss(Protocol):
@@ -482,7 +482,7 @@ class ChecksInstalled(Protocol):
 
 @runtime_checkable
 class PlansOptimizerSteps(Protocol):
-    """Optional ability of an algorithm config (without it, one optimizer step per step)."""
+    """Optional ability of an algorithm config (without it, a step takes one optimizer step per trained engine)."""
 
     def optimizer_steps_per_step(self, train_batch_size: int) -> int:
         """Optimizer steps a training step takes on each trained engine for ``train_batch_size`` prompts (LR

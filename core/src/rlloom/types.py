@@ -36,7 +36,8 @@ class SamplingParams:
         checks = {"n": (self.n >= 1, ">= 1"), "temperature": (self.temperature >= 0, ">= 0"),
                   "top_p": (0.0 < self.top_p <= 1.0, "in (0, 1]"),
                   "top_k": (self.top_k == -1 or self.top_k >= 1, "-1 (off) or >= 1"),
-                  "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"), "first_prompt": (self.first_prompt >= 0, ">= 0")}
+                  "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"),
+                  "first_prompt": (self.first_prompt >= 0, ">= 0")}
         for key, (ok, rule) in checks.items():
             if not ok:
                 raise ValueError(f"SamplingParams.{key} must be {rule}, got {getattr(self, key)}")

@@ -207,8 +207,8 @@ class StepContext:
         self.metrics.update(batch.meta.pop("metrics", {}))
         batch.meta.setdefault("max_new_tokens", params.max_new_tokens)
         self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
-        batch["response_text"] = self.tokenizer.batch_decode(
-            [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])], skip_special_tokens=True)
+        sampled = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
+        batch["response_text"] = self.tokenizer.batch_decode(sampled, skip_special_tokens=True)
         return batch
 
     def score(self, batch: Batch, role: str = REWARD_ROLE, into: str = "scores") -> Batch:
