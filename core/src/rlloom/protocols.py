@@ -472,12 +472,10 @@ class ChecksRoles(Protocol):
 
 @runtime_checkable
 class ChecksInstalled(Protocol):
-    """Optional ability of a config section: checks what only the installed plugins can tell (an agent
-    config's tool names and their settings), when the run's config is composed; a ValueError, whose
-    message names the key, is a config error."""
+    """Optional ability of a config section: checks what only the installed plugins can tell (an agent config's
+    tool names and settings) when the config is composed; a ValueError naming the key is a config error."""
 
-    def check_installed(self, registry: Registry) -> None:
-        ...
+    def check_installed(self, registry: Registry) -> None: ...
 
 
 @runtime_checkable

@@ -258,9 +258,8 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[
             raise ConfigError(str(error)) from None
     check_run_dir(run_dir_of(trainer))
     check_registered_names(resolved.sections, registry)
-    check_installed(resolved.sections, registry)
     check_role_groups(resolved.choices, roles, registry.choices("reward"))
-    check_placed_roles(resolved)
+    check_sections(resolved, registry)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
         check_device_here(trainer.device)
 
@@ -293,24 +292,16 @@ def check_registered_names(sections: dict[str, Any], registry: Registry) -> None
                 raise ConfigError(f"{group}.{key}={name}: {reason}")
 
 
-def check_installed(sections: dict[str, Any], registry: Registry) -> None:
-    """Sections that check themselves against the installed plugins (:class:`~rlloom.protocols.ChecksInstalled`,
-    e.g. an agent config's tools and their settings): their ValueError is a ConfigError."""
-    for section in sections.values():
-        if isinstance(section, ChecksInstalled):
-            try:
-                section.check_installed(registry)
-            except ValueError as error:
-                raise ConfigError(str(error)) from None
-
-
-def check_placed_roles(resolved: ResolvedConfig) -> None:
-    """Sections that name roles (:class:`~rlloom.protocols.ChecksRoles`) are checked against the roles a run
-    of the chosen algorithm may have."""
+def check_sections(resolved: ResolvedConfig, registry: Registry) -> None:
+    """The checks sections make with more than themselves: against the installed plugins
+    (:class:`~rlloom.protocols.ChecksInstalled`: an agent config's tools) and the roles a run of the chosen
+    algorithm may have (:class:`~rlloom.protocols.ChecksRoles`); their ValueError is a ConfigError."""
     roles = run_role_names(resolved.sections["algorithm"])
     for section in resolved.sections.values():
-        if isinstance(section, ChecksRoles):
-            try:
+        try:
+            if isinstance(section, ChecksInstalled):
+                section.check_installed(registry)
+            if isinstance(section, ChecksRoles):
                 section.check_roles(roles)
-            except ValueError as error:
-                raise ConfigError(str(error)) from None
+        except ValueError as error:
+            raise ConfigError(str(error)) from None

@@ -1,4 +1,4 @@
-"""What every launcher (:class:`rlloom.protocols.Launcher`) shares: :func:`build_role` (errors: :mod:`rlloom.errors`)."""
+"""What every launcher (:class:`rlloom.protocols.Launcher`) shares: :func:`build_role` (errors: rlloom.errors)."""
 
 from __future__ import annotations
 
