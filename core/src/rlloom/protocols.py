@@ -326,14 +326,12 @@ class Episode(Protocol):
         sampled so far is dropped, the trajectory is the last sample); counters and turns go on."""
 
     def count(self, name: str, k: int = 1) -> None:
-        """Add ``k`` to the episode's counter ``name`` (reported as ``agent/<name>``, the batch's sum,
-        and ``agent/<name>/mean``, per trajectory)."""
+        """Add ``k`` to the counter ``name`` (``agent/<name>``: the batch's sum; ``agent/<name>/mean``)."""
 
     def finish(self, reason: str, reward: float | None = None, parts: dict[str, float] | None = None) -> None:
-        """End the episode: ``reason`` (``answer``, ``max_turns``, ``length``, ``tool_error``, …; reported
-        as ``agent/finish_reason/<reason>``) and, when the loop scores it itself (an environment), its
-        ``reward`` and named ``parts``. A later call keeps the first reason (an episode the budget ended
-        is ``length``) but may still give the reward."""
+        """End the episode: ``reason`` (``answer``, ``max_turns``, ``length``, …: ``agent/finish_reason/<reason>``)
+        and, when the loop scores it (an environment), ``reward`` and named ``parts``; a later call keeps the
+        first reason but may still give the reward."""
 
 
 @runtime_checkable
@@ -430,10 +428,8 @@ class RewindsRecord(Protocol):
     """Optional ability of a :class:`Tracker`."""
 
     def rewind(self, step: int) -> str | None:
-        """Drop what was logged for steps after ``step`` (-1: everything); the trainer calls it when a
-        run starts in a folder an interrupted run logged to, so the record equals an uninterrupted
-        run's. May return a few words on what it dropped (``"2 rows (steps 3-4) of metrics.jsonl"``),
-        which the trainer prints; ``None`` when there is nothing to say."""
+        """Drop what was logged after ``step`` (-1: everything) when a run starts in a folder an interrupted
+        run logged to; a few words on what it dropped (``"2 rows (steps 3-4) of metrics.jsonl"``) or None."""
 
 
 @runtime_checkable

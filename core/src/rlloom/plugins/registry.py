@@ -34,12 +34,9 @@ def catalogue() -> dict[str, str]:
         requirements = importlib.metadata.requires("rlloom") or []
     except importlib.metadata.PackageNotFoundError:
         return {}
-    found = {}
-    for requirement in requirements:
-        provided = re.fullmatch(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']", requirement.strip())
-        if provided:
-            found[provided.group(2)] = provided.group(1)
-    return found
+    extra = re.compile(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']")
+    provided = (extra.fullmatch(requirement.strip()) for requirement in requirements)
+    return {match.group(2): match.group(1) for match in provided if match}
 
 
 def provider_of(kind: str, name: str) -> str | None:
