@@ -23,7 +23,7 @@ import time
 
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom.devices import resolve_device
+from rlloom.choices import resolve_device
 from rlloom_enginekit.devices import resolve_dtype, synchronize
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM

@@ -4,7 +4,7 @@ Each process builds an FSDP train engine (world size 1) and times ``--steps`` tr
 same GRPO-shaped batch as ``bench_train_step.py``; all processes start together. Three placements:
 
 - one process with every core (the baseline);
-- ``--processes`` processes with threads from :mod:`rlloom.threads` (cores / processes each, what
+- ``--processes`` processes with threads from :mod:`rlloom_enginekit.threads` (cores / processes each, what
   ``launcher.threads_per_worker=0`` gives workers reserving that many CPUs);
 - the same processes with every core each (what torch does by default: over-subscribed).
 
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from rlloom.threads import available_cores, use_threads
+from rlloom_enginekit.threads import available_cores, use_threads
 
 
 def timed_steps(path: str, threads: int, steps: int, start, results) -> None:

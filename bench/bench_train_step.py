@@ -34,7 +34,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
-from rlloom.devices import resolve_device
+from rlloom.choices import resolve_device
 from rlloom_enginekit.choices import LAYOUTS
 from rlloom_enginekit.devices import resolve_dtype, synchronize
 from rlloom_enginekit.sequences import token_log_probs

@@ -20,9 +20,9 @@ import time
 import torch
 
 from rlloom import EngineSpec
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
-from rlloom.devices import resolve_device
+from rlloom.choices import resolve_device
 from rlloom_enginekit.devices import synchronize
+from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_hf import HFRolloutConfig, HFRolloutEngine

@@ -77,7 +77,7 @@ class Judged:
 def register_algorithms(register):
     register("judged", Judged, config=JudgedConfig)
 '''
-NEEDED = {"core", "tasks", "models", "hf", "fsdp", "trainer", "grpo", "algokit"}
+NEEDED = {"core", "tasks", "models", "hf", "fsdp", "trainer", "grpo", "algokit", "enginekit", "agentkit"}
 
 
 @pytest.fixture(scope="module")

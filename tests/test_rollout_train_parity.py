@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.data import PromptRecord
+from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_trainer.prompts import PromptEncoder
 from rlloom_algokit.losses import mini_batch_stats
 from rlloom_fsdp.config import FSDPConfig

@@ -62,11 +62,12 @@ def test_the_run_folder_is_named_after_the_choices_and_records_them(first_run):
     with open(cwd / RUN / "config.yaml") as handle:
         record = yaml.safe_load(handle)
     origins = {"algorithm": "rlloom-grpo", "rollout": "rlloom-hf", "train_engine": "rlloom-fsdp",
-               "resharder": "rlloom", "reward": "rlloom-tasks", "cost": "rlloom", "data": "rlloom-tasks",
-               "model": "rlloom-models", "launcher": "rlloom", "trainer": "rlloom"}
+               "resharder": "rlloom-enginekit", "reward": "rlloom-tasks", "cost": "rlloom", "data": "rlloom-tasks",
+               "model": "rlloom-models", "launcher": "rlloom-trainer", "trainer": "rlloom", "agent": "rlloom-agentkit"}
     assert record["choices"] == {"algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp",
                                  "resharder": "in_process", "reward": "digit_fraction", "cost": "none",
-                                 "data": "digits", "model": "tiny", "launcher": "local", "trainer": "default"}
+                                 "data": "digits", "model": "tiny", "launcher": "local", "trainer": "default",
+                                 "agent": "single_turn"}
     provenance = record["provenance"]
     assert provenance["plugins"] == {group: {"distribution": dist, "version": importlib.metadata.version(dist)}
                                      for group, dist in origins.items()}

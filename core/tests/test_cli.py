@@ -59,6 +59,11 @@ def register_datasets(register):
 @hookimpl
 def register_models(register):
     register("smollm2-135m", Empty, config=Empty)
+
+
+@hookimpl
+def register_resharders(register):
+    register("in_process", Empty, config=Empty)
 """
 
 
@@ -88,17 +93,19 @@ def test_plugins_json_lists_core_builtins():
     rows = json.loads(result.stdout)
     version = importlib.metadata.version("rlloom")
     core_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom")
-    assert core_rows == [("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero"), ("launcher", "local"),
-                         ("resharder", "in_process")]
+    assert core_rows == [("dispatch_mode", "one_to_all"), ("dispatch_mode", "rank_zero")]
     for row in rows:
         if row["distribution"] == "rlloom":
             assert (row["version"], row["status"]) == (version, "loaded")
-    enginekit_rows = sorted(r["name"] for r in rows if r["distribution"] == "rlloom-enginekit")
-    assert enginekit_rows == ["dp_split", "dp_split_rollout", "dp_split_tokens", "dp_split_uneven"]
+    enginekit_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-enginekit")
+    assert enginekit_rows == [("dispatch_mode", "dp_split"), ("dispatch_mode", "dp_split_rollout"),
+                              ("dispatch_mode", "dp_split_tokens"), ("dispatch_mode", "dp_split_uneven"),
+                              ("resharder", "in_process")]
     algokit_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-algokit")
     assert algokit_rows == [("advantage_estimator", "grpo"), ("policy_loss", "vanilla")]
     trainer_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-trainer")
-    assert trainer_rows == sorted([*(("command", name) for name in ("train", "eval", "generate", "chat", "export", "plot")),
+    assert trainer_rows == sorted([("launcher", "local"),
+                                   *(("command", name) for name in ("train", "eval", "generate", "chat", "export", "plot")),
                                    *(("tracker", name) for name in ("console", "jsonl", "tensorboard", "wandb", "mlflow"))])
 
 
@@ -107,7 +114,7 @@ def test_plugins_table(defaults_only):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert any(all(word in line for word in ("name", "kind", "distribution", "version", "status")) for line in lines)
-    assert any(all(word in line for word in ("local", "launcher", "rlloom", "loaded")) for line in lines)
+    assert any(all(word in line for word in ("local", "launcher", "rlloom-trainer", "loaded")) for line in lines)
     assert any(all(word in line for word in ("smollm2-135m", "model", "rlloom-test-cli-defaults")) for line in lines)
     assert "presets: tiny (" in result.stdout
 

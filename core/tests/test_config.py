@@ -145,6 +145,7 @@ def registry(tmp_path_factory):
             # the estimator grpo and the policy loss vanilla
             importlib.metadata.EntryPoint(name="algokit", value="rlloom_algokit.plugin", group="rlloom"),
             importlib.metadata.EntryPoint(name="agentkit", value="rlloom_agentkit.plugin", group="rlloom"),  # single_turn
+            importlib.metadata.EntryPoint(name="enginekit", value="rlloom_enginekit.plugin", group="rlloom"),  # in_process
             importlib.metadata.EntryPoint(name="schemas", value=PLUGIN_MODULE, group="rlloom"),
         ])
         assert loaded.failed() == [], loaded.failed()[0].traceback

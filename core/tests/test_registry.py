@@ -117,7 +117,7 @@ def test_good_plugin_registers_components_configs_and_presets(plugins):
     assert registry.choices("algorithm") == ["widget"]
     assert registry.presets["widgety"].overrides == ("algorithm=widget",)
     # the core's own built-ins come through the same path
-    assert registry.choices("launcher") == ["local"] and registry.choices("resharder") == ["in_process"]
+    assert registry.choices("dispatch_mode") == ["one_to_all", "rank_zero"] and registry.choices("launcher") == []
     assert registry.failed() == []
 
 

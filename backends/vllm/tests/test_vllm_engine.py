@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
+from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_models.config import TinyModelConfig

@@ -1,11 +1,6 @@
-"""rlloom: plugin-based reinforcement-learning post-training for language models.
-
-Importing this package is cheap: it imports pluggy only. The names below that need torch
-(``Batch``, ``RewardResult``, ``dispatch``, …) are imported when first used (``from rlloom import
-Batch`` works as usual), so the command line can compose and check a config, and report an error,
-before torch loads. It never imports ray, vllm, sglang, megatron or transformers. The training loop and
-``rlloom train`` are the rlloom-trainer distribution's (:func:`rlloom_trainer.train` from Python).
-"""
+"""rlloom: plugin-based reinforcement-learning post-training for language models. Importing it imports pluggy
+only: the names below that need torch are imported when first used, so a config error is reported before
+torch loads (never ray, vllm, sglang, megatron or transformers). The training loop is rlloom-trainer's."""
 
 from rlloom.lazy import lazy_exports
 from rlloom.plugins.hookspecs import hookimpl
@@ -20,16 +15,5 @@ __getattr__ = lazy_exports(__name__, {
         "Completion", "EngineSpec", "MiniBatchStats", "RewardResult", "SamplingParams", "SyncStats")},
 })
 
-__all__ = [
-    "Batch",
-    "BatchError",
-    "Completion",
-    "EngineSpec",
-    "MiniBatchStats",
-    "RewardResult",
-    "SamplingParams",
-    "SyncStats",
-    "dispatch",
-    "hookimpl",
-]
-
+__all__ = ["Batch", "BatchError", "Completion", "EngineSpec", "MiniBatchStats", "RewardResult", "SamplingParams",
+           "SyncStats", "dispatch", "hookimpl"]

@@ -1,20 +1,10 @@
-"""``Batch``: the one container that travels between the controller and the workers.
+"""``Batch``: the one container that travels between the controller and the workers. A batch of B samples
+holds **tensors** in a :class:`tensordict.TensorDict` of batch dimension B, **objects** (per-sample Python
+values: prompt text, ground truth, uid, …) as numpy object arrays of length B, and **meta**, batch-level
+values that operations carry along. A field name is a tensor's or an object's, never both. Every operation
+returns a new ``Batch``; tensors are copied only where the operation must (``concat``, ``repeat``, ``reorder``).
 
-A batch of B samples holds
-
-- **tensors** in a :class:`tensordict.TensorDict` whose batch dimension is B (every tensor's first
-  dimension is B),
-- **objects**: per-sample Python values (prompt text, ground truth, data source, uid, …) as numpy
-  object arrays of length B,
-- **meta**: a dict of batch-level values (sampling parameters, the global step, …) that operations
-  carry along unchanged.
-
-Field names are shared between tensors and objects: a name is either a tensor field or an object
-field, never both. Every operation returns a new ``Batch``; tensors are not copied unless the
-operation must (``concat``, ``repeat``, ``reorder``).
-
-Field conventions used across rlloom (shapes for a batch of B rows, prompt length P, response
-length R):
+Field conventions (B rows, prompt length P, response length R):
 
 =====================  =========  ======  ==========================================================
 field                  shape      dtype   meaning
@@ -56,14 +46,12 @@ LEFT_PADDED = ("prompts", "prompt_mask")
 """[B, P] fields padded on the left (the conventions above); other [B, L] fields pad on the right."""
 
 PROMPT_INDEX_FIELD = "prompt_index"
-"""Optional int64 field [B] of a rollout engine's input: each row's prompt index, which keys its
-responses' randomness in place of ``sampling.first_prompt + row`` (a batch gathered from separate
-requests, such as ``rlloom_enginekit.batching`` builds)."""
+"""Optional rollout input [B]: each row's prompt index, keying its randomness in place of
+``sampling.first_prompt + row`` (:meth:`rlloom.protocols.RolloutEngine.generate`)."""
 
 SEED_FIELD = "sampling_seed"
-"""Optional int64 field [B] (values >= 0) of the input of a rollout engine with the
-:class:`~rlloom.protocols.BatchesRequests` ability: each row's seed, in place of ``sampling.seed``
-(requests that differ only in their seed share one batch call)."""
+"""Optional rollout input [B] (>= 0): each row's seed in place of ``sampling.seed``
+(:meth:`rlloom.protocols.BatchesRequests.generate_requests`)."""
 
 
 class BatchError(ValueError):
@@ -71,17 +59,14 @@ class BatchError(ValueError):
 
 
 def _as_object_array(name: str, values: Any) -> np.ndarray:
-    """``values`` (one per sample) as a 1-D numpy object array; a 1-D object array is kept as is.
-
-    A string is refused rather than split into characters.
-    """
+    """``values`` (one per sample) as a 1-D numpy object array (kept as is when it is one); a string is
+    refused rather than split into characters."""
     if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
         return values
     is_sequence = isinstance(values, Sequence) or (isinstance(values, np.ndarray) and values.ndim > 0)
     if not is_sequence or isinstance(values, (str, bytes)):
-        raise BatchError(
-            f"object field {name!r} needs a sequence with one value per sample, got {type(values).__name__}"
-        )
+        raise BatchError(f"object field {name!r} needs a sequence with one value per sample, "
+                         f"got {type(values).__name__}")
     array = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
         array[i] = value
@@ -93,14 +78,9 @@ class Batch:
 
     __slots__ = ("_tensors", "_objects", "meta")
 
-    def __init__(
-        self,
-        tensors: Mapping[str, torch.Tensor] | TensorDict | None = None,
-        objects: Mapping[str, Sequence[Any]] | None = None,
-        meta: Mapping[str, Any] | None = None,
-        *,
-        batch_size: int | None = None,
-    ) -> None:
+    def __init__(self, tensors: Mapping[str, torch.Tensor] | TensorDict | None = None,
+                 objects: Mapping[str, Sequence[Any]] | None = None, meta: Mapping[str, Any] | None = None, *,
+                 batch_size: int | None = None) -> None:
         tensors = dict(tensors.items()) if tensors is not None else {}
         objects = {name: _as_object_array(name, values) for name, values in (objects or {}).items()}
         both = sorted(set(tensors) & set(objects))
@@ -224,9 +204,7 @@ class Batch:
             raise BatchError(f"reorder takes a 1-D index, got shape {tuple(index.shape)}")
         out_of_range = index[(index < -len(self)) | (index >= len(self))]
         if len(out_of_range):
-            raise BatchError(
-                f"reorder index {out_of_range.tolist()} out of range for batch size {len(self)}"
-            )
+            raise BatchError(f"reorder index {out_of_range.tolist()} out of range for batch size {len(self)}")
         np_index = index.numpy()
         tensors = {name: value[index] for name, value in self._tensors.items()}
         objects = {name: values[np_index] for name, values in self._objects.items()}
@@ -261,24 +239,17 @@ class Batch:
 
     @staticmethod
     def concat(batches: Iterable[Batch]) -> Batch:
-        """Rows of all batches in order; meta of the first.
-
-        Every batch must have the same tensor fields and the same object fields, and a tensor field
-        the same dtype and trailing shape in every batch (no silent type promotion).
-        """
+        """Rows of all batches in order, meta of the first. Every batch must have the same tensor and object
+        fields, a tensor field the same dtype and trailing shape in each (no silent type promotion)."""
         batches = list(batches)
         if not batches:
             raise BatchError("concat needs at least one batch")
         first = batches[0]
         for i, batch in enumerate(batches[1:], start=1):
-            for what, have, want in (
-                ("tensor", batch._tensors.keys(), first._tensors.keys()),
-                ("object", batch._objects.keys(), first._objects.keys()),
-            ):
+            for what, have, want in (("tensor", batch._tensors.keys(), first._tensors.keys()),
+                                     ("object", batch._objects.keys(), first._objects.keys())):
                 if sorted(have) != sorted(want):
-                    raise BatchError(
-                        f"concat: batch {i} has {what} fields {sorted(have)}, batch 0 has {sorted(want)}"
-                    )
+                    raise BatchError(f"concat: batch {i} has {what} fields {sorted(have)}, batch 0 has {sorted(want)}")
         tensors = {}
         for name in first._tensors.keys():
             parts = [b._tensors[name] for b in batches]
@@ -294,10 +265,9 @@ class Batch:
 
     @staticmethod
     def concat_padded(batches: Iterable[Batch], pad_values: Mapping[str, float] | None = None) -> Batch:
-        """:meth:`concat` of batches whose [B, L] tensors may differ in L (each piece of generation
-        pads prompts and responses to its own longest): each is padded to the longest —
-        :data:`LEFT_PADDED` fields on the left, the others on the right — with ``pad_values[name]``
-        (default 0). Masks pad with 0, so the added positions are padding."""
+        """:meth:`concat` of batches whose [B, L] tensors may differ in L: each padded to the longest
+        (:data:`LEFT_PADDED` fields on the left, the others on the right) with ``pad_values[name]``
+        (default 0: masks mark the added positions as padding)."""
         batches = list(batches)
         pad_values = pad_values or {}
         widths: dict[str, int] = {}

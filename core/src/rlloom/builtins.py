@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from rlloom.config.schema import TrainerConfig
-from rlloom.controller.local import LocalLauncher, LocalLauncherConfig
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
 from rlloom.plugins.hookspecs import hookimpl
 
 BUILTIN_MODES = {"one_to_all": "OneToAll", "rank_zero": "RankZero"}  # mode -> factory in rlloom.controller.dispatch
-
-
-@hookimpl
-def register_launchers(register):
-    register("local", LocalLauncher, config=LocalLauncherConfig)
 
 
 @hookimpl
@@ -22,31 +15,5 @@ def register_dispatch_modes(register):
 
 
 @hookimpl
-def register_resharders(register):
-    register("in_process", InProcessResharder, config=InProcessResharderConfig)
-
-
-@hookimpl
 def register_configs(register):
     register("trainer", "default", TrainerConfig)
-
-
-@hookimpl
-def register_presets(register):
-    register(
-        "tiny",
-        [
-            "model=tiny",
-            "data=digits",
-            "reward=digit_fraction",
-            "algorithm.n=8",
-            "trainer.total_steps=20",
-            "trainer.train_batch_size=4",
-            "trainer.test_freq=10",
-            "trainer.val_n=2",
-            "trainer.val_greedy=false",
-            "sampling.max_new_tokens=4",
-            "train_engine.lr=1e-2",
-        ],
-        "the tiny random-init model learning a format reward in about a minute (tests, smoke runs)",
-    )

@@ -1,15 +1,8 @@
-"""``rlloom`` command line: list ``plugins``, print the ``--version`` of rlloom and its plugins, and the
-commands plugins register (``train``, ``eval``, ``generate``, ``chat``, ``export``, ``plot`` from rlloom-trainer;
-``serve`` from rlloom-server). A known command whose distribution is not installed
-says what to install (exit status 2).
-
-User errors (bad config, missing plugin, a resume whose config changed, a model or engine that
-cannot start) print one paragraph and exit with status 2, no traceback (``RLLOOM_DEBUG=1`` shows
-the traceback of an engine that cannot start). A run that stops itself (too many non-finite steps) or
-cannot write a checkpoint prints why and exits with status 1; a role whose worker fails mid-run (raises,
-dies, stops answering) is named in one paragraph, exit status 3. Ctrl-C ends any command with status 130 and
-one line, no traceback (for ``train``: the step, the last checkpoint and the command that resumes,
-:mod:`rlloom_trainer.interrupt`).
+"""``rlloom`` command line: ``plugins``, ``--version`` and the commands plugins register (``train``, ``eval``, …:
+rlloom-trainer; ``serve``: rlloom-server); a known command whose distribution is not installed says what to
+install (status 2). Errors print one paragraph, no traceback (``RLLOOM_DEBUG=1`` shows a role's): a user error
+(bad config, missing plugin, changed resume config, a role that cannot start) exits with 2; a run that stops
+itself or cannot checkpoint, 1; a role failing mid-run, 3; Ctrl-C, 130 (:mod:`rlloom_trainer.interrupt`).
 """
 
 from __future__ import annotations
@@ -19,35 +12,31 @@ import json
 import os
 import sys
 
-from rlloom.config import ConfigError
-from rlloom.controller.local import RoleFailedError, RoleStartError
-from rlloom.errors import RunFailedError
-from rlloom.plugins.registry import KINDS, UnknownPluginError, get_registry, provider_of
+from rlloom.errors import ConfigError, RoleFailedError, RoleStartError, RunFailedError
+from rlloom.plugins.registry import KINDS, PluginStatus, UnknownPluginError, get_registry, provider_of
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
 ROLE_FAILED = 3
-INTERRUPTED = 130
-"""The exit status of a command stopped by Ctrl-C, as a shell reports a process killed by SIGINT."""
+INTERRUPTED = 130  # as a shell reports a process killed by SIGINT
 MAIN_COMMAND = "train"  # listed first by ``rlloom --help`` when installed (it comes with rlloom-trainer)
 
 
 def plugin_rows() -> list[dict[str, str]]:
     """One row per registered component, one per entry point that failed to load, and one per
     provider of a name several plugins register (none of them is used)."""
-    rows = []
     registry = get_registry()
-    for (kind, name), providers in registry.conflicts.items():
-        for status in providers:
-            rows.append({"name": name, "kind": kind, "distribution": status.distribution, "version": status.version,
-                         "status": f"not used: {len(providers)} plugins register it"})
+
+    def row(name: str, kind: str, plugin: PluginStatus, state: str) -> dict[str, str]:
+        return {"name": name, "kind": kind, "distribution": plugin.distribution, "version": plugin.version,
+                "status": state}
+
+    rows = [row(name, kind, status, f"not used: {len(providers)} plugins register it")
+            for (kind, name), providers in registry.conflicts.items() for status in providers]
     for status in registry.statuses:
         if status.status == "failed":
-            rows.append({"name": status.entry_point, "kind": "?", "distribution": status.distribution,
-                         "version": status.version, "status": f"failed: {status.error}"})
-        for component in status.components:
-            rows.append({"name": component.name, "kind": component.kind, "distribution": component.distribution,
-                         "version": component.version, "status": "loaded"})
+            rows.append(row(status.entry_point, "?", status, f"failed: {status.error}"))
+        rows += [row(component.name, component.kind, status, "loaded") for component in status.components]
     return rows
 
 

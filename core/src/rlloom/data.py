@@ -1,6 +1,5 @@
-"""Prompt records (what a ``data=<name>`` plugin's :class:`~rlloom.protocols.PromptDataset` holds) and
-the plain train/val container of them (:class:`Splits`, with the seeded split of a finite problem set
-that the in-tree datasets share). Torch-free: a dataset plugin's registration stays light."""
+"""Prompt records (what a :class:`~rlloom.protocols.PromptDataset` holds), their train/val container
+:class:`Splits` and the seeded split the in-tree datasets share. Torch-free."""
 
 from __future__ import annotations
 
@@ -12,14 +11,10 @@ from typing import Any, TypeVar
 
 @dataclass(frozen=True)
 class PromptRecord:
-    """One prompt with what is needed to score answers to it.
-
-    - ``prompt``: a list of chat messages (``[{"role": "user", "content": ...}]``, rendered with the
-      tokenizer's chat template) or a plain string (tokenized as is).
-    - ``ground_truth``: whatever the reward function of ``data_source`` compares against.
-    - ``data_source``: the task name (metrics are reported per source).
-    - ``extra``: anything else a verifier needs (e.g. a reasoning-gym entry).
-    """
+    """One prompt with what is needed to score answers to it: ``prompt``, chat messages
+    (``[{"role": "user", "content": ...}]``, rendered with the chat template) or a plain string (tokenized as
+    is); ``ground_truth``, what the reward compares against; ``data_source``, the task name (metrics are
+    per source); ``extra``, anything else a verifier needs (a reasoning-gym entry)."""
 
     prompt: list[dict[str, str]] | str
     ground_truth: Any
@@ -39,19 +34,14 @@ class Splits:
 
 
 def seeded_split(items: Sequence[T], seed: int, num_val: int, num_train: int, name: str) -> tuple[list[T], list[T]]:
-    """``(train, val)``: ``items`` shuffled by ``random.Random(seed).shuffle``; the first ``num_val``
-    are val, the next ``num_train`` are train (``num_train == 0``: all the rest).
-
-    Raises ``ValueError`` (naming the dataset ``name``) when a size is negative, when
-    ``num_val + num_train`` exceeds ``len(items)``, or when no training item is left.
-    """
+    """``(train, val)``: ``items`` shuffled by ``random.Random(seed).shuffle``, the first ``num_val`` val,
+    the next ``num_train`` train (0: all the rest). ValueError naming the dataset ``name`` when a size is
+    negative, ``num_val + num_train`` exceeds ``len(items)`` or no training item is left."""
     if num_val < 0 or num_train < 0:
         raise ValueError(f"data={name}: num_val={num_val} and num_train={num_train} must be >= 0")
     if num_val + num_train > len(items):
-        raise ValueError(
-            f"data={name}: num_val + num_train = {num_val} + {num_train} = {num_val + num_train} exceeds "
-            f"the {len(items)} distinct problems of this config"
-        )
+        raise ValueError(f"data={name}: num_val + num_train = {num_val} + {num_train} = {num_val + num_train} exceeds "
+                         f"the {len(items)} distinct problems of this config")
     if num_train == 0 and num_val >= len(items):
         raise ValueError(f"data={name}: num_val={num_val} leaves none of the {len(items)} problems for training")
     order = list(items)

@@ -1,5 +1,5 @@
-"""Names a package exports but imports only when first used, so that importing the package (as the
-plugin registry does with every plugin's entry module) does not import torch and friends."""
+"""Names a package exports but imports when first used, so that importing the package (as the registry
+does every plugin's entry module) does not import torch and friends."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any
 
 
 def lazy_exports(package: str, sources: dict[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` (PEP 562) for ``package``: ``sources`` maps each exported name to
-    the module defining it (``".algorithm"`` is relative to ``package``); the module is imported the
-    first time the name is read (``from package import Name`` included) and the value is cached in
-    the package. Other names raise ``AttributeError`` as usual."""
+    """A module ``__getattr__`` (PEP 562) for ``package``: ``sources`` maps each exported name to the module
+    defining it (``".algorithm"``: relative to ``package``), imported when the name is first read and the
+    value cached in the package; other names raise ``AttributeError``."""
 
     def __getattr__(name: str) -> Any:
         if name not in sources:

@@ -1,8 +1,6 @@
-"""Where the running code came from: the rlloom version, the git commit of rlloom's source tree when it
-is a git checkout, and the installed plugin distributions (``rlloom --version``; a run's record adds
-the origin of each option it chose, :mod:`rlloom_trainer.provenance`). Nothing here raises: what
-cannot be found is ``None`` (the commit) or ``"?"`` (a version).
-"""
+"""Where the running code came from (``rlloom --version``; a run's record: :mod:`rlloom_trainer.provenance`):
+the rlloom version, the git commit of rlloom's source when it is a git checkout, the installed plugin
+distributions. Nothing here raises: what cannot be found is ``None`` (the commit) or ``"?"`` (a version)."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def _git(folder: str, *args: str) -> subprocess.CompletedProcess:
 @functools.cache
 def git_state() -> dict[str, Any]:
     """``{"git_commit": <HEAD>, "git_dirty": <tracked files changed>}`` when rlloom's own source files are
-    tracked by a git checkout (an editable install), else ``{"git_commit": None}`` (an installed wheel, no
-    git, or any failure)."""
+    tracked by a git checkout (an editable install), else ``{"git_commit": None}``."""
     folder = os.path.dirname(os.path.abspath(rlloom.__file__))
     try:
         if _git(folder, "ls-files", "--error-unmatch", "__init__.py").returncode != 0:
@@ -50,7 +47,7 @@ def git_state() -> dict[str, Any]:
 
 def plugin_distributions() -> list[tuple[str, str]]:
     """(distribution, version) of every installed distribution with an ``rlloom`` entry point but the core,
-    sorted by name. Reads package metadata only: no plugin is imported."""
+    sorted by name (from package metadata: no plugin is imported)."""
     found = {(ep.dist.name, ep.dist.version) for ep in importlib.metadata.entry_points(group="rlloom") if ep.dist}
     return sorted(item for item in found if item[0] != CORE)
 

@@ -1,11 +1,8 @@
-"""Small value types exchanged between the controller and the plugins.
-
-They are plain dataclasses so that they pickle (Ray ships them) and print well in logs.
-"""
+"""Small value types exchanged between the controller and the plugins: plain dataclasses, so that they
+pickle (Ray ships them) and print well in logs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -15,18 +12,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a :class:`~rlloom.protocols.RolloutEngine` samples responses.
+    """How a :class:`~rlloom.protocols.RolloutEngine` samples ``n`` responses per prompt row.
 
-    ``temperature == 0`` means greedy decoding (then ``top_p``/``top_k`` are ignored).
-    ``top_k == -1`` disables top-k filtering; ``top_p == 1.0`` disables nucleus filtering.
-    ``n`` responses are drawn for every prompt row. ``seed`` makes a call reproducible for a given
-    engine and batch (``None``: the engine's own generator state). ``first_prompt``: the index of
-    this batch's first prompt in the whole call it is a piece of: engines draw each response's
-    randomness from (seed, prompt index, response index), so a call split over ranks by prompts
-    (each piece with its ``first_prompt``) samples what the whole call would. ``ignore_eos``: stop
-    tokens do not end a response; every response has ``max_new_tokens`` tokens (benchmarks).
-    ``stop_token_ids``: ids that end a response besides the model's own stop ids (kept in the
-    response, as a stop id is; they apply with ``ignore_eos`` too).
+    ``temperature == 0``: greedy (``top_p``/``top_k`` ignored); ``top_k == -1`` and ``top_p == 1.0`` filter
+    nothing. ``seed``: a call reproducible for a given engine and batch (``None``: the engine's generator
+    state). ``first_prompt``: the index of this batch's first prompt in the whole call it is a piece of
+    (randomness is keyed by seed, prompt index, response index, so a call split by prompts samples what the
+    whole call would). ``ignore_eos``: every response has ``max_new_tokens`` tokens (benchmarks).
+    ``stop_token_ids``: ids that end a response besides the model's own (kept in it; with ``ignore_eos`` too).
     """
 
     n: int = 1
@@ -40,18 +33,14 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.first_prompt < 0:
-            raise ValueError(f"SamplingParams.first_prompt must be >= 0, got {self.first_prompt}")
+        checks = {"n": (self.n >= 1, ">= 1"), "temperature": (self.temperature >= 0, ">= 0"),
+                  "top_p": (0.0 < self.top_p <= 1.0, "in (0, 1]"),
+                  "top_k": (self.top_k == -1 or self.top_k >= 1, "-1 (off) or >= 1"),
+                  "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"),
+                  "first_prompt": (self.first_prompt >= 0, ">= 0")}
+        for key, (ok, rule) in checks.items():
+            if not ok:
+                raise ValueError(f"SamplingParams.{key} must be {rule}, got {getattr(self, key)}")
         if not isinstance(self.stop_token_ids, tuple) or any(
                 isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"SamplingParams.stop_token_ids must be a tuple of token ids, got {self.stop_token_ids!r}")
@@ -73,15 +62,10 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Completion:
-    """The answer to one prompt of a per-request call (:class:`~rlloom.protocols.AsyncRolloutEngine`).
-
-    - ``token_ids``: ``sampling.n`` responses, each its generated token ids (a final stop id
-      included, no padding).
-    - ``log_probs``: per response, the log-prob of each token under the unfiltered sampling policy
-      (as ``rollout_log_probs`` of the batch call); None when the engine leaves them out.
-    - ``finish_reasons``: per response, ``"length"`` when it has ``max_new_tokens`` tokens, else
-      ``"stop"``.
-    """
+    """The answer to one prompt of a per-request call (:class:`~rlloom.protocols.AsyncRolloutEngine`), for
+    each of the ``sampling.n`` responses: ``token_ids`` (a final stop id included, no padding), ``log_probs``
+    (as the batch call's ``rollout_log_probs``; None when the engine leaves them out) and ``finish_reasons``
+    (``"length"`` when it has ``max_new_tokens`` tokens, else ``"stop"``)."""
 
     token_ids: list[list[int]]
     log_probs: list[list[float]] | None
@@ -90,9 +74,8 @@ class Completion:
 
 @dataclass(frozen=True)
 class Turn:
-    """One assistant turn of an agent loop's episode (:meth:`~rlloom.protocols.Episode.assistant_turn`):
-    its text (special tokens dropped), its token ids exactly as sampled, and ``finish_reason``
-    (``"stop"``: it ended with a stop token; ``"length"``: the turn's token budget ran out)."""
+    """One assistant turn (:meth:`~rlloom.protocols.Episode.assistant_turn`): its text (special tokens dropped),
+    its token ids as sampled, ``finish_reason`` (``"stop"``: a stop token; ``"length"``: the turn's budget)."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -111,17 +94,11 @@ class EnvStep:
 
 @dataclass
 class RewardResult:
-    """What a :class:`~rlloom.protocols.RewardFn` returns for a batch of B responses.
-
-    - ``scores``: float32 tensor [B], the sequence-level score of each response.
-    - ``token_level``: optional float32 tensor [B, R] aligned with ``responses``; when given, its row
-      sums are the scores and the trainer uses it instead of placing ``scores`` on the last token.
-    - ``components``: named float32 tensors [B] (e.g. ``{"correct": ..., "format": ...}``), logged as
-      ``reward/<name>/mean``.
-    - ``num_errors`` / ``num_timeouts``: samples whose verifier raised or ran out of time; they are
-      scored with the reward function's configured fallback value, never fatal.
-    - ``info``: per-sample extra values (lists of length B), kept with the batch for dumps.
-    """
+    """What a :class:`~rlloom.protocols.RewardFn` returns for B responses: ``scores`` [B] float32; ``token_level``
+    [B, R] float32 or None (its row sums are the scores; used instead of ``scores`` on the last token);
+    ``components``, named [B] float32 tensors (``{"correct": ..., "format": ...}``: ``reward/<name>/mean``);
+    ``num_errors`` / ``num_timeouts``, rows whose verifier raised or ran out of time (scored with the
+    function's fallback value, never fatal); ``info``, per-row extras (lists of length B) for dumps."""
 
     scores: torch.Tensor
     token_level: torch.Tensor | None = None
@@ -135,21 +112,16 @@ class RewardResult:
             raise ValueError(f"RewardResult.scores must be 1-D [B], got shape {tuple(self.scores.shape)}")
         for name, values in self.components.items():
             if values.shape != self.scores.shape:
-                raise ValueError(
-                    f"RewardResult.components[{name!r}] has shape {tuple(values.shape)}, "
-                    f"expected {tuple(self.scores.shape)}"
-                )
+                raise ValueError(f"RewardResult.components[{name!r}] has shape {tuple(values.shape)}, "
+                                 f"expected {tuple(self.scores.shape)}")
 
 
 @dataclass(frozen=True)
 class SyncStats:
-    """What one train → rollout weight synchronisation moved and how long it took.
-
-    ``max_tensor_bytes``: the largest tensor streamed (the most gathered weight data a streaming
-    resharder holds at once beyond the engines' own weights). ``peak_extra_bytes``: on CUDA, the
-    peak of the process's allocated device memory during the sync above what was allocated before
-    it (measured; None where the train engine is not on a GPU of this process).
-    """
+    """What one train → rollout weight sync moved and how long it took. ``max_tensor_bytes``: the largest
+    tensor streamed (the most a streaming resharder holds at once beyond the engines' weights);
+    ``peak_extra_bytes``: on CUDA, the measured peak of allocated device memory during the sync above
+    what was allocated before it (None where the train engine is not on a GPU of this process)."""
 
     num_tensors: int
     num_bytes: int
@@ -160,16 +132,11 @@ class SyncStats:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """What every engine factory is told about the model it serves.
-
-    - ``model_path``: a local Hugging Face folder (config, weights, tokenizer) made by a model source.
-    - ``role``: what the engine serves as: ``"actor"``, ``"ref"``, ``"critic"`` or ``"rollout"``.
-    - ``seed``: base seed of the run.
-    - ``total_train_steps``: optimizer steps the run will take (for LR schedules); 0 when unknown.
-    - ``device``: the run's device setting (``trainer.device``: ``auto``, ``cpu``, ``cuda``,
-      ``cuda:N``); an engine resolves it where it runs with :func:`rlloom_enginekit.devices.role_device`,
-      and its own config's ``device`` (when set) wins.
-    """
+    """What every engine factory is told: ``model_path``, a local Hugging Face folder (config, weights,
+    tokenizer); ``role``, what it serves as (``"actor"``, ``"ref"``, ``"critic"``, ``"rollout"``); the run's
+    base ``seed``; ``total_train_steps``, the optimizer steps of the run (LR schedules; 0: unknown);
+    ``device``, ``trainer.device``, resolved where the engine runs
+    (:func:`rlloom_enginekit.devices.role_device`; the engine config's own ``device`` wins)."""
 
     model_path: str
     role: str
@@ -189,8 +156,7 @@ class RankCall:
 
 
 STANDARD_ROLES = ("actor", "ref", "critic", "rollout", "reward")
-"""The roles every algorithm may use without declaring them (``ref`` and ``critic`` when its
-``needs_reference`` / ``needs_critic`` say so); an algorithm declares any other as a :class:`Role`."""
+"""The roles every algorithm may use undeclared (``ref``, ``critic`` when ``needs_reference``/``needs_critic``)."""
 
 ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward": ()}
 """A declared role's kind -> what its engine may serve as (:attr:`Role.serves_as`)."""
@@ -198,17 +164,13 @@ ROLE_KINDS = {"train_engine": ("actor", "ref", "critic"), "reward": ()}
 
 @dataclass(frozen=True)
 class Role:
-    """A role an algorithm adds to the standard ones (:data:`STANDARD_ROLES`); declared on its config
-    class (:class:`~rlloom.protocols.DeclaresRoles`), so the run builds, places, checkpoints and
-    validates it with no change to the core.
-
-    - ``name``: what the step passes to the controller's stages (``ctx.score(batch, role="cost")``),
-      ``launcher.mapping``'s key, and a train engine's folder in checkpoints.
-    - ``kind``: ``"train_engine"``: built from the run's ``train_engine`` choice as a ``serves_as``
-      engine (``"critic"``: a value head), trained and checkpointed unless it serves as ``ref``;
-      ``"reward"``: built from a config group of its own, named ``name``, whose options are the
-      ``reward`` group's and ``none`` (the default): a run of the algorithm must choose one, other runs
-      leave it ``none``.
+    """A role an algorithm adds to :data:`STANDARD_ROLES`, declared on its config class
+    (:class:`~rlloom.protocols.DeclaresRoles`): the run builds, places, checkpoints and validates it with no
+    change to the core. ``name``: what the step passes to the stages (``ctx.score(batch, role="cost")``),
+    ``launcher.mapping``'s key, a train engine's folder in checkpoints. ``kind``: ``"train_engine"``, built
+    from the run's ``train_engine`` choice as a ``serves_as`` engine (``"critic"``: a value head), trained
+    unless it serves as ``ref``; or ``"reward"``, built from a config group of its own, named ``name``, whose
+    options are the ``reward`` group's and ``none``: a run of the algorithm must choose one, others leave ``none``.
     """
 
     name: str
@@ -234,13 +196,10 @@ class Role:
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """A picklable description of one role, so a launcher can build it in another process
-    (:func:`rlloom.controller.local.build_role`).
-
-    ``role``: one of :data:`STANDARD_ROLES`, a declared :class:`Role`'s name, or ``"resharder"``;
-    ``kind`` and ``name``: the registry entry (``"train_engine"``, ``"fsdp"``); ``cfg``: its
-    config dataclass; ``engine``: the :class:`EngineSpec` for engine factories, None for ``factory(cfg)`` kinds.
-    """
+    """A picklable description of one role, so a launcher can build it anywhere
+    (:func:`rlloom.controller.roles.build_role`): ``role``, a :data:`STANDARD_ROLES` name, a declared
+    :class:`Role`'s or ``"resharder"``; ``kind`` and ``name``, the registry entry (``"train_engine"``,
+    ``"fsdp"``); ``cfg``, its config; ``engine``, the :class:`EngineSpec` of an engine factory, else None."""
 
     role: str
     kind: str
@@ -251,35 +210,15 @@ class RoleSpec:
 
 @dataclass(frozen=True)
 class MiniBatchStats:
-    """Global counts of the mini-batch one optimizer step is taken on.
-
-    A loss function divides by these (not by the micro-batch's own counts) so that micro-batching,
-    gradient accumulation and data parallelism do not change the loss. Counts span all
-    data-parallel ranks.
-
-    - ``num_tokens``: Σ response_mask over the mini-batch.
-    - ``num_seqs``: number of sequences in the mini-batch.
-    - ``num_nonempty_seqs``: sequences with at least one response token.
-    - ``max_response_len``: the padded response length R.
-    """
+    """Global counts of the mini-batch one optimizer step is taken on, over all data-parallel ranks: a loss
+    divides by these, not by its micro-batch's, so that micro-batching and data parallelism do not change it.
+    ``num_tokens``: Σ response_mask; ``num_seqs``: the sequences; ``num_nonempty_seqs``: those with at least
+    one response token; ``max_response_len``: the padded response length R."""
 
     num_tokens: int
     num_seqs: int
     num_nonempty_seqs: int
     max_response_len: int
-
-    @classmethod
-    def over_ranks(cls, response_mask: torch.Tensor, reduce: Callable[[list[float], Any], list[float]]) -> MiniBatchStats:
-        """The counts of the mini-batch whose rows ``response_mask`` [b, R] are this rank's share:
-        ``reduce(values, op)`` reduces a list of floats over the ranks that split the mini-batch
-        (``op`` a ``torch.distributed.ReduceOp``): sums of the counts, the longest R."""
-        import torch.distributed as dist
-
-        lengths = response_mask.sum(dim=1)
-        tokens, seqs, nonempty = reduce(
-            [float(lengths.sum()), float(len(response_mask)), float((lengths > 0).sum())], dist.ReduceOp.SUM)
-        (longest,) = reduce([float(response_mask.shape[1])], dist.ReduceOp.MAX)
-        return cls(int(tokens), int(seqs), int(nonempty), int(longest))
 
 
 class ClipLossTerms(NamedTuple):

@@ -54,7 +54,7 @@ def test_a_torn_line_is_an_error_naming_the_line(tmp_path):
 def test_entry_point_registry_loads_that_entry_point_alone():
     registry = entry_point_registry("core")
     assert [(s.entry_point, s.distribution, s.status) for s in registry.statuses] == [("core", "rlloom", "loaded")]
-    assert registry.choices("resharder") == ["in_process"] and registry.choices("launcher") == ["local"]
+    assert registry.choices("dispatch_mode") == ["one_to_all", "rank_zero"] and registry.choices("launcher") == []
 
 
 def test_a_missing_entry_point_fails_naming_it():

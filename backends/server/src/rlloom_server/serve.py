@@ -15,8 +15,8 @@ import signal
 import sys
 
 from rlloom.config import compose_config
-from rlloom.config.errors import ConfigError
-from rlloom.controller.local import RoleStartError, build_role
+from rlloom.controller.roles import build_role
+from rlloom.errors import ConfigError, RoleStartError
 from rlloom.plugins.registry import get_registry
 from rlloom.types import EngineSpec, RoleSpec
 

@@ -1,16 +1,11 @@
-"""Compose and validate a run config from command-line overrides, before anything heavy starts.
-
-Steps: expand ``preset=<name>`` into its overrides (the user's own overrides win), check every group
-choice against the installed plugins, compose with Hydra from the schemas plugins registered, turn
-each section into its dataclass (running the plugin's own ``__post_init__`` checks), then check
-cross-section consistency. Every user error becomes a :class:`ConfigError` whose message is one
-paragraph naming the key and what is allowed.
-"""
+"""Compose and validate a run config from command-line overrides, before anything heavy starts: expand
+``preset=<name>``, check every group choice against the installed plugins, compose with Hydra from the
+registered schemas, build each section's dataclass (running its own checks), check what spans sections.
+Every user error is a :class:`ConfigError`, one paragraph naming the key and what is allowed."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,27 +14,26 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlloom.choices import DeviceError
-from rlloom.config.errors import ConfigError
-from rlloom.config.run_name import name_run, run_dir_of
-from rlloom.config.roles import check_role_groups, role_groups, run_role_names, run_schema
-from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig
+from rlloom.config.roles import check_role_groups, role_groups, run_role_names
+from rlloom.config.run_name import check_run_dir, name_run, run_dir_of
+from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig, run_schema
+from rlloom.errors import ConfigError
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
 from rlloom.protocols import ChecksInstalled, ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
+Options = dict[str, dict[str, Any]]
+"""Config group -> {option name -> its schema}."""
+
 
 @dataclass
 class ResolvedConfig:
-    """A validated run config.
-
-    - ``cfg``: the composed config (read-only ``DictConfig``), what gets saved with the run.
-    - ``choices``: group → selected option name (``{"algorithm": "grpo", ...}``).
-    - ``sections``: group → the option's dataclass instance (what factories receive).
-    """
+    """A validated run config: ``cfg``, the composed config (read-only; what the run saves); ``choices``,
+    group → option name; ``sections``, group → the option's dataclass instance (what factories receive)."""
 
     cfg: DictConfig
     choices: dict[str, str]
@@ -49,25 +43,25 @@ class ResolvedConfig:
         return OmegaConf.to_yaml(self.cfg)
 
 
-def group_options(registry: Registry) -> dict[str, dict[str, Any]]:
-    """group → {option name → schema} for every config group the installed plugins provide, the
-    groups of declared reward roles included (:mod:`rlloom.config.roles`)."""
-    options: dict[str, dict[str, Any]] = {group: {} for group in DEFAULT_CHOICES}
-    for group in GROUPS:
-        for name, component in registry.components[group].items():
-            options.setdefault(group, {})[name] = component.config
-    for option in registry.configs:
-        options.setdefault(option.group, {})[option.name] = option.node
-    for group in declared_role_groups(registry):
-        options[group] = {NO_ROLE: NoRoleConfig, **options["reward"]}  # any reward function scores for a role
-    return options
-
-
 def declared_role_groups(registry: Registry) -> dict[str, list[str]]:
     """The config groups of the reward roles the installed algorithms declare -> those algorithms."""
     algorithms = {name: component.config for name, component in registry.components["algorithm"].items()}
     taken = set(GROUPS) | {option.group for option in registry.configs}
     return role_groups(algorithms, taken | {field.name for field in dataclasses.fields(RunConfig)})
+
+
+def group_options(registry: Registry, roles: dict[str, list[str]]) -> Options:
+    """Every config group the installed plugins provide, with the groups of the declared reward
+    ``roles`` (:func:`declared_role_groups`), whose options are ``none`` and every reward function."""
+    options: Options = {group: {} for group in DEFAULT_CHOICES}
+    for group in GROUPS:
+        for name, component in registry.components[group].items():
+            options.setdefault(group, {})[name] = component.config
+    for option in registry.configs:
+        options.setdefault(option.group, {})[option.name] = option.node
+    for group in roles:
+        options[group] = {NO_ROLE: NoRoleConfig, **options["reward"]}
+    return options
 
 
 def run_sections(registry: Registry) -> list[str]:
@@ -77,8 +71,8 @@ def run_sections(registry: Registry) -> list[str]:
 
 
 def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
-    """Replace ``preset=<name>`` by the preset's overrides, placed before the user's own overrides;
-    for a key set twice the later setting wins, so the user's overrides always beat a preset's."""
+    """Replace ``preset=<name>`` by the preset's overrides, placed before the user's own; of a key set
+    twice only the later setting is kept, so the user's overrides always beat a preset's."""
     from_presets: list[str] = []
     own: list[str] = []
     for override in overrides:
@@ -96,12 +90,15 @@ def expand_presets(overrides: list[str], registry: Registry) -> list[str]:
     return [override for i, (override, item) in enumerate(zip(expanded, parsed)) if last_index[item.key_or_group] == i]
 
 
-def _fits(override: str, options: dict[str, dict[str, Any]], choices: dict[str, str]) -> bool:
-    """Whether a preset's ``group.key=value`` names a key of the option chosen for ``group`` (a preset
-    written for the RL algorithms sets ``algorithm.n``, which ``algorithm=sft`` has not): a preset's
-    setting for a key the chosen option lacks is skipped. The user's own overrides are never skipped."""
+def _schema(group: str, options: Options, choices: dict[str, str]) -> Any:
+    return SamplingConfig if group == "sampling" else options.get(group, {}).get(choices.get(group, ""))
+
+
+def _fits(override: str, options: Options, choices: dict[str, str]) -> bool:
+    """Whether a preset's ``group.key=value`` names a key of the option chosen for ``group`` (a preset's
+    ``algorithm.n`` is skipped under ``algorithm=sft``, which has none; the user's own are never skipped)."""
     group, _, key = override.partition("=")[0].lstrip("+~").partition(".")
-    schema = options.get(group, {}).get(choices.get(group, ""))
+    schema = _schema(group, options, choices)
     if not key or "." in key or not dataclasses.is_dataclass(schema):
         return True
     return key in {field.name for field in dataclasses.fields(schema)}
@@ -115,7 +112,14 @@ def _parse(overrides: list[str]) -> list[Any]:
         raise ConfigError(f"could not parse the overrides {overrides}: {first_line}") from None
 
 
-def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]], registry: Registry) -> None:
+def _no_such_option(group: str, value: str, options: Options, registry: Registry) -> str:
+    installed = sorted(options.get(group, {}))
+    if group in GROUPS:
+        return registry.missing_message(group, value, installed)
+    return f"{group}={value}: no such option. Valid options: {', '.join(installed)}." + did_you_mean(value, installed)
+
+
+def check_group_choices(overrides: list[str], options: Options, registry: Registry) -> None:
     """Every ``group=option`` override must name an installed option; sections cannot be removed."""
     for item in _parse(overrides):
         group = item.key_or_group
@@ -124,14 +128,10 @@ def check_group_choices(overrides: list[str], options: dict[str, dict[str, Any]]
         if group in options and not item.is_delete():
             value = item.value()
             if not isinstance(value, str) or value not in options[group]:
-                installed = sorted(options[group])
-                if group in GROUPS:
-                    raise ConfigError(registry.missing_message(group, str(value), installed))
-                raise ConfigError(f"{group}={value}: no such option. Valid options: {', '.join(installed)}."
-                                  + did_you_mean(str(value), installed))
+                raise ConfigError(_no_such_option(group, str(value), options, registry))
 
 
-def _store(options: dict[str, dict[str, Any]], run_config: type) -> None:
+def _store(options: Options, run_config: type) -> None:
     store = ConfigStore.instance()
     store.store(name="rlloom_run", node=run_config)
     for group, names in options.items():
@@ -139,20 +139,23 @@ def _store(options: dict[str, dict[str, Any]], run_config: type) -> None:
             store.store(group=group, name=name, node=node if node is not None else {})
 
 
-def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], choices: dict[str, str],
-             run_config: type) -> str:
+def _no_such_key(full_key: str, schema: Any, choices: dict[str, str], run_config: type) -> str:
+    """``<key>: no such key``, naming the valid keys of its section (of a top-level key: the sections)."""
+    group, typed = full_key.split(".")[0], full_key.split(".")[-1]
+    if dataclasses.is_dataclass(schema):
+        valid = [f.name for f in dataclasses.fields(schema)]
+        where = f"{group}={choices[group]}" if group in choices else group
+        return (f"{full_key}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
+                + did_you_mean(typed, valid))
+    valid = [f.name for f in dataclasses.fields(run_config) if f.name != "defaults"]
+    return f"{full_key}: no such key. Top-level sections are: {', '.join(valid)}." + did_you_mean(typed, valid)
+
+
+def _explain(error: OmegaConfBaseException, options: Options, choices: dict[str, str], run_config: type) -> str:
     full_key = getattr(error, "full_key", None) or ""
-    group = full_key.split(".")[0]
-    schema = SamplingConfig if group == "sampling" else options.get(group, {}).get(choices.get(group, ""))
+    schema = _schema(full_key.split(".")[0], options, choices)
     if isinstance(error, ConfigKeyError) or "not in" in str(error):
-        typed = full_key.split(".")[-1]
-        if dataclasses.is_dataclass(schema):
-            valid = [f.name for f in dataclasses.fields(schema)]
-            where = f"{group}={choices[group]}" if group in choices else group
-            return (f"{full_key}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
-                    + did_you_mean(typed, valid))
-        valid = [f.name for f in dataclasses.fields(run_config) if f.name != "defaults"]
-        return f"{full_key}: no such key. Top-level sections are: {', '.join(valid)}." + did_you_mean(typed, valid)
+        return _no_such_key(full_key, schema, choices, run_config)
     if isinstance(error, ValidationError):
         expected = ""
         if dataclasses.is_dataclass(schema):
@@ -163,25 +166,8 @@ def _explain(error: OmegaConfBaseException, options: dict[str, dict[str, Any]], 
     return f"{full_key or 'config'}: {str(error).splitlines()[0]}"
 
 
-def compose_config(overrides: list[str], registry: Registry | None = None) -> ResolvedConfig:
-    """Compose and validate the run config for ``overrides``; raise :class:`ConfigError` on user errors."""
-    registry = registry or get_registry()
-    options = group_options(registry)
-    roles = declared_role_groups(registry)
-    run_config = run_schema(roles)
-    own = list(overrides)
-    overrides = expand_presets(own, registry)
-    check_group_choices(overrides, options, registry)
-    choices = {**DEFAULT_CHOICES, **{group: NO_ROLE for group in roles}}
-    for item in _parse(overrides):
-        if item.key_or_group in options and isinstance(item.value(), str):
-            choices[item.key_or_group] = item.value()
-    overrides = [override for override in overrides if override in own or _fits(override, options, choices)]
-    for group, choice in choices.items():
-        if choice not in options.get(group, {}):
-            message = registry.missing_message(group, choice, sorted(options.get(group, {}))) if group in GROUPS else (
-                f"{group}={choice}: no such option.")
-            raise ConfigError(f"the default {message}")
+def _compose(overrides: list[str], options: Options, choices: dict[str, str], run_config: type) -> DictConfig:
+    """Hydra's composition of ``overrides`` over the stored schemas, its errors explained."""
     _store(options, run_config)
     GlobalHydra.instance().clear()
     try:
@@ -197,21 +183,42 @@ def compose_config(overrides: list[str], registry: Registry | None = None) -> Re
     finally:
         GlobalHydra.instance().clear()
     if "defaults" in cfg:
-        with _writable(cfg):
+        with open_dict(cfg):
             del cfg["defaults"]
+    return cfg
+
+
+def compose_config(overrides: list[str], registry: Registry | None = None) -> ResolvedConfig:
+    """Compose and validate the run config for ``overrides``; raise :class:`ConfigError` on user errors."""
+    registry = registry or get_registry()
+    roles = declared_role_groups(registry)
+    options = group_options(registry, roles)
+    run_config = run_schema(roles)
+    own = list(overrides)
+    overrides = expand_presets(own, registry)
+    check_group_choices(overrides, options, registry)
+    choices = {**DEFAULT_CHOICES, **{group: NO_ROLE for group in roles}}
+    for item in _parse(overrides):
+        if item.key_or_group in options and isinstance(item.value(), str):
+            choices[item.key_or_group] = item.value()
+    overrides = [override for override in overrides if override in own or _fits(override, options, choices)]
+    for group, choice in choices.items():
+        if choice not in options.get(group, {}):
+            raise ConfigError(f"the default {_no_such_option(group, choice, options, registry)}")
+    cfg = _compose(overrides, options, choices, run_config)
     _reject_added_keys(cfg, options, choices, run_config)
     sections = {group: _section(cfg, group, choice) if choice else None for group, choice in choices.items()}
     sections["sampling"] = _section(cfg, "sampling", None)
     name_run(cfg, sections, choices)
     resolved = ResolvedConfig(cfg=cfg, choices=choices, sections=sections)
-    check_consistency(resolved, registry)
+    check_consistency(resolved, registry, roles)
     OmegaConf.set_readonly(cfg, True)
     return resolved
 
 
 def _section(cfg: DictConfig, group: str, choice: str | None) -> Any:
-    """The config section ``group`` as its dataclass; the dataclass's own checks (``__post_init__``)
-    failing is a ConfigError, prefixed with ``group=choice`` unless it already names its key."""
+    """The section ``group`` as its dataclass; its own checks failing is a ConfigError, prefixed with
+    ``group=choice`` unless it names its key."""
     try:
         return OmegaConf.to_object(cfg[group])
     except (ValueError, TypeError, OmegaConfBaseException) as error:
@@ -221,86 +228,45 @@ def _section(cfg: DictConfig, group: str, choice: str | None) -> Any:
         raise ConfigError(message) from None
 
 
-def _reject_added_keys(cfg: DictConfig, options: dict[str, dict[str, Any]], choices: dict[str, str],
-                       run_config: type) -> None:
+def _reject_added_keys(cfg: DictConfig, options: Options, choices: dict[str, str], run_config: type) -> None:
     """``+key=value`` must not smuggle a key that no schema declares."""
-    sections = [f.name for f in dataclasses.fields(run_config)]
-    extra = sorted(set(cfg.keys()) - set(sections))
+    extra = sorted(set(cfg.keys()) - {f.name for f in dataclasses.fields(run_config)})
     if extra:
-        valid = [name for name in sections if name != "defaults"]
-        raise ConfigError(f"{extra[0]}: no such key. Top-level sections are: {', '.join(valid)}."
-                          + did_you_mean(extra[0], valid))
-    schemas = {group: options[group][choice] for group, choice in choices.items()}
-    schemas["sampling"] = SamplingConfig
-    for group, schema in schemas.items():
-        choice = choices.get(group, "")
+        raise ConfigError(_no_such_key(extra[0], None, choices, run_config))
+    for group in [*choices, "sampling"]:
+        schema = _schema(group, options, choices)
         if dataclasses.is_dataclass(schema):
-            valid = [f.name for f in dataclasses.fields(schema)]
-            extra = sorted(set(cfg[group].keys()) - set(valid))
+            extra = sorted(set(cfg[group].keys()) - {f.name for f in dataclasses.fields(schema)})
             if extra:
-                where = f"{group}={choice}" if choice else group
-                raise ConfigError(
-                    f"{group}.{extra[0]}: no such key in {where}. Valid keys of {group}: {', '.join(valid)}."
-                    + did_you_mean(extra[0], valid)
-                )
+                raise ConfigError(_no_such_key(f"{group}.{extra[0]}", schema, choices, run_config))
 
 
-class _writable:
-    def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg
-
-    def __enter__(self) -> None:
-        OmegaConf.set_struct(self.cfg, False)
-
-    def __exit__(self, *exc: object) -> None:
-        OmegaConf.set_struct(self.cfg, True)
-
-
-def check_run_dir(run_dir: str | None) -> None:
-    """ConfigError unless ``trainer.run_dir`` is a folder or can be made one: its nearest existing
-    ancestor must be a writable folder."""
-    if not run_dir:
-        return
-    path = os.path.abspath(run_dir)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ConfigError(f"trainer.run_dir={run_dir}: {path} is a file, not a folder; choose another trainer.run_dir.")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"trainer.run_dir={run_dir}: the folder {path} is not writable; choose another trainer.run_dir.")
-
-
-def check_consistency(resolved: ResolvedConfig, registry: Registry | None = None) -> None:
-    """Checks that span sections or need the registry (each section checks itself when built): tracker
-    names, the algorithm's cut of ``trainer.train_batch_size`` into optimizer steps
-    (:class:`~rlloom.protocols.PlansOptimizerSteps`), the run folder, registered function names,
-    sections that check themselves against the installed plugins, the choices of declared roles, the
-    roles sections name, and the device on this machine."""
+def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[str, list[str]]) -> None:
+    """Checks that span sections or need the registry: tracker names, the algorithm's cut of
+    ``trainer.train_batch_size`` into optimizer steps, the run folder, names of registered functions, sections
+    that check themselves against the installed plugins, the declared ``roles``' groups, the roles sections
+    name, and the device on this machine."""
     trainer = resolved.sections["trainer"]
     algorithm = resolved.sections["algorithm"]
-    if registry is not None:
-        for name in trainer.trackers:
-            if name not in registry.components["tracker"]:
-                raise ConfigError(registry.missing_message("tracker", name))
+    for name in trainer.trackers:
+        if name not in registry.components["tracker"]:
+            raise ConfigError(registry.missing_message("tracker", name))
     if isinstance(algorithm, PlansOptimizerSteps):
         try:
             algorithm.optimizer_steps_per_step(trainer.train_batch_size)
         except ValueError as error:
             raise ConfigError(str(error)) from None
     check_run_dir(run_dir_of(trainer))
-    if registry is not None:
-        check_registered_names(resolved.sections, registry)
-        check_installed(resolved.sections, registry)
-        check_role_groups(resolved.choices, declared_role_groups(registry), registry.choices("reward"))
-    check_placed_roles(resolved)
+    check_registered_names(resolved.sections, registry)
+    check_role_groups(resolved.choices, roles, registry.choices("reward"))
+    check_sections(resolved, registry)
     if resolved.choices.get("launcher") == "local":  # other launchers resolve it on their workers
         check_device_here(trainer.device)
 
 
 def check_device_here(name: str) -> None:
-    """ConfigError unless ``trainer.device`` can be used on this machine (``cuda`` needs a GPU).
-    The last check: the one that imports torch."""
-    from rlloom.devices import resolve_device
+    """ConfigError unless ``trainer.device`` can be used here; the last check, the one that imports torch."""
+    from rlloom.choices import resolve_device
 
     try:
         resolve_device(name)
@@ -309,8 +275,7 @@ def check_device_here(name: str) -> None:
 
 
 REGISTERED_NAME_KEYS = {"adv_estimator": "advantage_estimator", "policy_loss": "policy_loss"}
-"""Config keys (of any section) whose value names a function a plugin registered -> its registry kind
-(``register_advantage_estimators``, ``register_policy_losses``)."""
+"""Config keys (of any section) whose value names a function a plugin registered -> its registry kind."""
 
 
 def check_registered_names(sections: dict[str, Any], registry: Registry) -> None:
@@ -327,24 +292,16 @@ def check_registered_names(sections: dict[str, Any], registry: Registry) -> None
                 raise ConfigError(f"{group}.{key}={name}: {reason}")
 
 
-def check_installed(sections: dict[str, Any], registry: Registry) -> None:
-    """Sections that check themselves against the installed plugins (:class:`~rlloom.protocols.ChecksInstalled`,
-    e.g. an agent config's tools and their settings): their ValueError is a ConfigError."""
-    for section in sections.values():
-        if isinstance(section, ChecksInstalled):
-            try:
-                section.check_installed(registry)
-            except ValueError as error:
-                raise ConfigError(str(error)) from None
-
-
-def check_placed_roles(resolved: ResolvedConfig) -> None:
-    """Sections that name roles (:class:`~rlloom.protocols.ChecksRoles`, e.g. a launcher's placement
-    map) are checked against the roles a run of the chosen algorithm may have."""
+def check_sections(resolved: ResolvedConfig, registry: Registry) -> None:
+    """The checks sections make with more than themselves: against the installed plugins
+    (:class:`~rlloom.protocols.ChecksInstalled`: an agent config's tools) and the roles a run of the chosen
+    algorithm may have (:class:`~rlloom.protocols.ChecksRoles`); their ValueError is a ConfigError."""
     roles = run_role_names(resolved.sections["algorithm"])
-    for group, section in resolved.sections.items():
-        if isinstance(section, ChecksRoles):
-            try:
+    for section in resolved.sections.values():
+        try:
+            if isinstance(section, ChecksInstalled):
+                section.check_installed(registry)
+            if isinstance(section, ChecksRoles):
                 section.check_roles(roles)
-            except ValueError as error:
-                raise ConfigError(str(error)) from None
+        except ValueError as error:
+            raise ConfigError(str(error)) from None

@@ -1,16 +1,10 @@
-"""Declarative range and choice checks for config dataclasses.
-
-A config class lists its limits as data, ``limits: ClassVar[dict]``, key -> rule, and names its
-section (``section: ClassVar[str] = "rollout"``); :class:`Limited`'s ``__post_init__`` checks them
-(a class with cross-key checks of its own calls ``super().__post_init__()`` first). A rule is
-
-- a range: ``">= 1"``, ``"> 0"``, ``"<= 1"``, ``"< 1"``, or ``"in [0, 1]"`` / ``"in (0, 1]"`` (a
-  parenthesis leaves that end open; ``inf`` is allowed);
-- or the valid choices: any collection of values (``("float32", "bfloat16")``, a dict's keys).
-
-A value of None is not checked (an ``Optional`` key's "unset"). Every key out of its limits is named
-as the user types it, in one ValueError: ``rollout.max_buckets=0: must be >= 1``. Limits merge over
-the class's bases, a subclass's rule for a key replacing its base's.
+"""Declarative range and choice checks for config dataclasses: a class lists ``limits: ClassVar[dict]``, key ->
+rule, and names its ``section: ClassVar[str]``; :class:`Limited`'s ``__post_init__`` checks them (a class with
+cross-key checks calls ``super().__post_init__()`` first). A rule is a range, ``">= 1"``, ``"> 0"``, ``"<= 1"``,
+``"< 1"``, ``"in [0, 1]"`` / ``"in (0, 1]"`` (a parenthesis leaves that end open; ``inf`` allowed), or the valid
+choices, any collection. None is not checked (an ``Optional`` key unset). Every key out of its limits is named as
+typed, in one ValueError (``rollout.max_buckets=0: must be >= 1``). Limits merge over the bases, a subclass's rule
+for a key replacing its base's.
 """
 
 from __future__ import annotations

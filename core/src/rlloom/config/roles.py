@@ -1,17 +1,13 @@
-"""The config side of declared roles (:class:`~rlloom.types.Role`): each reward role an installed
-algorithm declares is a config group of its own (``cost`` for Safe-RLHF), offering every reward
-function and ``none``; a run chooses one exactly when its algorithm declares the role.
-"""
+"""The config side of declared roles (:class:`~rlloom.types.Role`): each reward role an installed algorithm
+declares is a config group (``cost``), offering ``none`` and every reward function; a run chooses a function
+exactly when its algorithm declares the role."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from omegaconf import MISSING
-
-from rlloom.config.errors import ConfigError
-from rlloom.config.schema import NO_ROLE, RunConfig
+from rlloom.config.schema import NO_ROLE
+from rlloom.errors import ConfigError
 from rlloom.protocols import DeclaresRoles
 from rlloom.types import STANDARD_ROLES, Role
 
@@ -35,16 +31,6 @@ def role_groups(algorithms: dict[str, Any], taken: set[str]) -> dict[str, list[s
                                   f"replace the section {role.name}: the algorithm's plugin must rename the role.")
             groups.setdefault(role.name, []).append(name)
     return groups
-
-
-def run_schema(groups: dict[str, list[str]]) -> type:
-    """:class:`~rlloom.config.schema.RunConfig` with one more section per role group, ``none`` by default."""
-    if not groups:
-        return RunConfig
-    defaults = RunConfig().defaults[:-1] + [{group: NO_ROLE} for group in groups] + ["_self_"]
-    fields = [(group, Any, dataclasses.field(default=MISSING)) for group in groups]
-    fields.append(("defaults", list[Any], dataclasses.field(default_factory=lambda: list(defaults))))
-    return dataclasses.make_dataclass("RunConfig", fields, bases=(RunConfig,))
 
 
 def check_role_groups(choices: dict[str, str], groups: dict[str, list[str]], rewards: list[str]) -> None:

@@ -1,7 +1,5 @@
-"""A run's name and folder: ``trainer.run_name`` (default ``<algorithm>-<data>-<model>``, e.g.
-``grpo-digits-tiny``) names the run, and its folder is ``trainer.run_dir`` when given, else
-``runs/<run_name>``. Re-running a command therefore finds the same folder and resumes the run in it.
-"""
+"""A run's name, ``trainer.run_name`` (default ``<algorithm>-<data>-<model>``: ``grpo-digits-tiny``), and its
+folder, ``trainer.run_dir`` or ``runs/<run_name>``: re-running a command finds the folder and resumes the run."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlloom.config.errors import ConfigError
+from rlloom.errors import ConfigError
 
 RUNS_DIR = "runs"
 NAME_GROUPS = ("algorithm", "data", "model")
@@ -30,12 +28,26 @@ def check_run_name(name: str) -> None:
 
 
 def name_run(cfg: DictConfig, sections: dict[str, Any], choices: dict[str, str]) -> None:
-    """Fill ``trainer.run_name`` (in the composed ``cfg`` and the trainer section) with
-    :func:`default_run_name` when it is not set; check it either way."""
+    """Fill an unset ``trainer.run_name`` (in ``cfg`` and the trainer section) with :func:`default_run_name`;
+    check it either way."""
     trainer = sections["trainer"]
     if trainer.run_name is None:
         cfg.trainer.run_name = trainer.run_name = default_run_name(choices)
     check_run_name(trainer.run_name)
+
+
+def check_run_dir(run_dir: str | None) -> None:
+    """ConfigError unless ``trainer.run_dir`` is a folder or can be made one: its nearest existing
+    ancestor must be a writable folder."""
+    if not run_dir:
+        return
+    path = os.path.abspath(run_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ConfigError(f"trainer.run_dir={run_dir}: {path} is a file, not a folder; choose another trainer.run_dir.")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"trainer.run_dir={run_dir}: the folder {path} is not writable; choose another trainer.run_dir.")
 
 
 def run_dir_of(trainer: Any) -> str:

@@ -1,11 +1,10 @@
-"""Config schemas owned by the core: the run's root, sampling and trainer settings.
-
-Every other section of the run config is a config group whose options come from plugins: the
-option's schema is the dataclass the plugin registered with its component.
-"""
+"""Config schemas owned by the core: the run's root, sampling and trainer settings. Every other section
+is a config group whose options' schemas are the dataclasses plugins registered with their components."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -14,8 +13,7 @@ from omegaconf import MISSING
 from rlloom.choices import check_device_name
 from rlloom.config.limits import Limited
 
-# The config groups of a run and the option each selects by default.
-DEFAULT_CHOICES: dict[str, str] = {
+DEFAULT_CHOICES: dict[str, str] = {  # the config groups of a run and the option each selects by default
     "algorithm": "grpo",
     "rollout": "hf",
     "train_engine": "fsdp",
@@ -30,14 +28,12 @@ DEFAULT_CHOICES: dict[str, str] = {
 
 
 NO_ROLE = "none"
-"""The default option of a declared reward role's config group (:class:`~rlloom.types.Role`): the
-run builds no such role."""
+"""The default option of a declared reward role's config group (:mod:`rlloom.config.roles`)."""
 
 
 @dataclass
 class NoRoleConfig:
-    """``<role>=none``: the run has no such role. The group's other options are the ``reward`` group's
-    (any reward function can score for a declared role, e.g. Safe-RLHF's ``cost``)."""
+    """``<role>=none``: the run has no such role."""
 
 
 @dataclass
@@ -57,8 +53,8 @@ class SamplingConfig(Limited):
 
 @dataclass
 class TrainerConfig(Limited):
-    """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses. Checked
-    when built (``trainer.run_dir`` once the run is named, :func:`rlloom.config.compose.check_run_dir`)."""
+    """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses. Checked when built
+    (``trainer.run_dir`` once the run is named: :func:`rlloom.config.run_name.check_run_dir`)."""
 
     section: ClassVar[str] = "trainer"
     limits: ClassVar[dict[str, str]] = {
@@ -95,21 +91,15 @@ class TrainerConfig(Limited):
         check_device_name("trainer.device", self.device)  # a DeviceError is a ValueError
 
 
-@dataclass
-class RunConfig:
-    """The root of a run's config."""
+def run_schema(roles: Iterable[str] = ()) -> type:
+    """The root of a run's config: ``defaults`` (each group's default option), a section per config group
+    of :data:`DEFAULT_CHOICES`, ``sampling``, then a section per declared reward role (``none`` by default)."""
+    choices = {**DEFAULT_CHOICES, **dict.fromkeys(roles, NO_ROLE)}
+    fields = [("defaults", list[Any], field(default_factory=lambda: [{g: c} for g, c in choices.items()] + ["_self_"])),
+              *((group, Any, field(default=MISSING)) for group in DEFAULT_CHOICES),
+              ("sampling", SamplingConfig, field(default_factory=SamplingConfig)),
+              *((role, Any, field(default=MISSING)) for role in roles)]
+    return dataclasses.make_dataclass("RunConfig", fields)
 
-    defaults: list[Any] = field(
-        default_factory=lambda: [{group: choice} for group, choice in DEFAULT_CHOICES.items()] + ["_self_"]
-    )
-    algorithm: Any = MISSING
-    rollout: Any = MISSING
-    train_engine: Any = MISSING
-    resharder: Any = MISSING
-    reward: Any = MISSING
-    data: Any = MISSING
-    model: Any = MISSING
-    launcher: Any = MISSING
-    trainer: Any = MISSING
-    agent: Any = MISSING
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+RunConfig = run_schema()

@@ -1,24 +1,7 @@
-"""Dispatch modes: how one call on a worker group of ``world_size`` ranks is spread over the ranks,
-and how the ranks' results become the caller's result.
-
-A mode is an object with two methods (:class:`rlloom.protocols.DispatchMode`):
-
-- ``scatter(args, kwargs, world_size) -> list[RankCall | None]``: what rank ``i`` runs
-  (None: rank ``i`` sits the call out);
-- ``gather(results, args, kwargs) -> Any``: the caller's result; ``results[i]`` is rank ``i``'s
-  result, None for a rank that sat out or dropped its result (``RankCall.keep_result``).
-
-The core registers two: ``one_to_all`` (every rank runs the call with the same arguments, as
-collectives such as an FSDP engine's full-weight gather need; rank 0's result is kept, the others
-are dropped where they were computed) and ``rank_zero`` (only rank 0 runs it). The data-parallel
-splits (``dp_split``, ``dp_split_uneven``, ``dp_split_tokens``, ``dp_split_rollout``) are the engine
-kit's (:mod:`rlloom_enginekit.dispatch`), which registers them.
-
-An engine declares a method's mode with :func:`dispatch` (``@dispatch("dp_split")``); a method that
-declares none falls back to :data:`DEFAULT_MODES` by name, then ``one_to_all``. Plugins add modes with
-the ``register_dispatch_modes`` hook (``register(name, factory)``, ``factory()`` returning the mode).
-A launcher that places a role on one process (the local launcher) calls methods directly and needs
-no mode.
+"""Dispatch modes (:class:`rlloom.protocols.DispatchMode`): how a launcher spreads a call over a worker group's
+ranks. The core's: ``one_to_all`` (every rank runs it, as collectives need; only rank 0's result is kept)
+and ``rank_zero``; the data-parallel splits are :mod:`rlloom_enginekit.dispatch`'s. An engine declares a
+method's mode with ``@dispatch("dp_split")``; undeclared, :data:`DEFAULT_MODES` by name, then ``one_to_all``.
 """
 
 from __future__ import annotations
@@ -31,19 +14,15 @@ from rlloom.types import RankCall
 DISPATCH_ATTRIBUTE = "rlloom_dispatch"
 ONE_TO_ALL = "one_to_all"
 
-# Modes of the protocol methods for engines that declare none.
-DEFAULT_MODES: dict[str, str] = {
-    "compute_log_probs": "dp_split",
-    "compute_values": "dp_split",
-    "train_step": "dp_split_tokens",
-    "generate": "dp_split_rollout",
-}
+DEFAULT_MODES: dict[str, str] = {  # the modes of the protocol methods of engines that declare none
+    "compute_log_probs": "dp_split", "compute_values": "dp_split", "train_step": "dp_split_tokens",
+    "generate": "dp_split_rollout"}
 
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def dispatch(mode: str) -> Callable[[Method], Method]:
-    """Declare the dispatch mode of an engine method (see the module docstring for the modes)."""
+    """Declare the dispatch mode of an engine method (a registered mode's name)."""
 
     def declare(method: Method) -> Method:
         setattr(method, DISPATCH_ATTRIBUTE, mode)

@@ -1,15 +1,7 @@
-"""Futures: a role method's call submitted now, its result taken later.
-
-:func:`submit` is how the controller calls a role without waiting. A launcher whose handles run
-calls elsewhere (``launcher=ray``) makes them :class:`RemoteHandle`\\ s and returns real futures: the
-call starts at once and the controller blocks only in :meth:`Future.result`. For an in-process
-handle (the local launcher: the built object itself) the call runs inside :func:`submit` and a
-:class:`Completed` future carries its result.
-
-Every future knows its **span**: the wall-clock interval (``time.time()`` seconds) in which the call
-ran where it ran (from the first rank's start to the last rank's end). Spans of calls on different
-worker groups overlap when the calls really ran at the same time; :func:`overlap_s` measures it.
-"""
+"""Futures (:class:`rlloom.protocols.Future`): :func:`submit` calls a role without waiting (a
+:class:`RemoteHandle` returns a real future; an in-process call runs at once into a :class:`Completed`).
+A future's span is the wall-clock interval in which the call ran (first rank's start to last rank's end);
+:func:`overlap_s` measures how much the spans of calls on different worker groups overlapped."""
 
 from __future__ import annotations
 
@@ -34,11 +26,8 @@ class Completed:
 
 
 def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Future:
-    """``handle.method(*args, **kwargs)`` as a :class:`Future`; ``method="__call__"`` calls the handle.
-
-    A :class:`RemoteHandle` starts the call and returns at once; any other handle is called here and
-    now (an exception propagates from this call, as it would from a direct call).
-    """
+    """``handle.method(*args, **kwargs)`` as a :class:`Future` (``method="__call__"`` calls the handle); an
+    in-process call's exception propagates from here, as from a direct call."""
     if isinstance(handle, RemoteHandle):
         return handle.submit_call(method, args, kwargs)
     start = time.time()

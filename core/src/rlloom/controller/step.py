@@ -1,12 +1,8 @@
-"""``StepContext``: the controller API an algorithm's ``step`` is written against.
-
-An algorithm's step is a short program: generate → score → log-probs → advantages → update → sync.
-Each call here is one of those stages; it runs the stage on the role's worker group, records the
-stage's wall time as ``timing_s/<stage>`` and its standard metrics (verl names) in ``ctx.metrics``.
-Independent stages can run at the same time on different worker groups: see
-:meth:`StepContext.concurrently` and :class:`Concurrent`. Stages that run on a role take it as an
-argument (``ctx.score(batch, role="cost", into="costs")``), so the roles an algorithm declares
-(:class:`~rlloom.types.Role`) need no stage of their own.
+"""``StepContext``: the controller API an algorithm's ``step`` (generate → score → log-probs → advantages →
+update → sync) is written against. Each stage runs on its role's worker group and records its wall time
+(``timing_s/<stage>``) and standard metrics (verl's names) in ``ctx.metrics``; independent stages run at the
+same time in a :meth:`StepContext.concurrently` block. A stage takes its role as an argument
+(``ctx.score(batch, role="cost", into="costs")``), so a declared :class:`~rlloom.types.Role` needs no stage.
 """
 
 from __future__ import annotations
@@ -32,12 +28,9 @@ REWARD_ROLE = "reward"
 
 @dataclass
 class Roles:
-    """The worker groups (or in-process engines) of a run, by role. ``ref`` and ``critic`` are None when
-    the algorithm does not use them; ``declared`` holds the roles its config declares
-    (:class:`~rlloom.types.Role` -> its engine or reward function); ``agent_rollout``, when the run's
-    agent loop is not ``single_turn``, generates in place of ``rollout.generate`` (same call, same
-    output contract, plus ``response_attention_mask`` and ``agent_*`` fields; the agent runner of
-    ``rlloom_agentkit``)."""
+    """A run's worker groups (or in-process engines) by role (``ref``, ``critic``: None when unused); ``declared``:
+    each declared :class:`~rlloom.types.Role` -> its engine or function; ``agent_rollout``: a multi-turn agent
+    runner's call in place of ``rollout.generate`` (same contract, plus ``response_attention_mask``, ``agent_*``)."""
 
     rollout: RolloutEngine
     actor: TrainEngine
@@ -63,9 +56,8 @@ class Roles:
         return found
 
     def offload_train_engines_if_asked(self) -> None:
-        """Before generating, with ``offload_train_engines``: move the train engines' weights and
-        optimizer state to host memory (:meth:`TrainEngine.offload`); each engine brings them back
-        at its next call."""
+        """Before generating, with ``offload_train_engines``: :meth:`TrainEngine.offload` every train engine
+        (each brings its state back at its next call)."""
         if self.offload_train_engines:
             declared = [held for role, held in self.declared.items() if role.kind == "train_engine"]
             for engine in (self.actor, self.ref, self.critic, *declared):
@@ -85,8 +77,7 @@ class Roles:
             self.rollout_asleep = False
 
     def sleep_rollout_if_asked(self) -> None:
-        """Before a training phase, with ``sleep_rollout``: let the rollout engine free what it can
-        (its KV cache) so that colocated roles do not hold both at once."""
+        """Before a training phase, with ``sleep_rollout``: the rollout engine frees what it can (KV cache)."""
         if self.sleep_rollout and not self.rollout_asleep:
             self.rollout.sleep()
             self.rollout_asleep = True
@@ -94,11 +85,7 @@ class Roles:
 
 def _store(batch: Batch, name: str, key: str) -> Callable[[Batch], None]:
     """A stage's ``finish`` callback: ``batch[name] = out[key]``."""
-
-    def finish(out: Batch) -> None:
-        batch[name] = out[key]
-
-    return finish
+    return lambda out: batch.__setitem__(name, out[key])
 
 
 def token_level(result: RewardResult, response_mask: torch.Tensor) -> torch.Tensor:
@@ -121,13 +108,10 @@ def derive_seed(seed: int, step: int, stage: str, call: int) -> int:
 
 @dataclass
 class StepContext:
-    """Everything one training step may call. ``metrics`` collects what the stages report.
-
-    With ``seed`` set, every :meth:`generate` call without its own ``sampling.seed`` samples with
-    ``derive_seed(seed, step, stage, k)`` (``k``: the how-many-th call of that stage in this
-    context), so a step's rollouts do not depend on hidden RNG state and a resumed run repeats them.
-    ``last_batch`` is the batch of the most recent :meth:`update_actor` (for rollout dumps).
-    """
+    """Everything one training step may call; ``metrics`` collects what the stages report. With ``seed``,
+    a :meth:`generate` call without its own ``sampling.seed`` samples with ``derive_seed(seed, step, stage,
+    k)`` (the ``k``-th call of that stage here), so a resumed run repeats the step's rollouts.
+    ``last_batch``: the batch of the last :meth:`update_actor` (for rollout dumps)."""
 
     roles: Roles
     tokenizer: Any
@@ -163,18 +147,12 @@ class StepContext:
 
     @contextlib.contextmanager
     def concurrently(self) -> Iterator[Concurrent]:
-        """A block whose stages run at the same time: ``with ctx.concurrently() as run:`` then
-        ``run.score(batch)``, ``run.old_log_probs(batch)``, … (:class:`Concurrent`). Each ``run.<stage>``
-        submits its call and returns None; the fields the stages add to the batch, and their metrics,
-        appear when the block ends (every call is waited for there, in the order submitted). Calls on
-        different worker groups then run in parallel (``launcher=ray`` with the roles on different
-        pools); roles in one process, and the local launcher, run them one after another, with the same
-        results. ``ctx.<stage>`` inside the block runs at once, as anywhere.
-
-        Timings: ``timing_s/<stage>`` is each call's own running time (where it ran),
-        ``timing_s/concurrent`` the block's wall time, and ``perf/concurrent_overlap_s`` how much of
-        the stages' running time overlapped (:func:`~rlloom.controller.futures.overlap_s`).
-        """
+        """``with ctx.concurrently() as run:``, then ``run.score(batch)``, ``run.old_log_probs(batch)``, …
+        (:class:`Concurrent`): each submits its call and returns None; the fields and metrics the stages
+        add appear when the block ends (the calls waited for in the order submitted). Calls on different
+        worker groups run in parallel; in one process, one after another with the same results.
+        ``timing_s/<stage>``: each call's own running time; ``timing_s/concurrent``: the block's wall
+        time; ``perf/concurrent_overlap_s``: :func:`~rlloom.controller.futures.overlap_s` of the calls."""
         if self._pending is not None:
             raise RuntimeError("StepContext.concurrently() blocks do not nest")
         self._pending = []
@@ -232,24 +210,16 @@ class StepContext:
         batch["weight_version"] = torch.full((len(batch),), self.roles.weight_version, dtype=torch.long)
         batch.meta.setdefault("max_new_tokens", params.max_new_tokens)
         self.metrics["perf/total_tokens"] = float(row_tokens(batch).sum())
-        batch["response_text"] = self.tokenizer.batch_decode(
-            [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])],
-            skip_special_tokens=True,
-        )
+        sampled = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
+        batch["response_text"] = self.tokenizer.batch_decode(sampled, skip_special_tokens=True)
         return batch
 
     def score(self, batch: Batch, role: str = REWARD_ROLE, into: str = "scores") -> Batch:
-        """Run the role's reward function (the reward by default; any declared reward role, e.g.
-        Safe-RLHF's ``cost`` with ``into="costs"``): adds ``<into>`` [B], ``token_level_<into>`` [B, R]
-        and, for each named component the function reports (``RewardResult.components``),
-        ``<role>_<name>`` [B].
-
-        Without token-level values from the function, each score sits on the response's last token
-        (an empty response has no token and contributes nothing to the loss). Metrics: for the reward,
-        ``critic/score/mean|max|min``, ``reward/errors|timeouts``, ``reward/<name>/mean`` and
-        ``response_length/*``; for another role, ``<role>/score/mean|max|min``, ``<role>/errors|timeouts``
-        and ``<role>/<name>/mean``.
-        """
+        """Run the role's reward function (the reward's, or a declared reward role's: Safe-RLHF's ``cost``
+        with ``into="costs"``): adds ``<into>`` [B], ``token_level_<into>`` [B, R] (:func:`token_level`)
+        and ``<role>_<name>`` [B] per reported component. Metrics: ``critic/score/mean|max|min`` (another
+        role: ``<role>/score/…``), ``<role>/errors|timeouts``, ``<role>/<name>/mean``; for the reward,
+        ``response_length/*`` too."""
         self._run(role, self.roles.get(role), "__call__", (batch,), {},
                   functools.partial(self._add_scores, batch, role, into))
         return batch
@@ -262,13 +232,9 @@ class StepContext:
         for name, values in result.components.items():
             batch[f"{role}_{name}"] = values.float()
         section = "critic" if role == REWARD_ROLE else role
-        self.metrics.update({
-            f"{section}/score/mean": float(scores.mean()),
-            f"{section}/score/max": float(scores.max()),
-            f"{section}/score/min": float(scores.min()),
-            f"{role}/errors": float(result.num_errors),
-            f"{role}/timeouts": float(result.num_timeouts),
-        })
+        self.metrics.update({f"{section}/score/mean": float(scores.mean()), f"{section}/score/max": float(scores.max()),
+                             f"{section}/score/min": float(scores.min()), f"{role}/errors": float(result.num_errors),
+                             f"{role}/timeouts": float(result.num_timeouts)})
         for name, values in result.components.items():
             self.metrics[f"{role}/{name}/mean"] = float(values.float().mean())
         if role == REWARD_ROLE:
@@ -276,19 +242,14 @@ class StepContext:
 
     def _add_lengths(self, batch: Batch) -> None:
         lengths = batch["response_mask"].sum(dim=1).float()
-        self.metrics.update({
-            "response_length/mean": float(lengths.mean()),
-            "response_length/max": float(lengths.max()),
-            "response_length/min": float(lengths.min()),
-            "response_length/clip_ratio": float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean()),
-        })
+        self.metrics.update({"response_length/mean": float(lengths.mean()), "response_length/max": float(lengths.max()),
+                             "response_length/min": float(lengths.min()), "response_length/clip_ratio":
+                             float((lengths >= batch.meta.get("max_new_tokens", 1e9)).float().mean())})
 
     def old_log_probs(self, batch: Batch) -> Batch:
-        """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap.
-
-        ``training/rollout_probs_diff_mean|max`` = mean|max over response tokens of
-        |exp(rollout_log_probs) − exp(old_log_probs)| (probability, not log-prob, difference).
-        """
+        """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap
+        ``training/rollout_probs_diff_mean|max``: mean|max over response tokens of
+        |exp(rollout_log_probs) − exp(old_log_probs)|."""
         self._run("old_log_prob", self.roles.actor, "compute_log_probs", (batch,), {"entropy": True},
                   functools.partial(self._add_old_log_probs, batch))
         return batch
@@ -315,21 +276,18 @@ class StepContext:
         return batch
 
     def update_actor(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
-        """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer
-        step each; metrics are averaged over the steps and reported as ``actor/<name>`` (a name that
-        already has a section, such as ``training/rollout_probs_diff_mean``, is kept as it is).
-        ``batch`` becomes ``last_batch``."""
+        """:meth:`update` of the actor; ``batch`` becomes ``last_batch``."""
         self.update("actor", batch, loss_fn, mini_batch_rows, epochs)
         self.last_batch = batch
 
     def update_critic(self, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
-        """As :meth:`update_actor`, on the critic; metrics as ``critic/<name>``. The loss function
-        reads the critic's ``outputs["values"]`` [b, R]."""
+        """:meth:`update` of the critic (the loss reads ``outputs["values"]`` [b, R])."""
         self.update("critic", batch, loss_fn, mini_batch_rows, epochs)
 
     def update(self, role: str, batch: Batch, loss_fn: LossFn, mini_batch_rows: int, epochs: int = 1) -> None:
-        """As :meth:`update_actor`, on any trained role (a declared critic: ``"cost_critic"``); metrics
-        as ``<role>/<name>``, timed as ``update_<role>``."""
+        """``epochs`` passes over ``batch`` in mini-batches of ``mini_batch_rows`` rows, one optimizer step
+        each, on the trained ``role`` (``"actor"``, a declared ``"cost_critic"``), timed as ``update_<role>``;
+        metrics averaged over the steps as ``<role>/<name>`` (a name with a section is kept as it is)."""
         engine = self.roles.get(role)
         self.roles.sleep_rollout_if_asked()
         collected: dict[str, list[float]] = {}
@@ -343,10 +301,8 @@ class StepContext:
 
     def sync_weights(self) -> None:
         """Push the actor's weights into the rollout engine, whose ``weight_version`` becomes this step
-        (``perf/weight_sync_*``: bytes, seconds,
-        the largest tensor streamed, and on CUDA the measured peak extra memory; see
-        :class:`~rlloom.types.SyncStats`); then add the rollout engine's own metrics (e.g. resident
-        memory per phase, ``rollout/rss_gb/<phase>``) when it reports any."""
+        (``perf/weight_sync_*``: the :class:`~rlloom.types.SyncStats`), then add the rollout engine's own
+        metrics when it reports any."""
         self.roles.wake_rollout()
         with self.timed("update_weights"):
             stats = self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
@@ -363,9 +319,8 @@ class StepContext:
 
 
 class Concurrent:
-    """The stages of a :meth:`StepContext.concurrently` block: each method submits the
-    :class:`StepContext` stage of the same name and returns None, so nothing in the block can read
-    what the stage adds to the batch before the block ends and adds it."""
+    """The stages of a :meth:`StepContext.concurrently` block: each submits the :class:`StepContext` stage of
+    its name and returns None, so nothing in the block reads what a stage adds before the block ends."""
 
     def __init__(self, ctx: StepContext) -> None:
         self._ctx = ctx

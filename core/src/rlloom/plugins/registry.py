@@ -1,12 +1,6 @@
-"""One plugin manager for the process: loads entry points, records what each plugin registered.
-
-Plugins are modules exposed in entry-point group ``rlloom`` (the core's own defaults included, as
-entry point ``core``). Each is loaded and asked to register on its own, so a plugin that fails to
-import or raises while registering is recorded as failed and the others still load.
-
-``RLLOOM_PLUGINS`` (comma-separated entry-point names) restricts which entry points load; the core's
-built-ins always load.
-"""
+"""One plugin manager for the process: loads the entry points of group ``rlloom`` (the core's own
+built-ins as entry point ``core``), each on its own, and records what each registered or why it failed.
+``RLLOOM_PLUGINS`` (comma-separated entry-point names) restricts which load; ``core`` always loads."""
 
 from __future__ import annotations
 
@@ -34,19 +28,15 @@ GROUPS = {kind for kind, hook in KINDS.items() if getattr(hookspecs, hook).rlloo
 
 @functools.cache
 def catalogue() -> dict[str, str]:
-    """``<kind>-<name>`` (normalised as pip normalises extras) -> the distribution that provides it,
-    for our plugins that live in separate distributions: read from the core distribution's metadata,
-    its extras (``pip install 'rlloom[rollout-vllm]'`` installs rlloom-vllm)."""
+    """``<kind>-<name>`` (normalised as pip normalises extras) -> the distribution of ours that provides
+    it: the core distribution's extras (``pip install 'rlloom[rollout-vllm]'`` installs rlloom-vllm)."""
     try:
         requirements = importlib.metadata.requires("rlloom") or []
     except importlib.metadata.PackageNotFoundError:
         return {}
-    found = {}
-    for requirement in requirements:
-        provided = re.fullmatch(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']", requirement.strip())
-        if provided:
-            found[provided.group(2)] = provided.group(1)
-    return found
+    extra = re.compile(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']")
+    provided = (extra.fullmatch(requirement.strip()) for requirement in requirements)
+    return {match.group(2): match.group(1) for match in provided if match}
 
 
 def provider_of(kind: str, name: str) -> str | None:
@@ -60,11 +50,8 @@ class UnknownPluginError(LookupError):
 
 @dataclass(frozen=True)
 class Component:
-    """One registered name: what kind it is, how to build it, and who provided it.
-
-    ``target`` is the factory as registered: a callable, or the string ``"module:attribute"`` naming
-    one, imported the first time :attr:`factory` is read (so loading the registry imports only the
-    plugins' entry modules and config schemas, not their engines)."""
+    """One registered name: its kind, how to build it, and who provided it. ``target``: the factory as
+    registered, a callable or ``"module:attribute"`` naming one (imported when :attr:`factory` is read)."""
 
     kind: str
     name: str
@@ -128,20 +115,13 @@ class Registry:
         self._providers: dict[tuple[str, str], PluginStatus] = {}
         # (kind, name) registered by more than one plugin -> those plugins; none of them provides it.
         self.conflicts: dict[tuple[str, str], list[PluginStatus]] = {}
-        if entry_points is None:
-            entry_points = _selected_entry_points()
-        for entry_point in entry_points:
+        for entry_point in _selected_entry_points() if entry_points is None else entry_points:
             self._load(entry_point)
 
     # ------------------------------------------------------------------------------ loading
     def _load(self, entry_point: importlib.metadata.EntryPoint) -> None:
         dist = entry_point.dist
-        status = PluginStatus(
-            entry_point=entry_point.name,
-            distribution=dist.name if dist else "?",
-            version=dist.version if dist else "?",
-            status="loaded",
-        )
+        status = PluginStatus(entry_point.name, dist.name if dist else "?", dist.version if dist else "?", "loaded")
         self.statuses.append(status)
         module = None
         try:
@@ -157,20 +137,15 @@ class Registry:
                 self.manager.unregister(module)
 
     def register_plugin(self, plugin: Any, status: PluginStatus) -> None:
-        """Call ``plugin``'s hook implementations, attributing what they register to ``status``.
-
-        If one of its hooks raises, nothing it registered is kept and the error propagates to the
-        caller. A name that another plugin (or this one, twice) also registers is kept by neither
-        (see :meth:`_claim`); the plugins' other names load as usual.
-        """
+        """Call ``plugin``'s hook implementations, attributing what they register to ``status``. If a
+        hook raises, nothing of the plugin is kept and the error propagates; a name registered twice
+        is kept by neither (:meth:`_claim`)."""
         staged_components: list[Component] = []
         staged_configs: list[ConfigOption] = []
         staged_presets: list[Preset] = []
         for kind, hook_name in KINDS.items():
             def register(name: str, factory: Callable[..., Any] | str, config: Any = None, *, _kind=kind) -> None:
-                staged_components.append(
-                    Component(_kind, name, factory, config, status.distribution, status.version)
-                )
+                staged_components.append(Component(_kind, name, factory, config, status.distribution, status.version))
             self._call(plugin, hook_name, register)
 
         def register_config(group: str, name: str, node: Any) -> None:
@@ -193,12 +168,9 @@ class Registry:
                 self.presets[preset.name] = preset
 
     def _claim(self, key: tuple[str, str], status: PluginStatus) -> bool:
-        """Record ``status``'s plugin as the provider of ``key`` (``(kind, name)``); False when the
-        name is taken. A name is provided once per kind: when a second plugin (or the same one
-        again) registers it, the first registration is withdrawn too and the name is recorded in
-        :attr:`conflicts` with every provider, so that which code runs never depends on which
-        plugin loaded first. Providers are told apart by distribution *and* entry point, so
-        hand-built entry points (distribution "?") are checked too."""
+        """Record ``status``'s plugin as the provider of ``key`` (``(kind, name)``); False when the name
+        is taken: a second registration (by any plugin, the same one too) withdraws the first and puts
+        the name in :attr:`conflicts`, so which code runs never depends on the order plugins load in."""
         if key in self.conflicts:
             self.conflicts[key].append(status)
             return False
@@ -247,26 +219,25 @@ class Registry:
 
     def missing_message(self, kind: str, name: str, installed: list[str] | None = None) -> str:
         """Why ``name`` of ``kind`` (a registry kind or ``"preset"``) cannot be used, in one paragraph:
-        :func:`unknown_name_message` (``installed``: the valid choices, by default the registered
-        names), or that two plugins register it; and the installed plugins that failed to load
-        (one of them may be the provider)."""
+        two plugins register it, or :func:`unknown_name_message` (``installed``: the valid choices, by
+        default the registered names) with the installed plugins that failed to load (one of them may be
+        the provider)."""
         if (kind, name) in self.conflicts:
             providers = " and ".join(_provider(status) for status in self.conflicts[(kind, name)])
-            label = f"{kind}={name}" if kind in GROUPS else f"{kind} {name!r}"
-            return (f"{label}: {kind} {name!r} is registered by more than one installed plugin: {providers}. Neither "
-                    "is used, so that which code runs never depends on the order plugins load in; uninstall the "
-                    "one you do not want (pip uninstall <distribution>).")
+            return (f"{_label(kind, name)}: {kind} {name!r} is registered by more than one installed plugin: "
+                    f"{providers}. Neither is used, so that which code runs never depends on the order plugins load "
+                    "in; uninstall the one you do not want (pip uninstall <distribution>).")
+        package = provider_of(kind, name)
+        failed = self.failed()
+        provider = next((status for status in failed if status.distribution == package), None)
         if kind == "preset":
             presets = sorted(self.presets)
             message = (f"preset={name}: no such preset. Installed presets: {', '.join(presets) or 'none'}."
                        + did_you_mean(name, presets))
         else:
-            message = unknown_name_message(kind, name, self.choices(kind) if installed is None else installed)
-        package = provider_of(kind, name)
-        failed = self.failed()
-        provider = next((status for status in failed if status.distribution == package), None)
+            installed = self.choices(kind) if installed is None else installed
+            message = unknown_name_message(kind, name, installed, hint=provider is None)
         if provider is not None:
-            message = message.split(" It is provided by")[0]
             return message + f" It is provided by {package}, which is installed but failed to load: {provider.error}"
         if failed:
             message += " Installed plugins that failed to load (one may provide it): " + "; ".join(
@@ -287,12 +258,15 @@ def _provider(status: PluginStatus) -> str:
     return f"{status.distribution} (entry point {status.entry_point!r})"
 
 
-def unknown_name_message(kind: str, name: str, installed: list[str]) -> str:
-    """One paragraph: what was asked, what is installed, and which package provides the name."""
-    label = f"{kind}={name}" if kind in GROUPS else f"{kind} {name!r}"
-    message = (f"{label}: no installed plugin provides {kind} {name!r}. Installed choices: "
+def _label(kind: str, name: str) -> str:
+    return f"{kind}={name}" if kind in GROUPS else f"{kind} {name!r}"
+
+
+def unknown_name_message(kind: str, name: str, installed: list[str], hint: bool = True) -> str:
+    """One paragraph: what was asked, what is installed, and (with ``hint``) which package provides the name."""
+    message = (f"{_label(kind, name)}: no installed plugin provides {kind} {name!r}. Installed choices: "
                f"{', '.join(installed) or 'none'}." + did_you_mean(name, installed))
-    package = provider_of(kind, name)
+    package = provider_of(kind, name) if hint else None
     if package:
         message += f" It is provided by the package {package}: pip install {package}"
     return message

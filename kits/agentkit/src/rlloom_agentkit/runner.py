@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -32,7 +33,7 @@ import torch
 
 from rlloom.batch import RESPONSE_ATTENTION_FIELD, Batch
 from rlloom.data import PromptRecord
-from rlloom.protocols import AgentLoop, AsyncRolloutEngine, RolloutEngine
+from rlloom.protocols import AgentLoop, AsyncRolloutEngine, Closable, RolloutEngine
 from rlloom.types import SamplingParams
 from rlloom_agentkit.config import AgentConfig
 from rlloom_agentkit.episode import TokenEpisode
@@ -132,17 +133,25 @@ class AgentRunner:
         return out
 
     def close(self) -> None:
-        """Close the loops that hold resources (their ``async close()``, on the event loop), then stop
-        the event loop's thread (and the scheduler this runner made)."""
+        """Close the loops that hold resources (:class:`~rlloom.protocols.Closable`, their ``close()``
+        called on the event loop and awaited when it is async), then stop the event loop's thread (and
+        the scheduler this runner made)."""
         for loop in self.loops.values():
-            if hasattr(loop, "close"):
-                self.run_on_loop(loop.close())
+            if isinstance(loop, Closable):
+                self.run_on_loop(close_on_loop(loop))
         if isinstance(self.engine, BatchingScheduler):
             self.engine.close()
         self.run_on_loop(cancel_others())
         self._events.call_soon_threadsafe(self._events.stop)
         self._thread.join()
         self._events.close()
+
+
+async def close_on_loop(loop: Closable) -> None:
+    """``loop.close()`` on the running event loop, awaited when it returns an awaitable."""
+    closing = loop.close()
+    if inspect.isawaitable(closing):
+        await closing
 
 
 async def cancel_others() -> None:

@@ -1,5 +1,6 @@
 """rlloom-enginekit: helpers for the authors of rlloom engines (rollout and train), kept out of the
-core, which needs none of them. It registers no components.
+core, which needs none of them. Its entry point registers the data-parallel dispatch modes and the
+default resharder, ``in_process`` (:mod:`rlloom_enginekit.plugin`).
 
 - :mod:`~rlloom_enginekit.choices`: valid values of shared engine settings (torch-free).
 - :mod:`~rlloom_enginekit.engine_config`: ``TrainEngineConfig`` and the LR schedule (torch-free).
@@ -12,4 +13,6 @@ core, which needs none of them. It registers no components.
 - :mod:`~rlloom_enginekit.metrics`: loss metrics summed over micro-batches, read once a step.
 - :mod:`~rlloom_enginekit.prompts`: stop and pad ids, left-padded prompts, prompt indices.
 - :mod:`~rlloom_enginekit.batching`: per-request generation over an engine's batch call.
+- :mod:`~rlloom_enginekit.resharder`: ``resharder=in_process``, weight sync within one process.
+- :mod:`~rlloom_enginekit.threads`: each process's torch thread count, from its placement.
 """

@@ -2,9 +2,9 @@
 
 ``trainer.device`` is handed to every engine in :attr:`rlloom.types.EngineSpec.device`; an engine
 whose own config sets ``device`` uses that instead (:func:`role_device`), resolved where the engine
-runs (:func:`rlloom.devices.resolve_device`). Also: this rank's GPU, the wall-clock barrier, the
-GPU's bf16 peak (for MFU), peak-memory metrics, and moving a train engine's state between devices
-(offload / onload).
+runs (:func:`rlloom.choices.resolve_device`). Also: this rank's GPU, the wall-clock barrier, the
+GPU's bf16 peak (for MFU), peak-memory metrics (the process's and a block's, :class:`CudaPeak`), and
+moving a train engine's state between devices (offload / onload).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import os
 
 import torch
 
-from rlloom.choices import DeviceError
-from rlloom.devices import cuda_peak_bytes, resolve_device
+from rlloom.choices import DeviceError, resolve_device
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
 DTYPES: dict[str, torch.dtype] = {  # every name of DTYPE_CHOICES but auto
@@ -74,10 +73,47 @@ def peak_bf16_flops(device: torch.device) -> float | None:
     return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
 
 
+# Peaks (allocated, reserved bytes) per CUDA device index from before the last reset by CudaPeak.
+_peaks_before_reset: dict[int, tuple[int, int]] = {}
+
+
+def cuda_peak_bytes(device: torch.device) -> tuple[int, int]:
+    """This process's peak CUDA memory on ``device`` so far, (allocated by tensors, reserved by the
+    caching allocator) in bytes: torch's peak statistics, which :class:`CudaPeak` resets, combined
+    with the peaks it read just before each reset."""
+    index = torch.cuda.current_device() if device.index is None else device.index
+    earlier = _peaks_before_reset.get(index, (0, 0))
+    return (max(earlier[0], torch.cuda.max_memory_allocated(index)),
+            max(earlier[1], torch.cuda.max_memory_reserved(index)))
+
+
+class CudaPeak:
+    """``with CudaPeak() as peak: ...`` then ``peak.extra_bytes``: the most CUDA memory this process
+    allocated inside the block beyond what it held when it started (None without an initialised
+    CUDA context: nothing of this process is on a GPU). Resets the current device's peak statistics,
+    keeping the peaks before the reset for :func:`cuda_peak_bytes`."""
+
+    def __enter__(self) -> CudaPeak:
+        self.extra_bytes: int | None = None
+        self._active = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if self._active:
+            torch.cuda.synchronize()
+            self._before = torch.cuda.memory_allocated()
+            index = torch.cuda.current_device()
+            _peaks_before_reset[index] = cuda_peak_bytes(torch.device("cuda", index))
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._active:
+            torch.cuda.synchronize()
+            self.extra_bytes = max(0, torch.cuda.max_memory_allocated() - self._before)
+
+
 def cuda_memory_metrics(device: torch.device) -> dict[str, float]:
     """``perf/max_memory_allocated_gb`` and ``perf/max_memory_reserved_gb``: this process's peak
     CUDA memory held by tensors and by PyTorch's caching allocator so far, in GB (1e9 bytes); a
-    weight sync's peak measurement (:class:`rlloom.devices.CudaPeak`) does not lower them."""
+    weight sync's peak measurement (:class:`CudaPeak`) does not lower them."""
     allocated, reserved = cuda_peak_bytes(device)
     return {"perf/max_memory_allocated_gb": allocated / 1e9, "perf/max_memory_reserved_gb": reserved / 1e9}
 

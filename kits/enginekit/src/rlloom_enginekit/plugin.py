@@ -1,6 +1,9 @@
-"""Entry point ``enginekit``: registers the data-parallel dispatch modes (:mod:`rlloom_enginekit.dispatch`)."""
+"""Entry point ``enginekit``: registers the data-parallel dispatch modes (:mod:`rlloom_enginekit.dispatch`) and
+the default resharder, ``in_process`` (:mod:`rlloom_enginekit.resharder`)."""
 
 from rlloom import hookimpl
+
+from rlloom_enginekit.resharder import InProcessResharderConfig
 
 MODES = {  # dispatch mode -> its factory in rlloom_enginekit.dispatch (imported when first used)
     "dp_split": "DataParallelSplit",
@@ -14,3 +17,8 @@ MODES = {  # dispatch mode -> its factory in rlloom_enginekit.dispatch (imported
 def register_dispatch_modes(register):
     for name, factory in MODES.items():
         register(name, f"rlloom_enginekit.dispatch:{factory}")
+
+
+@hookimpl
+def register_resharders(register):
+    register("in_process", "rlloom_enginekit.resharder:InProcessResharder", config=InProcessResharderConfig)

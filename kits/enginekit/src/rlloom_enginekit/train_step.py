@@ -3,7 +3,7 @@
 engine supplies (:class:`TrainParts`: its rows, micro-batches, forward, backward, reduction over
 data-parallel ranks, LR and optimizer step).
 
-The step. ``stats`` (:meth:`rlloom.types.MiniBatchStats.over_ranks`) count the rows this rank trains
+The step. ``stats`` (:func:`stats_over_ranks`) count the rows this rank trains
 from (:meth:`TrainParts.train_rows`) over the data-parallel (DP) ranks; rows the loss names inert
 (:func:`rlloom_enginekit.packing.rows_to_train`: zero gradient, e.g. all-zero advantages) count in
 ``stats`` but are not run. For each micro-batch of the others ``loss, metrics = loss_fn(micro,
@@ -92,6 +92,17 @@ class TrainParts(Protocol):
         ``time.perf_counter()`` at the step's start)."""
 
 
+def stats_over_ranks(response_mask: torch.Tensor, reduce: Any) -> MiniBatchStats:
+    """The :class:`~rlloom.types.MiniBatchStats` of the mini-batch whose rows ``response_mask`` [b, R] are
+    this rank's share: ``reduce(values, op)`` (:meth:`TrainParts.reduce_over_dp`) reduces a list of floats
+    over the ranks that split it (``op`` a ``torch.distributed.ReduceOp``): sums of the counts, the longest R."""
+    lengths = response_mask.sum(dim=1)
+    tokens, seqs, nonempty = reduce(
+        [float(lengths.sum()), float(len(response_mask)), float((lengths > 0).sum())], dist.ReduceOp.SUM)
+    (longest,) = reduce([float(response_mask.shape[1])], dist.ReduceOp.MAX)
+    return MiniBatchStats(int(tokens), int(seqs), int(nonempty), int(longest))
+
+
 def train_step(engine: TrainParts, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
     """One optimizer step of ``engine`` on this rank's rows ``batch`` of the mini-batch (see the
     module docstring for the step and the metrics it returns)."""
@@ -99,7 +110,7 @@ def train_step(engine: TrainParts, batch: Batch, loss_fn: LossFn) -> dict[str, f
     started = time.perf_counter()
     temperature = policy_temperature(batch)
     rows = engine.train_rows(batch)
-    stats = MiniBatchStats.over_ranks(rows["response_mask"], engine.reduce_over_dp)
+    stats = stats_over_ranks(rows["response_mask"], engine.reduce_over_dp)
     trained, skipped = rows_to_train(rows, loss_fn)
     micros, padding = engine.train_micro_batches(trained)
     result = _run_micro_batches(engine, loss_fn, stats, temperature, micros, padding)

@@ -27,7 +27,7 @@ class RayLauncherConfig(Limited):
       their process group with NCCL for CUDA tensors (and gloo for CPU ones), CPU pools with gloo.
     - ``threads_per_worker``: torch intra-op threads in each worker (0: ``OMP_NUM_THREADS`` when
       set, else the whole CPUs its bundle reserves, ``cpus_per_worker`` rounded down, at least 1; so
-      the workers of a node never run more threads than the CPUs Ray gave them; :mod:`rlloom.threads`).
+      the workers of a node never run more threads than the CPUs Ray gave them; :mod:`rlloom_enginekit.threads`).
     - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
       past it the run stops with an error naming the role and rank.
     - ``connect_timeout_s``: how long an ``address`` of the form ``host:port`` or

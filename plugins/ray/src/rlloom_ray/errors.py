@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlloom.controller.local import RoleFailedError
+from rlloom.errors import RoleFailedError
 
 
 class WorkerError(RoleFailedError):

@@ -26,10 +26,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlloom.controller.dispatch import declared_mode
-from rlloom.controller.local import build_role
+from rlloom.controller.roles import build_role
 from rlloom.plugins.registry import get_registry
-from rlloom.threads import use_threads
 from rlloom.types import RoleSpec, SyncStats
+from rlloom_enginekit.threads import use_threads
 
 FAULT_ENV = "RLLOOM_RAY_FAULT"
 

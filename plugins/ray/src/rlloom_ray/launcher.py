@@ -18,10 +18,10 @@ import os
 import socket
 from typing import Any
 
-from rlloom.controller.local import build_role
+from rlloom.controller.roles import build_role
 from rlloom.plugins.registry import Registry
-from rlloom.threads import threads_for
 from rlloom.types import RoleSpec
+from rlloom_enginekit.threads import threads_for
 
 from rlloom_ray.config import RayLauncherConfig
 from rlloom_ray.group import WorkerGroup

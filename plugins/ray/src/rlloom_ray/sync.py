@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import ray
-from rlloom.controller.resharders import InProcessResharder
 from rlloom.protocols import DistributedResharder
 from rlloom.types import RoleSpec, SyncStats
+from rlloom_enginekit.resharder import InProcessResharder
 
 from rlloom_ray.group import WorkerGroup
 from rlloom_ray.handles import RoleHandle

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
-from rlloom.devices import CudaPeak
 from rlloom.protocols import RolloutEngine, TrainEngine
 from rlloom.types import SyncStats
+from rlloom_enginekit.devices import CudaPeak
+from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_resharders.config import BroadcastResharderConfig
 
 DTYPES = (

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 from rlloom.config.compose import ResolvedConfig, compose_config, run_sections
-from rlloom.config.errors import ConfigError
+from rlloom.errors import ConfigError
 from rlloom.plugins.registry import get_registry
 from rlloom.suggest import did_you_mean
 

@@ -1,7 +1,8 @@
-"""Entry point ``trainer`` (group ``rlloom``): the commands ``rlloom train``, ``eval``, ``generate``, ``chat``,
-``export`` and ``plot`` (:mod:`rlloom_trainer.commands`) and every in-tree tracker (:mod:`rlloom_trainer.trackers`):
-``console`` and ``jsonl`` (a run's default), ``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the
-extras of the same names).
+"""Entry point ``trainer`` (group ``rlloom``): ``preset=tiny``; ``launcher=local``, the default
+(:mod:`rlloom_trainer.local`); the commands ``rlloom train``, ``eval``, ``generate``, ``chat``, ``export`` and
+``plot`` (:mod:`rlloom_trainer.commands`); every in-tree tracker (:mod:`rlloom_trainer.trackers`): ``console`` and
+``jsonl`` (a run's default), ``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the extras of the same
+names).
 
 Factories are named as ``"module:attribute"``, imported when first built; a command's is
 ``command(parser)``, which adds the command's arguments and returns the function that runs it (the
@@ -11,6 +12,8 @@ Factories are named as ``"module:attribute"``, imported when first built; a comm
 from __future__ import annotations
 
 from rlloom import hookimpl
+
+from rlloom_trainer.local import LocalLauncherConfig
 
 COMMANDS = {
     "train": "rlloom_trainer.commands.train:command",
@@ -27,6 +30,32 @@ TRACKERS = {
     "wandb": "rlloom_trainer.trackers.wandb:WandbTracker",
     "mlflow": "rlloom_trainer.trackers.mlflow:MlflowTracker",
 }
+
+
+@hookimpl
+def register_presets(register):
+    register(
+        "tiny",
+        [
+            "model=tiny",
+            "data=digits",
+            "reward=digit_fraction",
+            "algorithm.n=8",
+            "trainer.total_steps=20",
+            "trainer.train_batch_size=4",
+            "trainer.test_freq=10",
+            "trainer.val_n=2",
+            "trainer.val_greedy=false",
+            "sampling.max_new_tokens=4",
+            "train_engine.lr=1e-2",
+        ],
+        "the tiny random-init model learning a format reward in about a minute (tests, smoke runs)",
+    )
+
+
+@hookimpl
+def register_launchers(register):
+    register("local", "rlloom_trainer.local:LocalLauncher", config=LocalLauncherConfig)
 
 
 @hookimpl

@@ -13,9 +13,10 @@ from rlloom.plugins.registry import GROUPS, Registry
 from rlloom.provenance import CORE, UNKNOWN, git_state, version_of
 
 
-def option_origin(registry: Registry, group: str, option: str) -> dict[str, str]:
-    """``{"distribution": ..., "version": ...}`` of the plugin that provides ``group=option``."""
-    if group in declared_role_groups(registry):
+def option_origin(registry: Registry, group: str, option: str, roles: dict[str, list[str]]) -> dict[str, str]:
+    """``{"distribution": ..., "version": ...}`` of the plugin that provides ``group=option`` (``roles``: the
+    declared role groups, :func:`rlloom.config.compose.declared_role_groups`)."""
+    if group in roles:
         if option == NO_ROLE:
             return {"distribution": CORE, "version": rlloom.__version__}
         group = "reward"  # a declared role is scored by a reward function
@@ -35,9 +36,10 @@ def run_provenance(choices: dict[str, str], trackers: list[str], registry: Regis
         component = registry.components["tracker"].get(name)
         trackers_origin[name] = ({"distribution": component.distribution, "version": component.version}
                                  if component else {"distribution": UNKNOWN, "version": UNKNOWN})
+    roles = declared_role_groups(registry)
     return {
         "rlloom": rlloom.__version__,
         **git_state(),
-        "plugins": {group: option_origin(registry, group, option) for group, option in choices.items()},
+        "plugins": {group: option_origin(registry, group, option, roles) for group, option in choices.items()},
         "trackers": trackers_origin,
     }

@@ -25,9 +25,10 @@ from rlloom.batch import Batch
 from rlloom.config import ConfigError, ResolvedConfig, compose_config
 from rlloom.config.roles import declared_roles
 from rlloom.config.run_name import run_dir_of
-from rlloom.controller.local import RoleStartError, quiet_transformers
+from rlloom.controller.roles import quiet_transformers
 from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptRecord
+from rlloom.errors import RoleStartError
 from rlloom.plugins.registry import Registry, get_registry
 from rlloom.protocols import (
     ChecksModel,

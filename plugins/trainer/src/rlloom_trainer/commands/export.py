@@ -15,7 +15,7 @@ from rlloom_trainer.commands.targets import resolve_target
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export the checkpoint ``args.checkpoint`` names; print the folder written (stdout) and what it is (stderr)."""
-    from rlloom.controller.local import quiet_transformers
+    from rlloom.controller.roles import quiet_transformers
     from rlloom_trainer.export import export_checkpoint  # imports torch: not when the parser is built
 
     target = resolve_target(args.checkpoint)

@@ -21,7 +21,7 @@ class RolloutSession:
     """A rollout engine on one model, its tokenizer and the run's sampling settings."""
 
     def __init__(self, resolved: Any) -> None:
-        from rlloom.controller.local import build_role
+        from rlloom.controller.roles import build_role
         from rlloom_trainer.prompts import PromptEncoder
         from rlloom.plugins.registry import get_registry
         from rlloom.types import EngineSpec, RoleSpec

@@ -76,7 +76,7 @@ def model_folder(target: Target) -> Iterator[str]:
     if target.hf_folder is not None:
         yield target.hf_folder
         return
-    from rlloom.controller.local import quiet_transformers
+    from rlloom.controller.roles import quiet_transformers
     from rlloom_trainer.export import export_checkpoint
     from rlloom_trainer.progress import phase
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlloom.controller.resharders import InProcessResharder, InProcessResharderConfig
-from rlloom.devices import CudaPeak
+from rlloom_enginekit.devices import CudaPeak
+from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_trainer.testing import device_params
 
 
@@ -45,7 +45,7 @@ def test_cuda_peak_is_none_without_a_cuda_context():
 
 @pytest.mark.cuda("a sync's peak measurement resets torch's peak statistics; the process peak survives it")
 def test_the_process_peak_survives_a_sync_measurement():
-    from rlloom.devices import cuda_peak_bytes
+    from rlloom_enginekit.devices import cuda_peak_bytes
 
     device = torch.device("cuda", torch.cuda.current_device())
     big = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)  # 256 MiB, freed at once

@@ -1,4 +1,4 @@
-"""Weight sync between engines living in the same process."""
+"""``resharder=in_process``, the default: weight sync between engines living in the same process."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class InProcessResharder:
         self.config = cfg
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
-        from rlloom.devices import CudaPeak
+        from rlloom_enginekit.devices import CudaPeak
 
         start = time.perf_counter()
         counter = _Counter(train.named_weights())
