@@ -9,6 +9,7 @@ import torch
 from rlloom.batch import Batch
 from rlloom.controller.step import StepContext
 from rlloom_algokit.gae import gae_advantages
+from rlloom_algokit.policy_loss import apply_rollout_correction
 from rlloom_algokit.ppo import PPO, masked_summary
 from rlloom_algokit.value_loss import explained_variance, make_value_loss_fn
 from rlloom_safe_rlhf.config import SafeRLHFConfig
@@ -96,16 +97,18 @@ class SafeRLHF(PPO):
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One Safe-RLHF step: n responses per prompt → reward, cost, behaviour (and reference)
-        log-probs and both critics' values (submitted together) → λ's update → KL-shaped rewards and
-        costs → GAE for each → both critics' updates → the actor's update on the Lagrangian
-        advantages (after ``critic_warmup`` steps) and weight sync."""
+        log-probs (none in ``bypass_mode``) and both critics' values (submitted together) → λ's
+        update → KL-shaped rewards and costs → GAE for each → rollout-correction weights when on →
+        both critics' updates → the actor's update on the Lagrangian advantages (after
+        ``critic_warmup`` steps) and weight sync."""
         cfg = self.config
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
         with ctx.concurrently() as run:
             run.score(batch)
             run.score(batch, role="cost", into="costs")
-            run.old_log_probs(batch)
+            if not cfg.bypass_mode:
+                run.old_log_probs(batch)
             if self.needs_reference:
                 run.ref_log_probs(batch)
             run.values(batch)
@@ -113,6 +116,7 @@ class SafeRLHF(PPO):
         with ctx.timed("adv"):
             self.update_multiplier(ctx.step, batch["costs"], ctx.metrics)
             batch = self.compute_advantages(batch, ctx.metrics)
+        ctx.metrics.update(apply_rollout_correction(batch, cfg))
         ctx.update_critic(batch, self.value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
         ctx.update("cost_critic", batch, self.cost_value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
         if ctx.step > cfg.critic_warmup:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from rlloom.config.limits import limit_problems
-from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
+from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS, ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 
 DEFAULT_POLICY_LOSS = "vanilla"
 """The policy loss this kit registers (:mod:`rlloom_algokit.plugin`): PPO's clipped surrogate with
@@ -56,13 +56,32 @@ class PolicyLossConfig:
       (``pg_clipfrac``, ``entropy``, ``training/rollout_probs_diff_mean``, …) then cover the
       trained rows; ``actor/skipped_rows`` is the fraction left out. False trains every row.
 
+    Rollout correction (verl's vocabulary; off by default, which is the plain loss bit for bit): the
+    rollout engine samples from π_rollout, which differs from the train engine's π_old even on-policy
+    (bf16 vs fp32, other kernels) and, in asynchronous runs, by staleness.
+
+    - ``rollout_is``: the level of the importance weight w = π_old / π_rollout
+      (:func:`rlloom_algokit.losses.rollout_is_weights`): ``token``, ``sequence`` (the product over
+      the response's sampled tokens) or ``geometric`` (their geometric mean); None: no correction.
+      The step computes ``old_log_probs`` whenever it is set.
+    - ``rollout_is_mode``: ``truncate`` (TIS: w clipped at ``rollout_is_threshold``) or ``mask``
+      (masked IS: weight 0 where w is outside [``rollout_is_threshold_lower``,
+      ``rollout_is_threshold``], w inside; at sequence and geometric level whole responses).
+      The weight multiplies the per-token policy loss, as a constant (no gradient).
+    - ``rollout_is_threshold``: the upper threshold; ``rollout_is_threshold_lower``: the lower
+      (``mask`` only; None: 1 / upper). IcePop is ``rollout_is=token rollout_is_mode=mask`` with
+      its two-sided range (e.g. lower 0.5, upper 5).
+    - ``bypass_mode``: the rollout log-probs serve as π_old: no recomputation pass, the PPO ratio is
+      π / π_rollout, and no importance weight is needed (so ``rollout_is`` must be None).
+
     Each key's range or choices are its ``limits`` (:mod:`rlloom.config.limits`; subclasses add
     theirs); checks across keys extend :meth:`problems`.
     """
 
     limits: ClassVar[dict] = {"clip_ratio_low": ">= 0", "clip_ratio_high": ">= 0", "clip_ratio_c": "> 1",
                               "loss_scale_factor": ">= 1", "loss_agg_mode": AGG_MODES, "kl_loss_type": KL_ESTIMATORS,
-                              "kl_loss_coef": ">= 0"}
+                              "kl_loss_coef": ">= 0", "rollout_is": ROLLOUT_IS_LEVELS, "rollout_is_mode": ROLLOUT_IS_MODES,
+                              "rollout_is_threshold": "> 0", "rollout_is_threshold_lower": ">= 0"}
 
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
@@ -75,6 +94,11 @@ class PolicyLossConfig:
     entropy_coeff: float = 0.0
     policy_loss: str = DEFAULT_POLICY_LOSS
     skip_zero_advantage_rows: bool = True
+    rollout_is: Optional[str] = None
+    rollout_is_mode: str = "truncate"
+    rollout_is_threshold: float = 2.0
+    rollout_is_threshold_lower: Optional[float] = None
+    bypass_mode: bool = False
 
     def __post_init__(self) -> None:
         problems = limit_problems(self, "algorithm") + self.problems()
@@ -83,4 +107,15 @@ class PolicyLossConfig:
 
     def problems(self) -> list[str]:
         """What is wrong across keys (each key alone is checked by its ``limits``), one phrase each."""
-        return [] if self.policy_loss else ["algorithm.policy_loss='': must name a registered policy loss"]
+        problems = [] if self.policy_loss else ["algorithm.policy_loss='': must name a registered policy loss"]
+        lower = self.rollout_is_threshold_lower
+        if lower is not None and self.rollout_is_mode != "mask":
+            problems.append(f"algorithm.rollout_is_threshold_lower={lower}: only rollout_is_mode=mask has a lower "
+                            "threshold (truncate clips at the upper one)")
+        elif lower is not None and lower >= self.rollout_is_threshold:
+            problems.append(f"algorithm.rollout_is_threshold_lower={lower}: must be below "
+                            f"algorithm.rollout_is_threshold={self.rollout_is_threshold}")
+        if self.bypass_mode and self.rollout_is is not None:
+            problems.append(f"algorithm.rollout_is={self.rollout_is}: with algorithm.bypass_mode=true the rollout "
+                            "log-probs are the old policy, so the importance weight is 1; set rollout_is=null")
+        return problems

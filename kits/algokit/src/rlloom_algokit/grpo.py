@@ -12,7 +12,7 @@ from rlloom.controller.step import Concurrent, StepContext
 from rlloom_algokit.advantages import compute_advantages
 from rlloom_algokit.grpo_config import GRPOConfig, GRPOStepConfig
 from rlloom_algokit.lookup import get_advantage_estimator
-from rlloom_algokit.policy_loss import make_policy_loss_fn
+from rlloom_algokit.policy_loss import apply_rollout_correction, make_policy_loss_fn
 
 
 class GRPO:
@@ -88,16 +88,22 @@ class GRPO:
         """Behaviour log-probs, and reference log-probs when ``needs_reference``.
 
         Behaviour log-probs need their own forward pass only when the step takes several optimizer
-        steps (or ``recompute_old_log_probs``); see :func:`rlloom_algokit.policy_loss.make_policy_loss_fn`."""
+        steps, ``recompute_old_log_probs`` or rollout correction (``rollout_is``), and never in
+        ``bypass_mode`` (:meth:`needs_old_log_probs`); see
+        :func:`rlloom_algokit.policy_loss.make_policy_loss_fn`."""
         if self.needs_old_log_probs(batch, num_prompts):
             stages.old_log_probs(batch)
         if self.needs_reference:
             stages.ref_log_probs(batch)
 
     def needs_old_log_probs(self, batch: Batch, num_prompts: int) -> bool:
-        """Whether the step needs a separate behaviour-log-prob pass: several optimizer steps, or
-        ``cfg.recompute_old_log_probs``."""
-        return self.config.recompute_old_log_probs or not self._one_update(num_prompts)
+        """Whether the step needs a separate behaviour-log-prob pass: not in ``cfg.bypass_mode`` (the
+        rollout log-probs are the old policy's); else with several optimizer steps,
+        ``cfg.recompute_old_log_probs``, or ``cfg.rollout_is`` (its weights are π_old / π_rollout)."""
+        cfg = self.config
+        if cfg.bypass_mode:
+            return False
+        return cfg.recompute_old_log_probs or cfg.rollout_is is not None or not self._one_update(num_prompts)
 
     def _mini_batch_prompts(self, num_prompts: int) -> int:
         return self.config.ppo_mini_batch_size or num_prompts
@@ -106,8 +112,9 @@ class GRPO:
         return self.config.ppo_epochs == 1 and self._mini_batch_prompts(num_prompts) >= num_prompts
 
     def update(self, ctx: StepContext, batch: Batch, num_prompts: int) -> None:
-        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), then the
-        clipped policy update(s)."""
+        """Advantages (metrics ``critic/advantages/mean|max|min`` over response tokens), the
+        rollout-correction weights when on (:func:`rlloom_algokit.policy_loss.apply_rollout_correction`,
+        metrics ``rollout_corr/...``), then the clipped policy update(s)."""
         cfg = self.config
         with ctx.timed("adv"):
             advantages = batch["advantages"] = self.compute_advantages(batch)
@@ -118,5 +125,6 @@ class GRPO:
                 "critic/advantages/max": float(advantages[mask].max()),
                 "critic/advantages/min": float(advantages[mask].min()),
             })
+        ctx.metrics.update(apply_rollout_correction(batch, cfg))
         ctx.update_actor(batch, self.loss_fn, mini_batch_rows=self._mini_batch_prompts(num_prompts) * cfg.n,
                          epochs=cfg.ppo_epochs)

@@ -22,7 +22,8 @@ class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
     - ``recompute_old_log_probs``: compute behaviour log-probs with a separate forward pass even
       when the step takes a single optimizer step (then they equal the training forward's own
       log-probs, so by default that pass is skipped). With several optimizer steps per step
-      (``ppo_epochs`` > 1 or mini-batches) they are always computed.
+      (``ppo_epochs`` > 1 or mini-batches) or rollout correction (``rollout_is``) they are always
+      computed; in ``bypass_mode`` never (the rollout log-probs take their place).
 
     A subclass names its advantage estimator as ``adv_estimator`` (module docstring).
     """
@@ -34,6 +35,12 @@ class GRPOStepConfig(PolicyLossConfig, MiniBatchSchedule):
     ppo_mini_batch_size: int = 0
     recompute_old_log_probs: bool = False
 
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.recompute_old_log_probs and self.bypass_mode:
+            problems.append("algorithm.recompute_old_log_probs=true: bypass_mode=true uses the rollout log-probs as "
+                            "the old policy and computes none")
+        return problems
 
 
 @dataclass

@@ -14,10 +14,11 @@ import torch
 
 from rlloom.batch import masked_mean
 from rlloom.types import ClipLossTerms, MiniBatchStats
-from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS
+from rlloom_algokit.choices import AGG_MODES, KL_ESTIMATORS, ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 
 LOG_RATIO_CLAMP = 20.0
-"""log π − log π_old is clamped to ±this before ``exp`` (keeps the ratio finite)."""
+"""log π − log π_old (and the rollout correction's log-weights) is clamped to ±this before ``exp``
+(keeps the ratio finite: e^20 ≈ 4.9e8)."""
 
 K3_CLAMP = 10.0
 """The k3 estimate is clamped to ±this."""
@@ -219,3 +220,45 @@ def kl_penalized_rewards(
     kl = torch.where(on, kl_estimate(log_probs, ref_log_probs, estimator), torch.zeros_like(log_probs))
     rewards = torch.where(on, token_level_scores - coef * kl, torch.zeros_like(token_level_scores))
     return rewards, kl
+
+
+def rollout_is_weights(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor, level: str, mode: str,
+    upper: float, lower: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rollout correction's importance weights [B, R]: ``(weight, w, changed)``.
+
+    With m the ``mask`` and δ_t = clamp(log π_old,t − log π_rollout,t, ±20) · m_t:
+
+    - ``token``:     log w_t = δ_t
+    - ``sequence``:  log w_i = clamp(Σ_t δ_t, ±20) on every token of row i (w_i = Π_t w_t)
+    - ``geometric``: log w_i = Σ_t δ_t / Σ_t m_t on every token of row i (0 for an empty row)
+
+    w = exp(log w). ``mode`` ``truncate`` (TIS): weight = min(w, upper), ``changed`` = w > upper;
+    ``mask`` (masked IS; IcePop at token level): weight = w · 1[lower ≤ w ≤ upper] (``lower``
+    None: 1 / upper), ``changed`` = w outside that range. ``weight``, ``w`` and ``changed`` are 0
+    (False) where the mask is 0 (padding, an agent's tool tokens), and carry no gradient.
+    """
+    _check_same_shape(old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs, mask=mask)
+    if level not in ROLLOUT_IS_LEVELS or mode not in ROLLOUT_IS_MODES:
+        raise ValueError(f"rollout_is={level!r}, rollout_is_mode={mode!r}: choose a level of {list(ROLLOUT_IS_LEVELS)} "
+                         f"and a mode of {list(ROLLOUT_IS_MODES)}")
+    present = mask.bool()
+    zero = torch.zeros_like(old_log_probs)
+    with torch.no_grad():
+        delta = torch.where(present, old_log_probs - rollout_log_probs, zero).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        if level == "token":
+            log_w = delta
+        else:
+            row = delta.sum(dim=1, keepdim=True)
+            if level == "geometric":
+                row = row / present.sum(dim=1, keepdim=True).clamp(min=1).to(row.dtype)
+            log_w = row.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).expand_as(delta)
+        w = torch.where(present, log_w.exp(), zero)
+        if mode == "truncate":
+            changed = w > upper
+            weight = w.clamp(max=upper)
+        else:
+            changed = present & ((w < (1.0 / upper if lower is None else lower)) | (w > upper))
+            weight = torch.where(changed, zero, w)
+    return weight, w, changed

@@ -1,6 +1,7 @@
 """The policy loss of the clipped-policy algorithms: a registered per-token loss (the kit's
-``vanilla``: PPO's clipped surrogate), aggregated, plus the optional entropy bonus and KL-to-
-reference term (:func:`make_policy_loss_fn`)."""
+``vanilla``: PPO's clipped surrogate), weighted by rollout correction when it is on, aggregated,
+plus the optional entropy bonus and KL-to-reference term (:func:`make_policy_loss_fn`); and the
+step's half of rollout correction (:func:`apply_rollout_correction`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rlloom.protocols import LossFn
 from rlloom.types import ClipLossTerms, MiniBatchStats
 from rlloom_algokit.config import PolicyLossConfig
 from rlloom_algokit.lookup import get_policy_loss
-from rlloom_algokit.losses import aggregate, kl_estimate, mini_batch_stats, ppo_clip_loss
+from rlloom_algokit.losses import aggregate, kl_estimate, mini_batch_stats, ppo_clip_loss, rollout_is_weights
 
 if TYPE_CHECKING:
     from rlloom.plugins.registry import Registry
@@ -28,6 +29,40 @@ def constant_length(stats: MiniBatchStats, micro_batch: Batch, scale_factor: int
         raise KeyError("loss_agg_mode=seq-mean-token-sum-norm divides by a constant length: set "
                        "algorithm.loss_scale_factor, or pass batches whose meta has 'max_new_tokens'")
     return dataclasses.replace(stats, max_response_len=int(length))
+
+
+def apply_rollout_correction(batch: Batch, cfg: PolicyLossConfig) -> dict[str, float]:
+    """The step's half of rollout correction, once per step before the actor's update: when
+    ``cfg.rollout_is`` is set, ``batch["rollout_is_weights"]`` = the ``weight`` of
+    :func:`rlloom_algokit.losses.rollout_is_weights` of the batch's ``old_log_probs`` against its
+    ``rollout_log_probs`` (which the loss then multiplies its per-token loss by), and the metrics,
+    over the response tokens: ``rollout_corr/is_weight_mean|max|min`` of w (before truncation or
+    masking) and ``rollout_corr/clipped_fraction`` (``truncate``) or ``rollout_corr/masked_fraction``
+    (``mask``), the fraction of tokens whose weight the mode changed. Off: nothing, no metrics."""
+    if cfg.rollout_is is None:
+        return {}
+    batch.require("old_log_probs", "rollout_log_probs", "response_mask")
+    mask = batch["response_mask"]
+    weight, w, changed = rollout_is_weights(batch["old_log_probs"], batch["rollout_log_probs"], mask, cfg.rollout_is,
+                                            cfg.rollout_is_mode, cfg.rollout_is_threshold, cfg.rollout_is_threshold_lower)
+    batch["rollout_is_weights"] = weight
+    picked = w[mask.bool()]
+    fraction = "clipped_fraction" if cfg.rollout_is_mode == "truncate" else "masked_fraction"
+    if picked.numel() == 0:
+        return {f"rollout_corr/{name}": 0.0 for name in ("is_weight_mean", "is_weight_max", "is_weight_min", fraction)}
+    return {"rollout_corr/is_weight_mean": float(picked.mean()), "rollout_corr/is_weight_max": float(picked.max()),
+            "rollout_corr/is_weight_min": float(picked.min()),
+            f"rollout_corr/{fraction}": float(masked_mean(changed.to(w.dtype), mask))}
+
+
+def behaviour_log_probs(batch: Batch, cfg: PolicyLossConfig) -> torch.Tensor | None:
+    """The old policy's log-probs: the rollout engine's ``rollout_log_probs`` when ``cfg.bypass_mode``,
+    else ``old_log_probs`` (None when the batch has none: the step's single update is its own
+    behaviour forward)."""
+    if cfg.bypass_mode:
+        batch.require("rollout_log_probs")
+        return batch["rollout_log_probs"]
+    return batch.get("old_log_probs")
 
 
 def vanilla_policy_loss(
@@ -47,14 +82,16 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
 
         loss = agg(L) − entropy_coeff · agg(entropy) + kl_loss_coef · agg(KL)
 
-    where L is the policy loss registered as ``cfg.policy_loss`` (looked up in ``registry``, by
+    where L = c · L_π, with L_π the policy loss registered as ``cfg.policy_loss`` (looked up in ``registry``, by
     default the process's; see :class:`rlloom.protocols.PolicyLoss`) of ``outputs["log_probs"]``
     against the micro-batch's ``old_log_probs`` and ``advantages`` — or, when the micro-batch has no
     ``old_log_probs`` (on-policy: the step takes one optimizer step, so the behaviour policy *is* the
     current one), against ``outputs["log_probs"]`` detached, which makes the ratio 1 and saves the
     separate forward pass that would compute the same numbers — and KL (only when ``use_kl_loss``) is
     :func:`rlloom_algokit.losses.kl_estimate` of ``log_probs`` against ``ref_log_probs``. The entropy term
-    needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0.
+    needs ``outputs["entropy"]`` when ``entropy_coeff`` is not 0. The rollout-correction weight c
+    is the micro-batch's ``rollout_is_weights`` (set by :func:`apply_rollout_correction`) when
+    ``cfg.rollout_is`` is set, else 1 (the loss is then the uncorrected one, bit for bit).
 
     With ``seq-mean-token-sum-norm`` the length in the denominator is the constant
     ``cfg.loss_scale_factor`` (None: ``micro_batch.meta["max_new_tokens"]``, the step's
@@ -75,6 +112,8 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
     needed = ["advantages", "response_mask"]
     if cfg.use_kl_loss:
         needed.append("ref_log_probs")
+    if cfg.rollout_is is not None:
+        needed.append("rollout_is_weights")
 
     def loss_fn(
         micro_batch: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats
@@ -93,14 +132,15 @@ def make_policy_loss_fn(cfg: PolicyLossConfig, registry: Registry | None = None)
         own = mini_batch_stats(mask)
         if mode == "seq-mean-token-sum-norm":
             stats, own = (constant_length(counts, micro_batch, cfg.loss_scale_factor) for counts in (stats, own))
-        old_log_probs = micro_batch.get("old_log_probs")
+        old_log_probs = behaviour_log_probs(micro_batch, cfg)
         terms = token_loss(log_probs, log_probs.detach() if old_log_probs is None else old_log_probs,
                            micro_batch["advantages"], mask, clip_ratio_low=cfg.clip_ratio_low,
                            clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c)
-        loss = aggregate(terms.loss, mask, mode, stats)
+        policy = terms.loss if cfg.rollout_is is None else terms.loss * micro_batch["rollout_is_weights"]
+        loss = aggregate(policy, mask, mode, stats)
         with torch.no_grad():
             metrics = {
-                "pg_loss": aggregate(terms.loss, mask, mode, own),
+                "pg_loss": aggregate(policy, mask, mode, own),
                 "pg_clipfrac": masked_mean(terms.clipped, mask),
                 "pg_clipfrac_lower": masked_mean(terms.dual_clipped, mask),
                 "ppo_kl": masked_mean(terms.ppo_kl, mask),

@@ -9,7 +9,7 @@ from rlloom.controller.step import StepContext
 from rlloom_algokit.gae import gae_advantages
 from rlloom_algokit.kl_control import AdaptiveKLController, FixedKLController
 from rlloom_algokit.losses import aggregate, kl_penalized_rewards
-from rlloom_algokit.policy_loss import make_policy_loss_fn
+from rlloom_algokit.policy_loss import apply_rollout_correction, behaviour_log_probs, make_policy_loss_fn
 from rlloom_algokit.ppo_config import PPOConfig
 from rlloom_algokit.value_loss import explained_variance, make_value_loss_fn
 
@@ -53,7 +53,8 @@ class PPO:
 
     def token_level_rewards(self, batch: Batch, metrics: dict[str, float]) -> torch.Tensor:
         """``token_level_scores`` minus β·KL when ``use_kl_in_reward`` (see
-        :func:`rlloom_algokit.losses.kl_penalized_rewards` of π_old against π_ref; β then adapts to the batch KL —
+        :func:`rlloom_algokit.losses.kl_penalized_rewards` of π_old (the rollout log-probs in
+        ``bypass_mode``) against π_ref; β then adapts to the batch KL —
         the mean over responses of each response's token-mean KL — and
         ``actor/kl_coef`` (the β used) and ``actor/reward_kl_penalty`` (the KL) are logged), else the
         scores unchanged."""
@@ -62,7 +63,8 @@ class PPO:
         beta = self.kl_ctrl.value
         mask = batch["response_mask"]
         rewards, token_kl = kl_penalized_rewards(
-            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], mask, beta, self.config.kl_penalty
+            batch["token_level_scores"], behaviour_log_probs(batch, self.config), batch["ref_log_probs"], mask, beta,
+            self.config.kl_penalty
         )
         kl = float(aggregate(token_kl, mask, "seq-mean-token-mean"))
         self.kl_ctrl.update(kl, n_steps=len(batch))
@@ -85,19 +87,22 @@ class PPO:
 
     def step(self, ctx: StepContext, prompts: Batch) -> dict[str, float]:
         """One PPO step: n responses per prompt → rewards, behaviour (and reference) log-probs and
-        values (their calls run concurrently) → KL penalty → GAE → critic update → actor update (after ``critic_warmup`` steps)
-        and weight sync."""
+        values (their calls run concurrently; no behaviour pass in ``bypass_mode``) → KL penalty → GAE →
+        rollout-correction weights when on (:func:`rlloom_algokit.policy_loss.apply_rollout_correction`) →
+        critic update → actor update (after ``critic_warmup`` steps) and weight sync."""
         cfg = self.config
         mini_batch_rows = (cfg.ppo_mini_batch_size or len(prompts)) * cfg.n
         batch = ctx.generate(prompts, n=cfg.n)
         with ctx.concurrently() as run:
             run.score(batch)
-            run.old_log_probs(batch)
+            if not cfg.bypass_mode:
+                run.old_log_probs(batch)
             if self.needs_reference:
                 run.ref_log_probs(batch)
             run.values(batch)
         with ctx.timed("adv"):
             batch = self.compute_advantages(batch, ctx.metrics)
+        ctx.metrics.update(apply_rollout_correction(batch, cfg))
         ctx.update_critic(batch, self.value_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
         if ctx.step > cfg.critic_warmup:
             ctx.update_actor(batch, self.policy_loss_fn, mini_batch_rows, epochs=cfg.ppo_epochs)
