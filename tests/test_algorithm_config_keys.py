@@ -24,6 +24,18 @@ def test_policy_loss_keys_override_for_every_algorithm(name):
         compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.clip_ratio_c=0.5"])
 
 
+@pytest.mark.parametrize("name", LOSS_ALGORITHMS)
+def test_rollout_correction_keys_for_every_algorithm(name):
+    cost = ["cost=forbidden_digits"] if name == "safe_rlhf" else []
+    section = compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.rollout_is=sequence",
+                              "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=3",
+                              "algorithm.rollout_is_threshold_lower=0.5"]).sections["algorithm"]
+    assert (section.rollout_is, section.rollout_is_mode, section.rollout_is_threshold, section.rollout_is_threshold_lower,
+            section.bypass_mode) == ("sequence", "mask", 3.0, 0.5, False)
+    with pytest.raises(ConfigError, match=r"^algorithm\.rollout_is=seq: must be one of token, sequence, geometric"):
+        compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.rollout_is=seq"])
+
+
 @pytest.mark.parametrize("name", ["rloo", "remax", "reinforce_pp"])
 @pytest.mark.parametrize("key", ["adv_estimator=grpo", "norm_adv_by_std=false", "epsilon=0.1"])
 def test_advantage_knobs_an_algorithm_ignores_are_no_keys(name, key):

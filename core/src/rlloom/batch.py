@@ -24,6 +24,7 @@ field                  shape      dtype   meaning
 ``token_level_rewards`` [B, R]    float32 scores after any KL penalty
 ``advantages``         [B, R]     float32 per-token advantages (0 where the mask is 0)
 ``returns``            [B, R]     float32 value targets
+``rollout_is_weights`` [B, R]    float32 rollout correction's per-token loss weights (0 where the mask is 0)
 ``prompt_index``       [B]        int64   optional rollout input: keys each row's randomness
 ``weight_version``     [B]        int64   the policy that sampled the row: the actor after step k (0: start)
 =====================  =========  ======  ==========================================================
