@@ -30,8 +30,8 @@ def test_rollout_correction_keys_for_every_algorithm(name):
     section = compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.rollout_is=sequence",
                               "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=3",
                               "algorithm.rollout_is_threshold_lower=0.5"]).sections["algorithm"]
-    assert (section.rollout_is, section.rollout_is_mode, section.rollout_is_threshold, section.rollout_is_threshold_lower,
-            section.bypass_mode) == ("sequence", "mask", 3.0, 0.5, False)
+    assert (section.rollout_is, section.rollout_is_mode, section.rollout_is_threshold,
+            section.rollout_is_threshold_lower, section.bypass_mode) == ("sequence", "mask", 3.0, 0.5, False)
     with pytest.raises(ConfigError, match=r"^algorithm\.rollout_is=seq: must be one of token, sequence, geometric"):
         compose_config(["preset=tiny", f"algorithm={name}", *cost, "algorithm.rollout_is=seq"])
 

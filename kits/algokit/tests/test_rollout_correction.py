@@ -21,7 +21,8 @@ torch.set_num_threads(1)
 # (mask 0) in the middle of its response.
 MASK = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 1, 1]])
 ROLLOUT = np.array([[-1.0, -0.5, -2.0, -0.1], [-0.7, -1.5, 0.0, 0.0], [-0.2, -9.0, -1.0, -0.4]])
-DELTA = np.array([[0.3, -0.9, 1.2, -0.05], [0.2, 0.4, 99.0, -99.0], [-0.1, 50.0, 0.6, -1.0]])  # log π_old − log π_rollout
+# log π_old − log π_rollout
+DELTA = np.array([[0.3, -0.9, 1.2, -0.05], [0.2, 0.4, 99.0, -99.0], [-0.1, 50.0, 0.6, -1.0]])
 OLD = ROLLOUT + DELTA
 ADV = np.array([1.0, -0.5, 2.0])[:, None] * MASK
 
@@ -212,7 +213,8 @@ def test_a_missing_field_is_named():
     ({"rollout_is_mode": "clip"}, r"algorithm.rollout_is_mode=clip: must be one of truncate, mask"),
     ({"rollout_is_threshold": 0.0}, r"algorithm.rollout_is_threshold=0.0: must be > 0"),
     ({"rollout_is_threshold_lower": 0.5}, r"rollout_is_threshold_lower=0.5: only rollout_is_mode=mask"),
-    ({"rollout_is_mode": "mask", "rollout_is_threshold_lower": 3.0}, r"must be below algorithm.rollout_is_threshold=2.0"),
+    ({"rollout_is_mode": "mask", "rollout_is_threshold_lower": 3.0},
+     r"must be below algorithm.rollout_is_threshold=2.0"),
     ({"rollout_is": "token", "bypass_mode": True}, r"algorithm.rollout_is=token: with algorithm.bypass_mode=true"),
 ])
 def test_invalid_settings_name_the_key(overrides, message):

@@ -1,6 +1,7 @@
 """The valid values of the algorithm config keys the loss functions read (``loss_agg_mode``,
-``kl_loss_type``, ``kl_penalty``, ``rollout_is``, ``rollout_is_mode``); torch-free, so an algorithm's config schema checks them without
-loading torch. :mod:`rlloom_algokit.losses` computes with them."""
+``kl_loss_type``, ``kl_penalty``, ``rollout_is``, ``rollout_is_mode``); torch-free, so an
+algorithm's config schema checks them without loading torch. :mod:`rlloom_algokit.losses` computes
+with them."""
 
 from __future__ import annotations
 

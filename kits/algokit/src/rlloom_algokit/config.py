@@ -80,8 +80,9 @@ class PolicyLossConfig:
 
     limits: ClassVar[dict] = {"clip_ratio_low": ">= 0", "clip_ratio_high": ">= 0", "clip_ratio_c": "> 1",
                               "loss_scale_factor": ">= 1", "loss_agg_mode": AGG_MODES, "kl_loss_type": KL_ESTIMATORS,
-                              "kl_loss_coef": ">= 0", "rollout_is": ROLLOUT_IS_LEVELS, "rollout_is_mode": ROLLOUT_IS_MODES,
-                              "rollout_is_threshold": "> 0", "rollout_is_threshold_lower": ">= 0"}
+                              "kl_loss_coef": ">= 0", "rollout_is": ROLLOUT_IS_LEVELS,
+                              "rollout_is_mode": ROLLOUT_IS_MODES, "rollout_is_threshold": "> 0",
+                              "rollout_is_threshold_lower": ">= 0"}
 
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2

@@ -43,8 +43,9 @@ def apply_rollout_correction(batch: Batch, cfg: PolicyLossConfig) -> dict[str, f
         return {}
     batch.require("old_log_probs", "rollout_log_probs", "response_mask")
     mask = batch["response_mask"]
-    weight, w, changed = rollout_is_weights(batch["old_log_probs"], batch["rollout_log_probs"], mask, cfg.rollout_is,
-                                            cfg.rollout_is_mode, cfg.rollout_is_threshold, cfg.rollout_is_threshold_lower)
+    weight, w, changed = rollout_is_weights(
+        batch["old_log_probs"], batch["rollout_log_probs"], mask, cfg.rollout_is, cfg.rollout_is_mode,
+        cfg.rollout_is_threshold, cfg.rollout_is_threshold_lower)
     batch["rollout_is_weights"] = weight
     picked = w[mask.bool()]
     fraction = "clipped_fraction" if cfg.rollout_is_mode == "truncate" else "masked_fraction"
