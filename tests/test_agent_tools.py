@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -89,6 +90,22 @@ def test_the_shipped_collection_is_the_generators_output_and_small():
     shipped = collection.SHIPPED.read_text(encoding="utf-8")
     assert shipped == collection.jsonl(collection.passages())
     assert len(shipped.encode()) < 2**20 and len(shipped.splitlines()) == sum(collection.COUNTS.values())
+
+
+def test_bm25_scores_are_okapi_bm25_by_hand():
+    """Three passages, the query "red fox": score = Σ idf · tf · (k1 + 1) / (tf + k1 · (1 − b + b · |d| / avgdl))
+    with idf = ln(1 + (N − df + 0.5) / (df + 0.5)), k1 = 1.5, b = 0.75 (stop words "the" dropped)."""
+    from rlloom_agents.retrieval import BM25
+
+    texts = ["the red fox red", "a blue fox", "green grass grows tall here"]
+    lengths, avgdl = [3, 2, 5], 10 / 3  # "the" and "a" are stop words
+    idf = {"red": math.log(1 + (3 - 1 + 0.5) / 1.5), "fox": math.log(1 + (3 - 2 + 0.5) / 2.5)}
+
+    def term(word, tf, length):
+        return idf[word] * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * length / avgdl))
+
+    expected = [term("red", 2, lengths[0]) + term("fox", 1, lengths[0]), term("fox", 1, lengths[1]), 0.0]
+    assert BM25(texts).scores("Red fox?").tolist() == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_question_about_a_passages_facts_finds_it_first():

@@ -1,10 +1,16 @@
-"""The tool ``retrieval``: BM25 search (``bm25s``) over a local document collection.
+"""The tool ``retrieval``: BM25 search over a local document collection.
 
 The collection (:class:`~rlloom_agents.config.RetrievalToolConfig`'s ``corpus``) is read and indexed
 once, when the tool is built: a JSONL file holds one ``{"id": str, "text": str}`` object per line; a
 folder holds ``.txt`` files, each a passage whose id is its file name without ``.txt``. By default it
 is the invented passages shipped with this package (:mod:`rlloom_agents.passages`). Words are
-lower-cased, English stop words dropped, nothing stemmed.
+lower-cased runs of letters and digits, English stop words dropped, nothing stemmed.
+
+Scoring is Okapi BM25 (:class:`BM25`), with k1 = 1.5 and b = 0.75: for a query's words q,
+score(d) = Σ_q idf(q) · tf(q, d) · (k1 + 1) / (tf(q, d) + k1 · (1 − b + b · |d| / avgdl)), idf(q) =
+ln(1 + (N − df(q) + 0.5) / (df(q) + 0.5)). It is written here, on numpy, rather than taken from
+``bm25s``: that library imports numba (and llvmlite) whenever they are installed, and vLLM's CPU
+worker, started later in the same process, fails while scanning llvmlite's objects.
 
 Arguments ``{"query": str}``; the observation is the ``top_k`` best-scoring passages, best first, one
 per line as ``[<id>] <text>`` — only passages sharing a word with the query (``no passage matches the
@@ -15,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import bm25s
+import numpy as np
 
 from rlloom.data import PromptRecord
 from rlloom_agents.config import RetrievalToolConfig
@@ -54,9 +63,44 @@ def jsonl_passage(line: str, where: str) -> tuple[str, str]:
     return passage["id"], passage["text"]
 
 
-def words(texts: list[str]) -> list[list[str]]:
-    """Each text's words as the index holds them (module doc)."""
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+STOP_WORDS = frozenset("""a an and are as at be but by for from had has have he her his in is it its of on or
+she that the their them they this to was were which who will with what when where how do does did""".split())
+WORD = re.compile(r"[a-z0-9]+")
+K1, B = 1.5, 0.75
+
+
+def words(text: str) -> list[str]:
+    """The text's words as the index holds them (module doc)."""
+    return [word for word in WORD.findall(text.lower()) if word not in STOP_WORDS]
+
+
+class BM25:
+    """An Okapi BM25 index over ``texts`` (the formula in the module doc): per word, the passages holding
+    it and how often."""
+
+    def __init__(self, texts: list[str]) -> None:
+        counts = [Counter(words(text)) for text in texts]
+        lengths = np.array([sum(count.values()) for count in counts], dtype=np.float64)
+        self.size = len(texts)
+        self.norm = K1 * (1 - B + B * lengths / max(lengths.mean(), 1e-9))
+        postings: dict[str, tuple[list[int], list[int]]] = {}
+        for passage, count in enumerate(counts):
+            for word, times in count.items():
+                holders, frequencies = postings.setdefault(word, ([], []))
+                holders.append(passage)
+                frequencies.append(times)
+        self.postings = {word: (np.array(holders), np.array(frequencies, dtype=np.float64))
+                         for word, (holders, frequencies) in postings.items()}
+
+    def scores(self, query: str) -> np.ndarray:
+        """Every passage's score for ``query`` [N]."""
+        total = np.zeros(self.size)
+        for word in set(words(query)):
+            if word in self.postings:
+                holders, tf = self.postings[word]
+                idf = math.log(1 + (self.size - len(holders) + 0.5) / (len(holders) + 0.5))
+                total[holders] += idf * tf * (K1 + 1) / (tf + self.norm[holders])
+        return total
 
 
 class Retrieval:
@@ -73,13 +117,13 @@ class Retrieval:
     def __init__(self, cfg: RetrievalToolConfig) -> None:
         self.passages = load_corpus(cfg.corpus or str(SHIPPED))
         self.top_k = min(cfg.top_k, len(self.passages))
-        self.index = bm25s.BM25()
-        self.index.index(words([text for _, text in self.passages]), show_progress=False)
+        self.index = BM25([text for _, text in self.passages])
 
     def search(self, query: str) -> list[tuple[str, str]]:
-        """The ``(id, text)`` of the best passages for ``query``, best first (module doc)."""
-        found = self.index.retrieve(words([query]), k=self.top_k, show_progress=False)
-        return [self.passages[i] for i, score in zip(found.documents[0], found.scores[0]) if score > 0]
+        """The ``(id, text)`` of the best passages for ``query``, best first (ties: the earlier passage)."""
+        scores = self.index.scores(query)
+        best = np.argsort(-scores, kind="stable")[: self.top_k]
+        return [self.passages[i] for i in best if scores[i] > 0]
 
     async def __call__(self, arguments: dict[str, Any], row: PromptRecord) -> str:
         hits = await asyncio.to_thread(self.search, arguments["query"])
