@@ -50,6 +50,7 @@ from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator
 from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
+from rlloom_trainer.run_lock import run_lock
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
 from rlloom_trainer.sigint import recording_interrupts
 from rlloom_trainer.validation import validate
@@ -432,15 +433,17 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     """Run the validated config ``resolved`` to its end; return the final metrics (those of the run's
     folder, building nothing, when that run has already finished: :func:`rlloom_trainer.resume.finished_run`).
     Ctrl-C during the run closes it and raises :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it
-    was in)."""
-    finished = finished_run(resolved)
-    if finished is not None:
-        return finished
-    trainer = Trainer(resolved)
-    try:
-        with recording_interrupts():
-            return trainer.fit()
-    except KeyboardInterrupt:
-        raise RunInterrupted(trainer.step) from None
-    finally:
-        trainer.close()
+    was in). The run holds its folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the
+    same folder is refused."""
+    with run_lock(run_dir_of(resolved.sections["trainer"])):
+        finished = finished_run(resolved)
+        if finished is not None:
+            return finished
+        trainer = Trainer(resolved)
+        try:
+            with recording_interrupts():
+                return trainer.fit()
+        except KeyboardInterrupt:
+            raise RunInterrupted(trainer.step) from None
+        finally:
+            trainer.close()
