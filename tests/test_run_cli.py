@@ -1,7 +1,7 @@
 """``rlloom train`` as a user runs it, as a real subprocess: a run named after its choices lands in
 ``runs/<run_name>`` and re-running the command resumes it (or says it has finished); the run's
 ``config.yaml`` names every choice and plugin version and, passed to ``--config``, trains the same run
-again; a config file with command-line overrides; Ctrl-C (a real SIGINT); one run per run folder (a second
+again; a config file with command-line overrides; Ctrl-C and SIGTERM (real signals); one run per run folder (a second
 ``rlloom train`` on a folder in use is refused, a lock left by a killed run is not); ``rlloom --version``."""
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def test_rerunning_the_command_resumes_the_run_or_says_it_finished(first_run, ca
                                      f"trainer.total_steps, to start over pass another trainer.run_dir")
 
 
-def test_ctrl_c_stops_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir, signum, status):
     args = ["preset=tiny", "trainer.total_steps=500", "trainer.save_freq=2", "launcher.num_threads=1",
             f"model.cache_dir={cache_dir}"]
     process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
@@ -136,11 +137,11 @@ def test_ctrl_c_stops_with_one_line_and_the_printed_command_resumes(tmp_path, ca
     while time.monotonic() < deadline and process.poll() is None:
         if metrics.is_file() and any('"step": 5,' in line and "critic/score/mean" in line
                                      for line in metrics.read_text().splitlines()):
-            process.send_signal(signal.SIGINT)  # inside step 6 or the checkpoint after it
+            process.send_signal(signum)  # inside step 6 or the checkpoint after it
             break
         time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-3000:]
+    assert process.returncode == status, stderr[-3000:]
     assert "Traceback" not in stderr and "[rank0]" not in stderr
     last = stderr.splitlines()[-1]
     assert [line for line in stderr.splitlines() if line.startswith("rlloom:")] == [last]

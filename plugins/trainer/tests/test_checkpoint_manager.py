@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -231,9 +232,7 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
     """A real SIGINT inside a save whose library catches the KeyboardInterrupt and fails with another
     error (as torch's zip writer does when a write is interrupted: "unexpected pos"): inside the run's
     recording_interrupts block the manager raises KeyboardInterrupt; afterwards the same error is a
-    failed save again, and Python's own SIGINT handler is back."""
-    import signal
-
+    failed save again, and Python's own SIGINT (and SIGTERM) handler is back."""
     from rlloom_trainer.sigint import received, recording_interrupts
 
     def loses_the_interrupt(folder: str) -> None:
@@ -251,8 +250,36 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
             manager.save(2, loses_the_interrupt)
         assert received()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not received()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     with recording_interrupts():  # no interrupt in this block
         assert not received()
         with pytest.raises(CheckpointError, match="unexpected pos"):
             manager.save(2, fails)
     assert manager.latest() is None
+
+
+SECOND_SIGNAL = textwrap.dedent("""
+    import time
+    from rlloom_trainer.sigint import received_signal, recording_interrupts
+
+    with recording_interrupts():
+        try:
+            print("running", flush=True)
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("closing after", received_signal(), flush=True)
+            time.sleep(60)  # a slow close: the second signal must not wait for it
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_the_first_signal_interrupts_and_a_second_exits_at_once(signum):
+    process = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline() == "running\n"
+    process.send_signal(signum)
+    assert process.stdout.readline() == f"closing after {int(signum)}\n"
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum
+    assert stderr == f"rlloom: {signum.name} again: exiting now\n"
