@@ -259,10 +259,13 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
 
 
 SECOND_SIGNAL = textwrap.dedent("""
-    import time
-    from rlloom_trainer.sigint import received_signal, recording_interrupts
+    import signal, sys, time
+    from rlloom_trainer.sigint import received_signal, recording_interrupts, retake_signals
 
     with recording_interrupts():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        retake_signals()
         try:
             print("running", flush=True)
             time.sleep(60)
@@ -274,6 +277,7 @@ SECOND_SIGNAL = textwrap.dedent("""
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_the_first_signal_interrupts_and_a_second_exits_at_once(signum):
+    """Also when a library replaced the handlers inside the block (``retake_signals``)."""
     process = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     assert process.stdout.readline() == "running\n"

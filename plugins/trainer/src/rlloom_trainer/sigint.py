@@ -5,7 +5,9 @@ when a library caught the ``KeyboardInterrupt`` and reported an error of its own
 "unexpected pos". The checkpoint manager asks :func:`received` before calling a failed save a failure
 (:meth:`rlloom_trainer.checkpoint.CheckpointManager.save`), the training loop before each step, and
 :func:`rlloom_trainer.trainer.fit_run` asks :func:`received_signal` which signal stopped the run. A second
-signal ends the process at once, with status 128 + its number, while the run is being closed."""
+signal ends the process at once, with status 128 + its number, while the run is being closed. A library that
+installs its own handler inside the block (``ray.init`` makes SIGTERM ``sys.exit`` the driver) is overruled by
+:func:`retake_signals`, which :func:`rlloom_trainer.trainer.fit_run` calls once the run is built."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 
 _received = threading.Event()
 _signal: list[int] = []  # the number of the first signal received in the current block
+_taken: list[int] = []  # the signals the current block handles
 _DEFAULT = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
@@ -40,15 +43,23 @@ def recording_interrupts() -> Iterator[None]:
     taken = [number for number, default in _DEFAULT.items() if signal.getsignal(number) is default]
     if threading.current_thread() is not threading.main_thread():
         taken = []
-    for number in taken:
-        signal.signal(number, _remember_and_interrupt)
+    _taken[:] = taken
+    retake_signals()
     try:
         yield
     finally:
         for number in taken:
             signal.signal(number, _DEFAULT[number])
+        _taken.clear()
         _received.clear()
         _signal.clear()
+
+
+def retake_signals() -> None:
+    """Handle again the signals the current :func:`recording_interrupts` block took, whatever handler a
+    library installed for them since (nothing outside a block)."""
+    for number in _taken:
+        signal.signal(number, _remember_and_interrupt)
 
 
 def received() -> bool:

@@ -53,7 +53,7 @@ from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom_trainer.run_lock import run_lock
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
-from rlloom_trainer.sigint import received, received_signal, recording_interrupts
+from rlloom_trainer.sigint import received, received_signal, recording_interrupts, retake_signals
 from rlloom_trainer.validation import validate
 
 
@@ -445,6 +445,7 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
             if finished is not None:
                 return finished
             trainer = Trainer(resolved)
+            retake_signals()  # the launcher may have installed its own (Ray does, for SIGTERM)
             return trainer.fit()
         except KeyboardInterrupt:
             raise RunInterrupted(trainer.step if trainer else None, received_signal() or signal.SIGINT) from None
