@@ -1,6 +1,7 @@
 """Kill a real ``rlloom train`` with SIGKILL (mid-step, mid-save, between the rename and the ``latest``
-pointer), re-run the same command, and compare with an uninterrupted run: metrics.jsonl (all but the
-time/memory measurements) and the final weights must be bitwise equal on CPU with one thread."""
+pointer), or damage its last checkpoint, re-run the same command, and compare with an uninterrupted run:
+metrics.jsonl (all but the time/memory measurements) and the final weights must be bitwise equal on CPU
+with one thread."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from lifecycle_helpers import kill_when_logged, metric_rows, run, run_env, train_command
 from rlloom_trainer import testing
+from rlloom_trainer.checkpoint import damage
 from rlloom_trainer.testing import RESUME_MARKER
 from safetensors.torch import load_file
 
@@ -160,6 +162,98 @@ def test_killed_after_its_final_checkpoint_the_run_finishes_its_end(tmp_path, ca
     theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
     assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
 
+
+
+def flip_8_bytes(path: str, offset: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        data = handle.read(8)
+        handle.seek(offset)
+        handle.write(bytes(byte ^ 0xFF for byte in data))
+
+
+def unfinished_copy(reference: str, tmp_path) -> str:
+    """The reference run, killed (as it were) after its last checkpoint, before final_model/."""
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(reference, run_dir)
+    shutil.rmtree(os.path.join(run_dir, "final_model"))
+    os.remove(os.path.join(run_dir, "final_metrics.json"))
+    return run_dir
+
+
+SHARD = "actor/__0_0.distcp"  # the tensor file of the tiny preset's FSDP checkpoint
+DAMAGES = {
+    "8 bytes flipped inside the tensor shard": (SHARD, lambda path: flip_8_bytes(path, os.path.getsize(path) // 2)),
+    "the zip header of trainer_state.pt": ("trainer_state.pt", lambda path: flip_8_bytes(path, 0)),
+    "the shard deleted": (SHARD, os.remove),
+    "the shard truncated": (SHARD, lambda path: os.truncate(path, os.path.getsize(path) // 2)),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_a_damaged_checkpoint_is_skipped_naming_the_file_and_the_resume_equals_uninterrupted(
+        tmp_path, cache_dir, reference, kind):
+    run_dir = unfinished_copy(reference, tmp_path)
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    rel, spoil = DAMAGES[kind]
+    spoil(os.path.join(checkpoints, "global_step_6", rel))
+    result = run(train_command(run_dir, cache_dir, TRACKERS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"rlloom: skipping the damaged checkpoint {checkpoints}/global_step_6: {rel} " in result.stderr
+    assert f"rlloom: resumed from {checkpoints}/global_step_4 (step 4)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_same_run(run_dir, reference, 4)
+    assert damage(os.path.join(checkpoints, "global_step_6")) is None  # written again by the resumed run
+    assert "global_step_6.damaged" in os.listdir(checkpoints)
+
+
+def test_bytes_flipped_anywhere_in_any_kind_of_checkpoint_file_are_found(reference, tmp_path):
+    """Three offsets (first, middle, last 8 bytes) of three kinds of file: the tensor shard, the zip of
+    trainer_state.pt and DCP's pickled .metadata."""
+    checkpoint = str(tmp_path / "global_step_6")
+    shutil.copytree(os.path.join(reference, "checkpoints", "global_step_6"), checkpoint)
+    assert damage(checkpoint) is None
+    for rel in (SHARD, "trainer_state.pt", "actor/.metadata"):
+        path = os.path.join(checkpoint, rel)
+        for offset in (0, os.path.getsize(path) // 2, os.path.getsize(path) - 8):
+            flip_8_bytes(path, offset)
+            assert damage(checkpoint) == f"{rel} does not match its sha256 checksum (its content changed after it " \
+                                         f"was written)", (rel, offset)
+            flip_8_bytes(path, offset)
+            assert damage(checkpoint) is None
+
+
+def test_eval_and_export_refuse_a_damaged_checkpoint_naming_the_file(reference, tmp_path):
+    from lifecycle_helpers import RLLOOM
+
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(reference, run_dir)
+    checkpoint = os.path.join(run_dir, "checkpoints", "global_step_6")
+    flip_8_bytes(os.path.join(checkpoint, SHARD), 100)
+    for command in ([str(RLLOOM), "export", checkpoint, "--out", str(tmp_path / "hf")],
+                    [str(RLLOOM), "eval", run_dir]):
+        result = run(command)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.startswith(f"rlloom: error: the checkpoint '{checkpoint}' is damaged: {SHARD} does not "
+                                        f"match its sha256 checksum"), result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "hf")
+
+
+def test_checkpoints_written_before_checksums_still_resume_and_say_so_once(tmp_path, cache_dir, reference):
+    run_dir = unfinished_copy(reference, tmp_path)
+    for step in (2, 4, 6):
+        path = os.path.join(run_dir, "checkpoints", f"global_step_{step}", "manifest.json")
+        with open(path) as handle:
+            manifest = json.load(handle)
+        manifest["files"] = {rel: entry["bytes"] for rel, entry in manifest["files"].items()}
+        with open(path, "w") as handle:
+            json.dump(manifest, handle)
+    result = run(train_command(run_dir, cache_dir, TRACKERS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("written before checkpoints carried checksums") == 1
+    assert f"rlloom: resumed from {run_dir}/checkpoints/global_step_6 (step 6)" in result.stderr
+    assert metric_rows(run_dir) == metric_rows(reference)
 
 # ------------------------------------------------------------------ what the reference run wrote
 def test_tensorboard_events_hold_the_metrics_of_every_step(reference):

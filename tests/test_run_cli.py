@@ -1,7 +1,8 @@
 """``rlloom train`` as a user runs it, as a real subprocess: a run named after its choices lands in
 ``runs/<run_name>`` and re-running the command resumes it (or says it has finished); the run's
 ``config.yaml`` names every choice and plugin version and, passed to ``--config``, trains the same run
-again; a config file with command-line overrides; Ctrl-C (a real SIGINT); ``rlloom --version``."""
+again; a config file with command-line overrides; Ctrl-C and SIGTERM (real signals); one run per run folder (a second
+``rlloom train`` on a folder in use is refused, a lock left by a killed run is not); ``rlloom --version``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rlloom.config import ConfigError
 from rlloom_trainer import testing
 from rlloom_trainer.checkpoint import CheckpointManager
 from rlloom_trainer.config_files import compose_with_file
+from rlloom_trainer.run_lock import LOCK_FILE, run_lock
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "config_file" / "digits_tiny.yaml"
@@ -124,7 +126,8 @@ def test_rerunning_the_command_resumes_the_run_or_says_it_finished(first_run, ca
                                      f"trainer.total_steps, to start over pass another trainer.run_dir")
 
 
-def test_ctrl_c_stops_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir, signum, status):
     args = ["preset=tiny", "trainer.total_steps=500", "trainer.save_freq=2", "launcher.num_threads=1",
             f"model.cache_dir={cache_dir}"]
     process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
@@ -134,11 +137,11 @@ def test_ctrl_c_stops_with_one_line_and_the_printed_command_resumes(tmp_path, ca
     while time.monotonic() < deadline and process.poll() is None:
         if metrics.is_file() and any('"step": 5,' in line and "critic/score/mean" in line
                                      for line in metrics.read_text().splitlines()):
-            process.send_signal(signal.SIGINT)  # inside step 6 or the checkpoint after it
+            process.send_signal(signum)  # inside step 6 or the checkpoint after it
             break
         time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-3000:]
+    assert process.returncode == status, stderr[-3000:]
     assert "Traceback" not in stderr and "[rank0]" not in stderr
     last = stderr.splitlines()[-1]
     assert [line for line in stderr.splitlines() if line.startswith("rlloom:")] == [last]
@@ -157,6 +160,58 @@ def test_ctrl_c_stops_with_one_line_and_the_printed_command_resumes(tmp_path, ca
     assert f"rlloom: resumed from {checkpoint} (step {latest})" in resumed.stderr
     assert steps(tmp_path / RUN) == list(range(end + 1))  # the rows logged after the checkpoint were dropped
 
+
+
+def refused_in_use(result: subprocess.CompletedProcess, run_dir: Path, pid: int) -> bool:
+    return (result.returncode == 2 and "Traceback" not in result.stderr
+            and result.stderr.startswith(f"rlloom: error: the run folder {run_dir} is in use by another rlloom train "
+                                         f"(pid {pid}, which holds {run_dir / LOCK_FILE})"))
+
+
+def test_a_run_folder_whose_lock_is_held_is_refused_naming_the_holder(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    with run_lock(str(run_dir)):
+        result = train(tmp_path, *SHORT, f"trainer.run_dir={run_dir}", f"model.cache_dir={cache_dir}")
+    assert refused_in_use(result, run_dir, os.getpid()), result.stderr[-3000:]
+    assert os.listdir(run_dir) == [LOCK_FILE]  # the refused run wrote nothing
+
+
+@pytest.mark.slow
+def test_a_second_run_on_a_folder_in_use_exits_2_and_the_first_finishes_intact(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    # ~0.2 s a step: the first run is still training when the second has loaded torch and tries the lock
+    args = [*SHORT[:1], "trainer.total_steps=100", *SHORT[2:], "trainer.keep_last_n=1", f"trainer.run_dir={run_dir}",
+            f"model.cache_dir={cache_dir}"]
+    first = subprocess.Popen([str(RLLOOM), "train", *args], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None and not (
+            metrics.is_file() and '"step": 1,' in metrics.read_text()):
+        time.sleep(0.05)
+    second = train(tmp_path, *args)
+    assert first.poll() is None, "the first run ended before the second started: lengthen it"
+    assert refused_in_use(second, run_dir, first.pid), second.stderr[-3000:]
+    _, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr[-3000:]
+    assert steps(run_dir) == list(range(101))
+    assert [checkpoint.step for checkpoint in CheckpointManager(str(run_dir)).complete()] == [100]
+
+
+def test_a_lock_left_by_a_killed_run_never_blocks(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    args = [*SHORT, f"trainer.run_dir={run_dir}", f"model.cache_dir={cache_dir}"]
+    process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=tmp_path, env=run_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None and not (run_dir / "metrics.jsonl").is_file():
+        time.sleep(0.05)
+    process.kill()
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert (run_dir / LOCK_FILE).read_text() == f"{process.pid}\n"  # the lock file stays, its lock does not
+    result = train(tmp_path, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert steps(run_dir) == [0, 1, 2, 3, 4]
 
 def test_a_config_file_with_command_line_overrides():
     resolved = compose_with_file(str(EXAMPLE), ["trainer.total_steps=7", "algorithm=rloo", "algorithm.n=4"])

@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from rlloom_ray import WorkerError  # noqa: E402
-from rlloom_trainer.checkpoint import MANIFEST, Checkpoint, CheckpointManager, read_step  # noqa: E402
+from rlloom_trainer.checkpoint import MANIFEST, Checkpoint, CheckpointManager, damage, read_step  # noqa: E402
 from rlloom_trainer.testing import metric_rows  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
@@ -83,7 +83,9 @@ def test_world_size_2_checkpoints_hold_one_shard_per_rank(reference, tmp_path):
             manifest = json.load(handle)
         on_disk = files_under(folder)
         del on_disk[MANIFEST]
-        assert manifest == {"step": step, "files": on_disk}  # every shard listed with its size
+        assert manifest["step"] == step  # every shard listed with its size and checksum
+        assert {rel: entry["bytes"] for rel, entry in manifest["files"].items()} == on_disk
+        assert damage(folder) is None
         assert read_step(folder) == step
 
     # Each parameter is cut along dim 0 (FSDP2 Shard(0)): rank r's chunk of a tensor with n rows

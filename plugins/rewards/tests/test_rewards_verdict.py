@@ -4,6 +4,7 @@ honest solutions score 1, and values cross the boundary as plain data only."""
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 
@@ -13,6 +14,7 @@ from rlloom_rewards.code import wire
 from rlloom_rewards.code.harness import CheckJob, run_tests
 from rlloom_rewards.code.humaneval import HumanEvalDataConfig, PromptStyle, build_humaneval
 from rlloom_rewards.code.sandbox import PASS, SandboxLimits, run_python, sandbox_python
+from rlloom_rewards.code.tester import left_for_candidate
 from rlloom_rewards.code.verifier import CodeVerifier
 
 LIMITS = SandboxLimits(timeout_s=3.0)
@@ -49,6 +51,28 @@ HACKS = {
         "    print(json.dumps({'statements': 2, 'completed': 2, 'failure': None}), flush=True)\n"
         "    return 0\n"
     ),
+}
+
+
+# A wrong solution that also defines a builtin the tests call: (task, forgery, honest solution).
+# HumanEval/2's and /32's tests call ``abs`` and ``range``; the other tasks are written for ``len``,
+# ``set`` and ``sorted``.
+FORGERIES = {
+    "abs (HumanEval/2)": ("HumanEval/2", "def truncate_number(n):\n    return 0.5\n\ndef abs(x):\n    return 0\n",
+                          None),
+    "range (HumanEval/32)": ("HumanEval/32", "def find_zero(xs):\n    return 0.0\n\ndef range(*args):\n    return []\n",
+                             None),
+    "len": ({"prefix": "def words(s):\n    pass\n", "suffix": "check(words)\n", "entry_point": "words",
+             "tests": "def check(candidate):\n    assert len(candidate('a b c')) == 3\n"},
+            "def words(s):\n    return []\n\ndef len(x):\n    return 3\n", "def words(s):\n    return s.split()\n"),
+    "set": ({"prefix": "", "suffix": "", "entry_point": None,
+             "tests": "assert set(unique([3, 1, 3])) == {1, 3}\n"},
+            "def unique(xs):\n    return []\n\ndef set(x):\n    return {1, 3}\n",
+            "def unique(xs):\n    return list(dict.fromkeys(xs))\n"),
+    "sorted": ({"prefix": "def ascending(xs):\n    pass\n", "suffix": "check(ascending)\n", "entry_point": "ascending",
+                "tests": "def check(candidate):\n    assert sorted(candidate([3, 1, 2])) == [1, 2, 3]\n"},
+               "def ascending(xs):\n    return [9]\n\ndef sorted(x):\n    return [1, 2, 3]\n",
+               "def ascending(xs):\n    return xs\n"),
 }
 
 
@@ -92,6 +116,36 @@ def test_the_tests_use_the_tasks_own_helpers_not_the_responses(python):
     honest = "def root(xs):\n    return -xs[0] / xs[1]\n"
     assert verify(python, cheat, tests, extra) == 0.0
     assert verify(python, honest, tests, extra) == 1.0
+
+
+def task_of(task: str | dict) -> tuple[str, dict]:
+    """(tests, extra) of a HumanEval task id, or of a task written out as a dict."""
+    if isinstance(task, str):
+        problem = read_problems()[task]
+        return problem["test"], {"prefix": problem["prompt"], "suffix": f"check({problem['entry_point']})\n",
+                                 "entry_point": problem["entry_point"]}
+    return task["tests"], {key: task[key] for key in ("prefix", "suffix", "entry_point")}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_a_solution_that_shadows_a_builtin_the_tests_call_scores_zero(python, name):
+    task, forgery, honest = FORGERIES[name]
+    tests, extra = task_of(task)
+    assert verify(python, forgery, tests, extra) == 0.0
+    if honest is not None:  # the task itself is passable, so the 0 is the forgery's
+        assert verify(python, honest, tests, extra) == 1.0
+
+
+def test_the_names_left_for_the_candidate_exclude_builtins_trusted_names_and_what_the_tests_bind():
+    prefix = ast.parse("import math\ndef helper(x):\n    return solve(x) + math.pi\n")
+    tests = ast.parse(
+        "def check(candidate):\n    expected = [i for i in range(3)]\n    assert candidate(1) == expected\n"
+        "    assert sorted(add(1, 2)) == mine(3)\n"
+        "def mine(x):\n    return x\n"
+        "try:\n    other()\nexcept ValueError as error:\n    pass\n"
+    )
+    trusted = {"__name__", "__builtins__", "math", "helper"}
+    assert left_for_candidate(prefix, tests, trusted) == {"solve", "add", "other"}
 
 
 def test_exceptions_keep_their_builtin_type(python):

@@ -1,17 +1,21 @@
-"""CheckpointManager: atomic saves, completeness checks, retention, disk-full and kill points."""
+"""CheckpointManager: atomic saves, completeness and checksum checks, retention, disk-full and kill points."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from rlloom_trainer.checkpoint import KILL_ENV, CheckpointError, CheckpointManager, is_complete, read_step, write_atomic
+from rlloom_trainer.checkpoint import (
+    KILL_ENV, CheckpointError, CheckpointManager, damage, is_complete, read_step, verified_step, write_atomic,
+)
 from rlloom_trainer.testing import mounted_tmpfs
 
 
@@ -30,9 +34,12 @@ def test_save_writes_a_manifest_of_every_file_and_the_latest_pointer(tmp_path):
     checkpoint = manager.save(3, write_files({"actor/weights.bin": 100, "trainer_state.pt": 7}))
     assert checkpoint.path == str(tmp_path / "checkpoints" / "global_step_3") and checkpoint.step == 3
     manifest = json.loads((tmp_path / "checkpoints" / "global_step_3" / "manifest.json").read_text())
-    assert manifest == {"step": 3, "files": {"actor/weights.bin": 100, "trainer_state.pt": 7}}
+    assert manifest == {"step": 3, "files": {
+        "actor/weights.bin": {"bytes": 100, "sha256": hashlib.sha256(b"x" * 100).hexdigest()},
+        "trainer_state.pt": {"bytes": 7, "sha256": hashlib.sha256(b"x" * 7).hexdigest()}}}
     assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_3\n"
-    assert is_complete(checkpoint.path) and read_step(checkpoint.path) == 3
+    assert is_complete(checkpoint.path) and read_step(checkpoint.path) == 3 == verified_step(checkpoint.path)
+    assert damage(checkpoint.path) is None
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_3", "latest"]
 
 
@@ -51,6 +58,52 @@ def test_truncated_or_unfinished_checkpoints_are_not_complete(tmp_path):
     manager.save(5, write_files({"b.bin": 1}))
     assert "global_step_6.tmp" not in os.listdir(tmp_path / "checkpoints")
     assert manager.latest().step == 5
+
+
+
+def flip_8_bytes(path: str, offset: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        data = handle.read(8)
+        handle.seek(offset)
+        handle.write(bytes(byte ^ 0xFF for byte in data))
+
+
+DAMAGES = {  # what is done to global_step_4's "actor/shard.bin" (64 bytes) -> what damage() says
+    "8 bytes flipped": (lambda path: flip_8_bytes(path, 28), "actor/shard.bin does not match its sha256 checksum"),
+    "truncated": (lambda path: os.truncate(path, 32), "actor/shard.bin has 32 bytes where its manifest says 64"),
+    "deleted": (os.remove, "actor/shard.bin is missing"),
+    "manifest deleted": (lambda path: os.remove(os.path.join(os.path.dirname(os.path.dirname(path)), "manifest.json")),
+                         "its manifest.json is missing or unreadable"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_resume_skips_a_damaged_checkpoint_naming_the_file_and_moves_it_aside(tmp_path, capsys, kind):
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(2, write_files({"actor/shard.bin": 64}))
+    newest = manager.save(4, write_files({"actor/shard.bin": 64, "trainer_state.pt": 5}))
+    spoil, said = DAMAGES[kind]
+    spoil(os.path.join(newest.path, "actor", "shard.bin"))
+    assert said in damage(newest.path)
+    with pytest.raises(CheckpointError, match=f"the checkpoint '{newest.path}' is damaged: {said}"):
+        verified_step(newest.path)
+    assert manager.newest_intact().step == 2
+    assert capsys.readouterr().err.startswith(f"rlloom: skipping the damaged checkpoint {newest.path}: {said}")
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_2", "global_step_4.damaged", "latest"]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "global_step_2\n"
+    assert manager.newest_intact().step == 2 and capsys.readouterr().err == ""  # said once: it is out of the way
+
+
+def test_a_checkpoint_written_before_checksums_is_checked_by_size_and_said_once(tmp_path, capsys):
+    manager = CheckpointManager(str(tmp_path))
+    checkpoint = manager.save(2, write_files({"a.bin": 10}))
+    (Path(checkpoint.path) / "manifest.json").write_text(json.dumps({"step": 2, "files": {"a.bin": 10}}))
+    assert damage(checkpoint.path) is None and verified_step(checkpoint.path) == 2
+    assert manager.newest_intact() == checkpoint
+    assert capsys.readouterr().err.count("written before checkpoints carried checksums") == 1
+    os.truncate(os.path.join(checkpoint.path, "a.bin"), 3)
+    assert damage(checkpoint.path) == "a.bin has 3 bytes where its manifest says 10 (truncated or rewritten)"
 
 
 def test_keep_last_n_keeps_the_newest_complete_checkpoints(tmp_path):
@@ -179,9 +232,7 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
     """A real SIGINT inside a save whose library catches the KeyboardInterrupt and fails with another
     error (as torch's zip writer does when a write is interrupted: "unexpected pos"): inside the run's
     recording_interrupts block the manager raises KeyboardInterrupt; afterwards the same error is a
-    failed save again, and Python's own SIGINT handler is back."""
-    import signal
-
+    failed save again, and Python's own SIGINT (and SIGTERM) handler is back."""
     from rlloom_trainer.sigint import received, recording_interrupts
 
     def loses_the_interrupt(folder: str) -> None:
@@ -199,8 +250,40 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
             manager.save(2, loses_the_interrupt)
         assert received()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not received()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     with recording_interrupts():  # no interrupt in this block
         assert not received()
         with pytest.raises(CheckpointError, match="unexpected pos"):
             manager.save(2, fails)
     assert manager.latest() is None
+
+
+SECOND_SIGNAL = textwrap.dedent("""
+    import signal, sys, time
+    from rlloom_trainer.sigint import received_signal, recording_interrupts, retake_signals
+
+    with recording_interrupts():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        retake_signals()
+        try:
+            print("running", flush=True)
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("closing after", received_signal(), flush=True)
+            time.sleep(60)  # a slow close: the second signal must not wait for it
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_the_first_signal_interrupts_and_a_second_exits_at_once(signum):
+    """Also when a library replaced the handlers inside the block (``retake_signals``)."""
+    process = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline() == "running\n"
+    process.send_signal(signum)
+    assert process.stdout.readline() == f"closing after {int(signum)}\n"
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum
+    assert stderr == f"rlloom: {signum.name} again: exiting now\n"

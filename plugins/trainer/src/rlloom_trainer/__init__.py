@@ -1,8 +1,8 @@
 """rlloom-trainer: the training loop that drives the core's controller step by step, and everything a run
-keeps in its folder — checkpoints and resume (:mod:`.checkpoint`, :mod:`.resume`, :mod:`.run_state`),
-validation, rollout dumps, the final model — the trackers (:mod:`.trackers`), ``rlloom train`` and the commands
-on what a run wrote (:mod:`.commands`: ``eval``, ``generate``, ``chat``, ``export``, ``plot``), and the test
-helpers of :mod:`.testing`.
+keeps in its folder — its lock (:mod:`.run_lock`), checkpoints and resume (:mod:`.checkpoint`, :mod:`.resume`,
+:mod:`.run_state`), validation, rollout dumps, the final model — the trackers (:mod:`.trackers`), ``rlloom
+train`` and the commands on what a run wrote (:mod:`.commands`: ``eval``, ``generate``, ``chat``, ``export``,
+``plot``), and the test helpers of :mod:`.testing`.
 
 Importing this package imports nothing heavier than :mod:`rlloom`.
 """

@@ -6,13 +6,18 @@ Layout under ``<run_dir>/checkpoints/``::
         actor/  critic/         what each train engine's ``save`` wrote
         trainer_state.pt        the run's state (rlloom_trainer.run_state.TrainerState)
         config.yaml             the resolved run config
-        manifest.json           written LAST: {"step": N, "files": {relative path: size in bytes}}
+        manifest.json           written LAST: {"step": N, "files": {relative path: {"bytes": size,
+                                "sha256": digest}}} (before checksums: {relative path: size})
+    global_step_<N>.damaged/    a checkpoint a resume found damaged, moved aside (never read again)
     latest                      the name of the newest complete checkpoint (written last, atomically)
 
 A checkpoint is *complete* when its ``manifest.json`` exists and every file it lists exists with the
-listed size. A process killed at any point leaves either a complete checkpoint or a ``*.tmp``
-folder (or a folder without a valid manifest), which is ignored when resuming and removed by the
-next save.
+listed size (cheap: listing, pruning, messages); it is *intact* when, besides, every file's SHA-256
+equals the manifest's (:func:`damage`, reading every byte: what a resume, ``rlloom eval`` and ``rlloom
+export`` check before loading). A process killed at any point leaves either a complete checkpoint or a
+``*.tmp`` folder, which is ignored when resuming and removed by the next save; a resume skips any
+checkpoint that is not intact, says which and why, and continues from the newest intact one
+(:meth:`CheckpointManager.newest_intact`).
 
 Fault injection (tests): with ``RLLOOM_TEST_KILL_AT=<point>:<step>`` in the environment the process
 sends itself SIGKILL at that point of the save of step ``<step>``. Points: ``during_save`` (the
@@ -23,11 +28,13 @@ the ``latest`` pointer not yet updated).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -41,6 +48,8 @@ RESUME_MARKER = "training/resumed_from_step"
 CHECKPOINTS_DIR = "checkpoints"
 PREFIX = "global_step_"
 MANIFEST = "manifest.json"
+DIGEST = "sha256"
+DAMAGED_SUFFIX = ".damaged"
 LATEST = "latest"
 KILL_ENV = "RLLOOM_TEST_KILL_AT"
 _NAME = re.compile(rf"^{PREFIX}(\d+)$")
@@ -110,14 +119,39 @@ def write_atomic(path: str, data: bytes) -> None:
     fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
-def _files(root: str) -> dict[str, int]:
-    """Relative path → size of every file under ``root``."""
-    sizes = {}
+def file_digest(path: str) -> str:
+    """The hex SHA-256 of the file at ``path``, read in chunks."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, DIGEST).hexdigest()
+
+
+def _files(root: str) -> dict[str, dict[str, int | str]]:
+    """Relative path → ``{"bytes": size, "sha256": digest}`` of every file under ``root``."""
+    entries = {}
     for folder, _, names in os.walk(root):
         for name in names:
             full = os.path.join(folder, name)
-            sizes[os.path.relpath(full, root)] = os.path.getsize(full)
-    return sizes
+            entries[os.path.relpath(full, root)] = {"bytes": os.path.getsize(full), DIGEST: file_digest(full)}
+    return entries
+
+
+def _listed_size(entry: int | dict) -> int:
+    """The size a manifest entry gives (a plain int in manifests written before checksums)."""
+    return entry if isinstance(entry, int) else entry["bytes"]
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest of checkpoint folder ``path`` (``OSError``, ``ValueError`` when unreadable)."""
+    with open(os.path.join(path, MANIFEST), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise ValueError(f"{MANIFEST} is not a checkpoint manifest")
+    return manifest
+
+
+def has_checksums(path: str) -> bool:
+    """Whether the manifest of the complete checkpoint ``path`` carries a checksum for every file."""
+    return all(isinstance(entry, dict) for entry in read_manifest(path)["files"].values())
 
 
 def _kill_point(point: str, step: int) -> None:
@@ -128,11 +162,33 @@ def _kill_point(point: str, step: int) -> None:
 def is_complete(path: str) -> bool:
     """Whether ``path`` holds a manifest and every file it lists, with the listed sizes."""
     try:
-        with open(os.path.join(path, MANIFEST), encoding="utf-8") as handle:
-            manifest = json.load(handle)
-        return all(os.path.getsize(os.path.join(path, rel)) == size for rel, size in manifest["files"].items())
+        files = read_manifest(path)["files"]
+        return all(os.path.getsize(os.path.join(path, rel)) == _listed_size(entry) for rel, entry in files.items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def damage(path: str) -> str | None:
+    """Why the checkpoint folder ``path`` cannot be trusted, naming the file — its manifest unreadable, a
+    listed file missing, of another size or with another SHA-256 than the manifest says — or None when it
+    is intact. Files of a manifest written before checksums are checked by size only."""
+    try:
+        files = read_manifest(path)["files"]
+    except (OSError, ValueError) as error:
+        return f"its {MANIFEST} is missing or unreadable ({type(error).__name__}: {error})"
+    for rel, entry in files.items():
+        full = os.path.join(path, rel)
+        try:
+            size = os.path.getsize(full)
+            if size != _listed_size(entry):
+                return f"{rel} has {size} bytes where its manifest says {_listed_size(entry)} (truncated or rewritten)"
+            if isinstance(entry, dict) and file_digest(full) != entry[DIGEST]:
+                return f"{rel} does not match its {DIGEST} checksum (its content changed after it was written)"
+        except FileNotFoundError:
+            return f"{rel} is missing"
+        except (OSError, KeyError, TypeError) as error:
+            return f"{rel} cannot be checked ({type(error).__name__}: {error})"
+    return None
 
 
 def read_step(path: str) -> int:
@@ -142,8 +198,18 @@ def read_step(path: str) -> int:
             f"{path!r} is not a complete checkpoint: its {MANIFEST} is missing or lists files that are "
             f"missing or truncated (a save that was interrupted)"
         )
-    with open(os.path.join(path, MANIFEST), encoding="utf-8") as handle:
-        return int(json.load(handle)["step"])
+    return int(read_manifest(path)["step"])
+
+
+def verified_step(path: str) -> int:
+    """The step of the intact checkpoint ``path`` (:func:`damage`); :class:`CheckpointError` naming the
+    damaged file otherwise."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is not a checkpoint folder")
+    problem = damage(path)
+    if problem is not None:
+        raise CheckpointError(f"the checkpoint {path!r} is damaged: {problem}; it cannot be loaded")
+    return read_step(path)
 
 
 class CheckpointManager:
@@ -160,21 +226,44 @@ class CheckpointManager:
 
     def complete(self) -> list[Checkpoint]:
         """The complete checkpoints, oldest first."""
-        if not os.path.isdir(self.root):
-            return []
-        found = []
-        for name in os.listdir(self.root):
-            match = _NAME.match(name)
-            path = os.path.join(self.root, name)
-            if match and is_complete(path):
-                found.append(Checkpoint(path, int(match.group(1))))
-        return sorted(found, key=lambda checkpoint: checkpoint.step)
+        return [checkpoint for checkpoint in self.folders() if is_complete(checkpoint.path)]
 
     def latest(self) -> Checkpoint | None:
         """The newest complete checkpoint (also when a kill came between its rename and the update
         of the ``latest`` pointer), or None."""
         found = self.complete()
         return found[-1] if found else None
+
+    def folders(self) -> list[Checkpoint]:
+        """Every ``global_step_<N>`` folder, complete or not, oldest first."""
+        if not os.path.isdir(self.root):
+            return []
+        found = [Checkpoint(os.path.join(self.root, name), int(match.group(1)))
+                 for name in os.listdir(self.root) if (match := _NAME.match(name))]
+        return sorted(found, key=lambda checkpoint: checkpoint.step)
+
+    def newest_intact(self) -> Checkpoint | None:
+        """The newest intact checkpoint (:func:`damage`), or None. Each newer ``global_step_<N>`` folder is
+        damaged: it is moved aside to ``global_step_<N>.damaged`` (so that neither pruning nor a later
+        resume counts it), stderr says which and why, and the ``latest`` pointer names the intact one; a
+        checkpoint written before checksums is said to be checked by size only."""
+        moved = False
+        for checkpoint in reversed(self.folders()):
+            problem = damage(checkpoint.path)
+            if problem is None:
+                if moved:
+                    write_atomic(os.path.join(self.root, LATEST), f"{PREFIX}{checkpoint.step}\n".encode())
+                if not has_checksums(checkpoint.path):
+                    print(f"rlloom: {checkpoint.path} was written before checkpoints carried checksums: its "
+                          f"files were checked by size only", file=sys.stderr, flush=True)
+                return checkpoint
+            aside = checkpoint.path + DAMAGED_SUFFIX
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(checkpoint.path, aside)
+            moved = True
+            print(f"rlloom: skipping the damaged checkpoint {checkpoint.path}: {problem}; moved it to {aside}",
+                  file=sys.stderr, flush=True)
+        return None
 
     def save(self, step: int, write: Callable[[str], None]) -> Checkpoint:
         """Write checkpoint ``step``: ``write(folder)`` fills a fresh temporary folder, then the

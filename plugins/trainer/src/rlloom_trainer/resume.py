@@ -1,10 +1,11 @@
 """What a run (re-)started in a folder continues from: the checkpoint ``trainer.resume`` points at,
 checked against the current config, and whether the run in that folder has already finished.
 
-``trainer.resume``: ``auto`` (the default) continues from the folder's latest complete checkpoint;
+``trainer.resume``: ``auto`` (the default) continues from the folder's newest intact checkpoint, skipping
+(and naming on stderr) damaged ones (:meth:`~rlloom_trainer.checkpoint.CheckpointManager.newest_intact`);
 ``never`` starts fresh, and is a config error when the folder already holds checkpoints (a run is never
 overwritten: choose another ``trainer.run_name`` or ``trainer.run_dir``); a checkpoint folder continues from
-that checkpoint.
+that checkpoint, which must be intact.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.config.run_name import run_dir_of
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE
 
-from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, read_step
+from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, verified_step
 from rlloom_trainer.run_state import TrainerState, config_changes
 
 FINAL_METRICS = "final_metrics.json"
@@ -33,7 +34,7 @@ def without_unused_roles(choices: dict[str, str]) -> dict[str, str]:
 
 def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
     """The checkpoint ``trainer.resume`` points at for a run in ``run_dir``, or None for a fresh start.
-    ConfigError when ``resume=never`` meets existing checkpoints, when ``resume`` names no complete
+    ConfigError when ``resume=never`` meets existing checkpoints, when ``resume`` names no intact
     checkpoint, or when the checkpoint's config differs in a key that cannot change on resume
     (:func:`rlloom_trainer.run_state.config_changes`)."""
     mode = resolved.sections["trainer"].resume
@@ -48,10 +49,10 @@ def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
             )
         return None
     if mode == "auto":
-        target = checkpoints.latest()
+        target = checkpoints.newest_intact()
     else:
         try:
-            target = Checkpoint(mode, read_step(mode))
+            target = Checkpoint(mode, verified_step(mode))
         except CheckpointError as error:
             raise ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.") from None
     if target is not None:

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import resource
+import signal
 import sys
 import time
 import warnings
@@ -50,8 +51,9 @@ from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator
 from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
+from rlloom_trainer.run_lock import run_lock
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
-from rlloom_trainer.sigint import recording_interrupts
+from rlloom_trainer.sigint import received, received_signal, recording_interrupts, retake_signals
 from rlloom_trainer.validation import validate
 
 
@@ -380,6 +382,8 @@ class Trainer:
         if self.config.val_before_train and self.step == 0:
             self.log(self.validate(), self.step)
         while self.step < self.config.total_steps:
+            if received():  # a signal whose KeyboardInterrupt a library swallowed still stops the run
+                raise KeyboardInterrupt
             self.step += 1
             start = time.perf_counter()
             ctx = self.context(training=True)
@@ -431,16 +435,20 @@ def run_training(overrides: list[str]) -> dict[str, float]:
 def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     """Run the validated config ``resolved`` to its end; return the final metrics (those of the run's
     folder, building nothing, when that run has already finished: :func:`rlloom_trainer.resume.finished_run`).
-    Ctrl-C during the run closes it and raises :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it
-    was in)."""
-    finished = finished_run(resolved)
-    if finished is not None:
-        return finished
-    trainer = Trainer(resolved)
-    try:
-        with recording_interrupts():
+    Ctrl-C or SIGTERM (:mod:`rlloom_trainer.sigint`) closes the run and raises
+    :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it was in, the signal). The run holds its
+    folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the same folder is refused."""
+    trainer = None
+    with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
+        try:
+            finished = finished_run(resolved)
+            if finished is not None:
+                return finished
+            trainer = Trainer(resolved)
+            retake_signals()  # the launcher may have installed its own (Ray does, for SIGTERM)
             return trainer.fit()
-    except KeyboardInterrupt:
-        raise RunInterrupted(trainer.step) from None
-    finally:
-        trainer.close()
+        except KeyboardInterrupt:
+            raise RunInterrupted(trainer.step if trainer else None, received_signal() or signal.SIGINT) from None
+        finally:
+            if trainer is not None:
+                trainer.close()

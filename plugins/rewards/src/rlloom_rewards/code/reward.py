@@ -15,7 +15,8 @@ run in a separate trusted process that calls the candidate's functions and compa
   of the response, or the whole response when it has none (a completion that continues the
   prompt);
 - ``ground_truth``: the tests, Python source that raises (e.g. ``assert``) when the code is wrong, calling
-  the functions the response defines by name;
+  the functions the response defines by name (the entry point, or names neither the prefix nor the tests
+  define; builtins are always the real ones);
 - ``extra["prefix"]`` / ``extra["suffix"]`` / ``extra["entry_point"]`` (optional): e.g. HumanEval's
   prompt (signature, imports, helpers: the tests use the prompt's own helpers, never the response's),
   ``check(<entry point>)`` and the entry point's name.

@@ -7,12 +7,14 @@ sandbox, so nothing the candidate does can reach this process or its report. The
 function the task asks for, or ``null``), ``nonce`` (echoed in the report), and the two pipe descriptors
 to the candidate, ``requests_fd`` and ``replies_fd`` (protocol: :mod:`rlloom_rewards.code.wire`).
 
-The tester runs ``prefix`` in a fresh namespace, then binds each function or class the candidate
-announced to a :class:`CandidateCall` — the ``entry_point`` always, any other name only when ``prefix``
-does not define it (so a response cannot replace a trusted helper the tests rely on, like HumanEval's
-``poly``) — and runs the top-level statements of ``tests + suffix`` one by one, stopping at the first
-that raises. Values come back from the candidate as plain data only, so every comparison a test makes
-happens here, on objects the candidate did not build.
+The tester runs ``prefix`` in a fresh namespace whose builtins are the real ones, then binds to a
+:class:`CandidateCall` each function or class the candidate announced that is either the
+``entry_point`` or a name :func:`left_for_candidate` (read by the prefix or the tests, bound by neither,
+not defined by the prefix, not a builtin), so that a response can replace neither a trusted helper the
+tests rely on (HumanEval's ``poly``) nor a builtin they call (``abs``, ``len``, ``range``, ``sorted``…).
+Then it runs the top-level statements of ``tests + suffix`` one by one, stopping at the first that raises.
+Values come back from the candidate as plain data only, so every comparison a test makes happens here,
+on objects the candidate did not build.
 
 Report (one JSON line on stdout; what the tests print goes to stderr): ``{"nonce", "statements",
 "completed", "failure"}``, where ``failure`` is ``null`` or the first failure's last line; or
@@ -99,25 +101,53 @@ def _last_line(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()[-1][:500]
 
 
+def _read_and_bound(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(the names ``tree`` reads, the names it binds in any scope: assignment targets, ``def``/``class``
+    names, parameters, imports, ``except ... as``, ``match`` captures)."""
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    return read, bound
+
+
+def left_for_candidate(prefix: ast.Module, tests: ast.Module, trusted: set[str]) -> set[str]:
+    """The names besides the entry point that the candidate may supply: read by ``prefix`` or ``tests``,
+    bound by neither anywhere, not in ``trusted`` (the prefix's namespace), not a builtin."""
+    prefix_read, prefix_bound = _read_and_bound(prefix)
+    tests_read, tests_bound = _read_and_bound(tests)
+    return (prefix_read | tests_read) - prefix_bound - tests_bound - trusted - set(dir(builtins))
+
+
 def run(job: dict) -> dict:
     """The report of the module doc for ``job``."""
     channel = Channel(job["requests_fd"], job["replies_fd"])
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(compile(job["prefix"], "<task prefix>", "exec"), namespace)  # noqa: S102 - the task's trusted code
-        statements = ast.parse(job["tests"] + "\n" + job["suffix"], "<tests>").body
+        prefix = ast.parse(job["prefix"], "<task prefix>")
+        exec(compile(prefix, "<task prefix>", "exec"), namespace)  # noqa: S102 - the task's trusted code
+        tests = ast.parse(job["tests"] + "\n" + job["suffix"], "<tests>")
     except Exception as error:  # noqa: BLE001 - a broken task is reported as such
         return {"error": f"the task's own code fails: {_last_line(error)}"}
-    report = {"statements": len(statements), "completed": 0, "failure": None}
+    report = {"statements": len(tests.body), "completed": 0, "failure": None}
     try:
-        announced = channel.receive()["callables"]
+        announced = {name for name in channel.receive()["callables"] if isinstance(name, str)}
     except Exception as error:  # noqa: BLE001 - no usable announcement: the candidate failed
         return {**report, "failure": _last_line(error)}
-    trusted = set(namespace)
-    for name in announced:
-        if name == job["entry_point"] or name not in trusted:
-            namespace[name] = CandidateCall(name, channel)
-    for statement in statements:
+    allowed = left_for_candidate(prefix, tests, set(namespace)) | {job["entry_point"]}
+    for name in announced & allowed:
+        namespace[name] = CandidateCall(name, channel)
+    for statement in tests.body:
         try:
             exec(compile(ast.Module([statement], []), "<tests>", "exec"), namespace)  # noqa: S102
         except BaseException as error:  # noqa: BLE001 - a test's failure, whatever it raised

@@ -1,6 +1,7 @@
-"""What a model path given on the command line names: a run folder (its latest complete checkpoint), a
+"""What a model path given on the command line names: a run folder (its newest checkpoint), a
 checkpoint (``.../checkpoints/global_step_<N>`` or the ``.../checkpoints/latest`` pointer) or a Hugging Face
-model folder (``final_model``, an export); and the run config a checkpoint was trained with, as overrides."""
+model folder (``final_model``, an export); and the run config a checkpoint was trained with, as overrides.
+A checkpoint that is not intact (:func:`rlloom_trainer.checkpoint.damage`) is refused, naming the damaged file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlloom.config import ConfigError
-from rlloom_trainer.checkpoint import CHECKPOINTS_DIR, LATEST, MANIFEST, CheckpointError, CheckpointManager, read_step
+from rlloom_trainer.checkpoint import (
+    CHECKPOINTS_DIR, LATEST, MANIFEST, PREFIX, CheckpointError, CheckpointManager, verified_step,
+)
 from rlloom_trainer.config_files import hydra_value
 
 # trainer keys a command sets itself, never taken from the run that wrote a checkpoint
@@ -43,22 +46,29 @@ def resolve_target(path: str) -> Target:
     if os.path.isfile(path) and os.path.basename(path) == LATEST:  # checkpoints/latest holds a folder name
         with open(path, encoding="utf-8") as handle:
             path = os.path.join(os.path.dirname(path), handle.read().strip())
-    if os.path.isfile(os.path.join(path, MANIFEST)) or os.path.basename(path).startswith("global_step_"):
-        try:
-            step = read_step(path)
-        except CheckpointError as error:
-            raise ConfigError(str(error)) from None
-        return Target(path, None, step, os.path.dirname(os.path.dirname(path)))
+    if os.path.isfile(os.path.join(path, MANIFEST)) or os.path.basename(path).startswith(PREFIX):
+        return Target(path, None, _intact_step(path), os.path.dirname(os.path.dirname(path)))
     if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)):
-        latest = CheckpointManager(path).latest()
-        if latest is None:
+        folders = CheckpointManager(path).folders()
+        if not folders:
             raise ConfigError(f"{path!r} is a run folder without a complete checkpoint; pass a Hugging Face model "
                               f"folder (e.g. its final_model) instead")
-        return Target(latest.path, None, latest.step, path)
+        newest = folders[-1]
+        return Target(newest.path, None, _intact_step(newest.path, older=folders[:-1]), path)
     if os.path.isfile(os.path.join(path, "config.json")):
         return Target(None, path, 0, None)
     raise ConfigError(f"{path!r} is not a run folder, a checkpoint (checkpoints/global_step_<N>, checkpoints/latest) "
                       f"or a Hugging Face model folder (with config.json)")
+
+
+def _intact_step(path: str, older: list = ()) -> int:
+    """The step of the checkpoint ``path``; :class:`ConfigError` naming the damaged file when it is not intact
+    (naming the next older checkpoint folder of ``older``, if any, to pass instead)."""
+    try:
+        return verified_step(path)
+    except CheckpointError as error:
+        instead = f"; pass an older checkpoint instead, e.g. {older[-1].path}" if older else ""
+        raise ConfigError(f"{error}{instead}") from None
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, description: str) -> None:

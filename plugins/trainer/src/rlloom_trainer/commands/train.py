@@ -1,7 +1,7 @@
 """``rlloom train [--config FILE] [--print-config] OVERRIDES...``: compose the run's config (a config error
 is reported before torch loads), then train (:func:`rlloom_trainer.trainer.fit_run`) and print the final
-validation and score metrics as JSON. Ctrl-C prints one line (:mod:`rlloom_trainer.interrupt`) and exits
-with :data:`rlloom.cli.INTERRUPTED`."""
+validation and score metrics as JSON. Ctrl-C or SIGTERM prints one line (:mod:`rlloom_trainer.interrupt`) and
+exits with status 128 + the signal's number (:data:`rlloom.cli.INTERRUPTED` for Ctrl-C, 143 for SIGTERM)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         metrics = fit_run(resolved)
     except KeyboardInterrupt as interrupt:
         command = ["rlloom", "train", *(["--config", args.config] if args.config else []), *args.overrides]
-        print(interrupt_message(resolved, interrupt.step if isinstance(interrupt, RunInterrupted) else None, command), file=sys.stderr)
-        return INTERRUPTED
+        stopped = interrupt if isinstance(interrupt, RunInterrupted) else None
+        print(interrupt_message(resolved, stopped.step if stopped else None, command), file=sys.stderr)
+        return stopped.exit_status if stopped else INTERRUPTED
     summary = {k: v for k, v in metrics.items() if k.startswith("val-") or k == "critic/score/mean"}
     print(json.dumps(summary, indent=1, sort_keys=True))
     return 0
