@@ -439,6 +439,7 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it was in, the signal). The run holds its
     folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the same folder is refused."""
     trainer = None
+    multi_turn(resolved)  # a launcher that cannot run the agent loop is refused before the folder is made
     with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
         try:
             finished = finished_run(resolved)
