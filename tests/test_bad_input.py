@@ -44,7 +44,8 @@ CASES = [
     (["algorithm="], "algorithm"), (["rollout=ñ"], "ñ"), (["trainer.run_dir=/dev/null/run"], "trainer.run_dir"),
     (["trainer.resume=/no/such/checkpoint"], "trainer.resume"),
     # missing and malformed files, impossible combinations
-    (["data=files"], "data.train_files"), (["data=files", "data.train_files=[a.jsonl]"], "data.val_files"),
+    (["data=files"], "data.train_files"),
+    (["data=files", "data.train_files=[a.jsonl]", "data.val_fraction=0"], "data.val_files"),
     (["data=files", "data.train_files=[/no/such.jsonl]", "data.val_fraction=0.5"], "/no/such.jsonl"),
     (["algorithm=ppo", "algorithm.ppo_mini_batch_size=3"], "ppo_mini_batch_size"),
     (["rollout=server"], "rollout.urls"), (["rollout=server", "rollout.urls=[localhost:1]"], "rollout.urls"),

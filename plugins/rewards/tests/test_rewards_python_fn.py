@@ -58,9 +58,9 @@ def test_bad_return_values_are_refused(value):
     (f"{FNS}:missing", "has no function 'missing'"),
     (f"{FNS}:not_callable", "is a int, not a function"),
 ])
-def test_bad_specs_fail_when_the_reward_is_built(spec, message):
+def test_bad_specs_fail_when_the_config_is_built(spec, message):
     with pytest.raises((TypeError, ValueError), match=message):
-        PythonReward(PythonRewardConfig(function=spec))
+        PythonRewardConfig(function=spec)
 
 
 def test_a_file_is_loaded_once_per_process():
@@ -74,3 +74,64 @@ def test_with_workers_the_function_is_loaded_and_called_in_each_worker_process()
     finally:
         reward.close()
     assert float(os.getpid()) not in pids and 1 <= len(pids) <= 2
+
+
+def trl_batch(responses, ids, mask, extra):
+    import torch
+
+    return Batch({"responses": torch.tensor(ids), "response_mask": torch.tensor(mask)},
+                 objects={"response_text": responses, "prompt_text": ["p1", "prompt2"][:len(responses)],
+                          "ground_truth": ["g"] * len(responses), "data_source": ["d"] * len(responses),
+                          "extra": extra})
+
+
+def test_trl_form_gets_columns_by_name_and_every_argument_with_kwargs():
+    reward = PythonReward(PythonRewardConfig(function=f"{FNS}:trl_accuracy"))
+    result = reward(trl_batch([" 4", "5"], [[7, 8], [9, 0]], [[1, 1], [1, 0]],
+                              [{"solution": "4", "level": 1}, {"solution": "6", "level": 2}]))
+    assert result.scores.tolist() == [1.0, 0.0] and result.num_errors == 0
+    # kwargs beyond completions and solution: prompts, completion_ids, ground_truth, data_source, level
+    assert result.components["kwargs"].tolist() == [5.0, 5.0]
+
+
+def test_trl_form_without_kwargs_gets_only_what_it_names_and_none_is_an_error():
+    reward = PythonReward(PythonRewardConfig(function=f"{FNS}:trl_named_only", error_score=-1.0))
+    result = reward(trl_batch(["ab", ""], [[7, 8], [9, 0]], [[1, 1], [0, 0]], [{}, {}]))
+    assert result.scores.tolist() == [len("p1") + 2, -1.0]
+    assert result.num_errors == 1 and "returned None" in result.info["error"][1]
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("trl_needs_a_missing_column", "needs ['answer_key']"),
+    ("trl_raises", "batched reward failed"),
+    ("trl_wrong_length", "returned 1 values for 2 completions"),
+])
+def test_a_failing_trl_form_call_is_an_error_on_every_row_never_raised(name, message):
+    reward = PythonReward(PythonRewardConfig(function=f"{FNS}:{name}", error_score=-0.5))
+    result = reward(trl_batch(["a", "b"], [[1], [2]], [[1], [1]], [{}, {}]))
+    assert result.scores.tolist() == [-0.5, -0.5] and result.num_errors == 2
+    assert all(message in error for error in result.info["error"])
+
+
+def test_trl_form_runs_in_a_worker_under_the_time_limit():
+    reward = PythonReward(PythonRewardConfig(function=f"{FNS}:trl_accuracy", num_workers=1, timeout_s=30))
+    try:
+        result = reward(trl_batch(["4"], [[1]], [[1]], [{"solution": "4"}]))
+    finally:
+        reward.close()
+    assert result.scores.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(("function", "named"), [
+    ("/no/such/rewards.py:score", "no such file"),
+    (f"{FNS}:missing", "has no function 'missing'"),
+    ("", "reward.function=''"),
+])
+def test_rlloom_train_refuses_a_wrong_function_before_anything_starts(function, named, tmp_path, capsys):
+    from rlloom.cli import main
+
+    status = main(["train", "preset=tiny", "reward=python", f"reward.function={function}",
+                   f"model.cache_dir={tmp_path / 'models'}", f"trainer.run_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert status == 2 and named in err and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == [], "nothing is left behind"

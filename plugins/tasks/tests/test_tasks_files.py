@@ -122,8 +122,10 @@ def test_skip_invalid_skips_and_counts(tmp_path):
 
 @pytest.mark.parametrize(("options", "message"), [
     ({}, "data.train_files"),
-    ({"train_files": ["x.jsonl"]}, "data.val_files"),
+    ({"train_files": ["x.jsonl"], "val_fraction": 0.0}, "data.val_files"),
     ({"train_files": ["x.jsonl"], "val_fraction": 1.0}, "data.val_fraction"),
+    ({"train_files": [1]}, "data.train_files must be a path or a list of paths"),
+    ({"train_files": "x.jsonl", "val_files": {"a": 1}}, "data.val_files must be a path or a list of paths"),
 ])
 def test_config_errors(options, message):
     with pytest.raises(ValueError, match=message):
@@ -136,3 +138,13 @@ def test_unsupported_or_missing_files(tmp_path):
         build_files(FilesDataConfig(train_files=[str(tmp_path / "data.csv")], val_fraction=0.5), 0)
     with pytest.raises(ValueError, match="no such file"):
         build_files(FilesDataConfig(train_files=[str(tmp_path / "nope.jsonl")], val_fraction=0.5), 0)
+
+
+def test_one_path_is_a_list_of_one_and_the_default_holds_out_a_tenth_and_says_so(tmp_path, capsys):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "ground_truth": i}) + "\n" for i in range(20)))
+    cfg = FilesDataConfig(train_files=str(path))
+    assert cfg.train_files == [str(path)]
+    data = build_files(cfg, seed=0)
+    assert (len(data.train), len(data.val)) == (18, 2)
+    assert "2 of the 20 training rows held out for validation (data.val_fraction=0.1" in capsys.readouterr().err

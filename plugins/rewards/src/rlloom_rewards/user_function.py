@@ -1,5 +1,6 @@
-"""Loading a user's reward function by name and calling it as a verifier (for ``reward=python``,
-see :mod:`rlloom_rewards.python_fn`). Torch-free, so that reward worker processes import it quickly."""
+"""Loading a user's reward function by name and calling it, one row at a time or, in TRL's form, once
+per batch (for ``reward=python``, see :mod:`rlloom_rewards.python_fn`). Torch-free, so that reward
+worker processes import it quickly."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom_rewardkit.outcome import Verdict
+from rlloom_rewardkit.outcome import ERROR, OK, Outcome, Verdict, describe
 
 
 @functools.cache
@@ -71,3 +73,54 @@ class UserFunction:
 
     def __call__(self, response: str, ground_truth: Any, extra: dict[str, Any]) -> Verdict:
         return as_verdict(load_function(self.spec)(response, ground_truth, extra))
+
+
+def takes_batches(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` has TRL's reward-function form: a parameter named ``completions``."""
+    return "completions" in inspect.signature(function).parameters
+
+
+@dataclass(frozen=True)
+class BatchedUserFunction:
+    """A picklable call of the TRL-form function ``spec`` on a whole batch's keyword arguments.
+
+    The function gets the arguments its signature names (all of them when it takes ``**kwargs``) and
+    returns one value per completion; a required parameter the batch lacks, or a result of another
+    length, raises (and so scores every row as an error)."""
+
+    spec: str
+
+    def __call__(self, arguments: dict[str, list]) -> list[Any]:
+        function = load_function(self.spec)
+        parameters = inspect.signature(function).parameters.values()
+        if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+            names = {parameter.name for parameter in parameters}
+            arguments = {name: value for name, value in arguments.items() if name in names}
+        required = [parameter.name for parameter in parameters if parameter.default is parameter.empty
+                    and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+        missing = [name for name in required if name not in arguments]
+        if missing:
+            raise TypeError(f"the reward function needs {missing}, which the batch does not have (it has "
+                            f"{sorted(arguments)}; a dataset column arrives by its name when data.extra_columns "
+                            "lists it)")
+        values = list(function(**arguments))
+        if len(values) != len(arguments["completions"]):
+            raise ValueError(f"the reward function returned {len(values)} values for "
+                             f"{len(arguments['completions'])} completions")
+        return values
+
+
+def row_outcomes(outcome: Outcome, rows: int) -> list[Outcome]:
+    """Per-row outcomes of one batched call: its error or timeout on every row, else each returned value as
+    a verdict (``None``, TRL's "no reward applies", and a value :func:`as_verdict` refuses are errors)."""
+    if outcome.status != OK:
+        return [outcome] * rows
+    outcomes = []
+    for value in outcome.value:
+        try:
+            if value is None:
+                raise ValueError("the reward function returned None for this completion")
+            outcomes.append(Outcome(OK, as_verdict(value)))
+        except (TypeError, ValueError) as exc:
+            outcomes.append(Outcome(ERROR, message=describe(exc)))
+    return outcomes

@@ -11,10 +11,13 @@ Files are read by :mod:`rlloom_tasks.data.readers`. Each row becomes a
 - ``data_source_column``: a non-empty string per row; ``""``: every row gets ``data_source``;
 - ``extra_columns``: copied into ``PromptRecord.extra`` (each must be present).
 
+Files: ``train_files`` and ``val_files`` are lists of paths; one path alone is a list of one
+(``data.train_files=task.jsonl``).
+
 Splits: the rows of ``train_files`` train; the rows of ``val_files`` validate. Without
-``val_files``, ``val_fraction`` of the training rows (``round(fraction * rows)``, at least 1) are
-moved to validation, chosen by ``random.Random(seed)``; both splits keep file order. A run needs
-at least one row in each split.
+``val_files``, ``val_fraction`` (default 0.1) of the training rows (``round(fraction * rows)``, at
+least 1) are held out for validation, chosen by ``random.Random(seed)``, and a line on stderr says
+how many; both splits keep file order. A run needs at least one row in each split.
 
 A malformed row (unreadable line, missing column, wrong type) raises ``ValueError`` naming the
 file and the line/row; with ``skip_invalid=true`` it is skipped instead, counted in the result's
@@ -24,6 +27,7 @@ file and the line/row; with ``skip_invalid=true`` it is skipped instead, counted
 from __future__ import annotations
 
 import random
+import sys
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
@@ -45,9 +49,9 @@ class StringPrompts(Enum):
 class FilesDataConfig:
     """Options of ``data=files`` (see the module doc)."""
 
-    train_files: list[str] = field(default_factory=list)
-    val_files: list[str] = field(default_factory=list)
-    val_fraction: float = 0.0  # used when val_files is empty
+    train_files: Any = field(default_factory=list)  # a list of paths, or one path
+    val_files: Any = field(default_factory=list)  # a list of paths, or one path
+    val_fraction: float = 0.1  # held out of the training rows when val_files is empty
     prompt_column: str = "prompt"
     ground_truth_column: str = "ground_truth"  # "": no ground truth
     data_source_column: str = ""  # "": every row gets data_source
@@ -136,7 +140,18 @@ def _records(paths: list[str], hf_split: str, cfg: FilesDataConfig, invalid: lis
     return records
 
 
+def _paths(value: Any, key: str) -> list[str]:
+    """``value`` as a list of paths: one path is a list of one."""
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, (list, tuple)) and all(isinstance(path, str) for path in value):
+        return list(value)
+    raise ValueError(f"{key} must be a path or a list of paths, got {value!r}")
+
+
 def _check(cfg: FilesDataConfig) -> None:
+    cfg.train_files = _paths(cfg.train_files, "data.train_files")
+    cfg.val_files = _paths(cfg.val_files, "data.val_files")
     if not cfg.train_files:
         raise ValueError("data=files needs data.train_files, e.g. data.train_files=[train.jsonl]")
     if not cfg.val_files and not 0.0 < cfg.val_fraction < 1.0:
@@ -158,6 +173,9 @@ def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:
         chosen = set(order[: max(1, round(cfg.val_fraction * len(train)))])
         val = [record for i, record in enumerate(train) if i in chosen]
         train = [record for i, record in enumerate(train) if i not in chosen]
+        print(f"rlloom: data=files: {len(val)} of the {len(val) + len(train)} training rows held out for validation "
+              f"(data.val_fraction={cfg.val_fraction}; data.val_files=[...] validates on your own rows)",
+              file=sys.stderr, flush=True)
     if not train or not val:
         raise ValueError(
             f"data=files: {len(train)} training and {len(val)} validation prompts; each split needs at least one "
