@@ -229,3 +229,14 @@ def test_a_missing_model_folder_is_one_paragraph(tmp_path):
     assert result.stderr.startswith("rlloom: error: the model source (model=hf) could not start: ")
     assert "no_such_folder" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly():
+    """``rlloom plugins --json | head``: the output pipe's reader is gone before the first write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([str(RLLOOM), "plugins", "--json"], stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

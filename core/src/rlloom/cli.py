@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RunFailedError, FileNotFoundError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return RUN_FAILED
+    except BrokenPipeError:  # the reader stopped early (rlloom plugins --json | head): nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
+        return 0
     except KeyboardInterrupt:  # rlloom train says more (rlloom_trainer.interrupt)
         print("rlloom: interrupted", file=sys.stderr)
         return INTERRUPTED

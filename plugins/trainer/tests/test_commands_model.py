@@ -56,6 +56,17 @@ def test_eval_refuses_what_is_not_a_model(run_dir, tmp_path, capsys):
     assert main(["eval", run_dir, "trainer.val_nn=3"]) == 2
 
 
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_run_folder_without_a_checkpoint_yet_is_named_so(command, tmp_path, capsys):
+    young = tmp_path / "young-run"  # stopped before its first checkpoint: a config and metrics only
+    young.mkdir()
+    (young / "config.yaml").write_text("trainer: {}\n")
+    (young / "metrics.jsonl").write_text("")
+    args = [command, str(young)] + (["--out", str(tmp_path / "out")] if command == "export" else [])
+    assert main(args) == 2
+    assert "is a run folder without a complete checkpoint" in capsys.readouterr().err
+
+
 def test_generate_samples_what_the_rollout_engine_samples(run_dir, tmp_path, monkeypatch):
     from rlloom.config import compose_config
     from rlloom.data import PromptRecord

@@ -116,3 +116,11 @@ def test_wandb_offline_run_is_written_without_network(tmp_path):
     assert len(data) > 1000
     # The records are protobuf: metric names and the config appear as plain bytes.
     assert b"critic/score/mean" in data and b"actor/entropy" in data and b"total_steps" in data
+
+
+def test_metrics_jsonl_is_written_whatever_the_tracker_list_says(tmp_path):
+    from rlloom_trainer.testing import train_tiny
+
+    rows = train_tiny(tmp_path / "run", "trainer.trackers=[console]", "trainer.total_steps=1",
+                      "trainer.val_before_train=false", cache_dir=tmp_path / "cache")
+    assert [row["step"] for row in rows if "reward/errors" in row] == [1]

@@ -77,7 +77,7 @@ class TrainerConfig(Limited):
     val_max_prompts: int = 0  # 0: every validation prompt
     run_name: Optional[str] = None  # default: <algorithm>-<data>-<model> (grpo-digits-tiny)
     run_dir: Optional[str] = None  # default: runs/<run_name>; re-running the same command resumes the run in it
-    trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    trackers: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # jsonl (metrics.jsonl) is always on
     sleep_rollout: bool = True  # rollout.sleep() while training, wake_up() before generating or syncing
     save_final_model: bool = True  # write the final policy as a Hugging Face folder in run_dir/final_model
     save_freq: int = 0  # checkpoint every k steps (0: only at the end); run_dir/checkpoints/global_step_<k>

@@ -284,9 +284,10 @@ class Trainer:
             raise RoleStartError("agent", choice, error) from error
 
     def _start_trackers(self) -> list[Any]:
-        """Build ``trainer.trackers``; one that fails to start is left out with a warning."""
+        """Build ``jsonl`` and ``trainer.trackers``: ``metrics.jsonl`` is the run folder's own record (``rlloom plot``,
+        resume's rewind), kept whatever else is listed. One that fails to start is left out with a warning."""
         trackers = []
-        for name in self.config.trackers:
+        for name in ["jsonl", *(name for name in self.config.trackers if name != "jsonl")]:
             try:
                 trackers.append(self.registry.build("tracker", name, self.run_dir, self.run_config))
             except Exception as error:  # noqa: BLE001 - a tracker must never kill the run

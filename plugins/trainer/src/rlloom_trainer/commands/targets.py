@@ -18,6 +18,7 @@ from rlloom_trainer.checkpoint import (
 )
 from rlloom_trainer.config_files import hydra_value
 
+RUN_CONFIG = "config.yaml"  # what every run folder holds from its start
 # trainer keys a command sets itself, never taken from the run that wrote a checkpoint
 OWN_TRAINER_KEYS = ("run_dir", "resume", "trackers")
 # groups whose saved choice and settings a command does not take over: the model is the checkpoint's weights,
@@ -48,7 +49,7 @@ def resolve_target(path: str) -> Target:
             path = os.path.join(os.path.dirname(path), handle.read().strip())
     if os.path.isfile(os.path.join(path, MANIFEST)) or os.path.basename(path).startswith(PREFIX):
         return Target(path, None, _intact_step(path), os.path.dirname(os.path.dirname(path)))
-    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)):
+    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)) or os.path.isfile(os.path.join(path, RUN_CONFIG)):
         folders = CheckpointManager(path).folders()
         if not folders:
             raise ConfigError(f"{path!r} is a run folder without a complete checkpoint; pass a Hugging Face model "
