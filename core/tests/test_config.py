@@ -395,3 +395,12 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
         "vanilla. Did you mean 'vanilla'?")
     # a config without the keys (the test plugin's GrpoConfig) is not checked
     assert compose_config(["algorithm.n=2"], registry).sections["algorithm"].n == 2
+
+
+def test_a_model_given_by_path_names_the_run_after_its_folder(tmp_path):
+    """Two ``model=hf`` runs of different folders do not share ``runs/<name>``."""
+    names = {compose_config(["model=hf", f"model.path={tmp_path / folder}"]).sections["trainer"].run_name
+             for folder in ("Qwen2.5-0.5B", "other-model/")}
+    assert names == {"grpo-arithmetic-Qwen2.5-0.5B", "grpo-arithmetic-other-model"}
+    assert compose_config(["model=hf", "model.path=Org/Name", "trainer.run_name=mine"]).sections["trainer"].run_name \
+        == "mine"

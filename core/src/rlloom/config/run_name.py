@@ -11,12 +11,14 @@ from omegaconf import DictConfig
 from rlloom.errors import ConfigError
 
 RUNS_DIR = "runs"
-NAME_GROUPS = ("algorithm", "data", "model")
 
 
-def default_run_name(choices: dict[str, str]) -> str:
-    """``<algorithm>-<data>-<model>`` from the chosen options (``grpo-digits-tiny``)."""
-    return "-".join(choices[group] for group in NAME_GROUPS).replace(os.sep, "-")
+def default_run_name(choices: dict[str, str], model: Any = None) -> str:
+    """``<algorithm>-<data>-<model>`` from the chosen options (``grpo-digits-tiny``); a model section with a
+    ``path`` (``model=hf``) is named by the path's last part (``grpo-digits-Qwen2.5-0.5B``)."""
+    path = str(getattr(model, "path", "") or "")
+    parts = [choices["algorithm"], choices["data"], os.path.basename(os.path.normpath(path)) if path else choices["model"]]
+    return "-".join(parts).replace(os.sep, "-")
 
 
 def check_run_name(name: str) -> None:
@@ -32,7 +34,7 @@ def name_run(cfg: DictConfig, sections: dict[str, Any], choices: dict[str, str])
     check it either way."""
     trainer = sections["trainer"]
     if trainer.run_name is None:
-        cfg.trainer.run_name = trainer.run_name = default_run_name(choices)
+        cfg.trainer.run_name = trainer.run_name = default_run_name(choices, sections.get("model"))
     check_run_name(trainer.run_name)
 
 
