@@ -1,4 +1,4 @@
-"""``rlloom`` command line: ``plugins``, ``--version`` and the commands plugins register (``train``, ``eval``, …:
+"""``rlloom`` command line: ``--version`` and the commands plugins register (``train``, ``eval``, ``plugins``, …:
 rlloom-trainer; ``serve``: rlloom-server); a known command whose distribution is not installed says what to
 install (status 2). Errors print one paragraph, no traceback (``RLLOOM_DEBUG=1`` shows a role's): a user error
 (bad config, missing plugin, changed resume config, a role that cannot start) exits with 2; a run that stops
@@ -9,54 +9,17 @@ itself or cannot checkpoint, 1; a role failing mid-run, 3; Ctrl-C, 130; SIGTERM 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from rlloom.errors import ConfigError, RoleFailedError, RoleStartError, RunFailedError
-from rlloom.plugins.registry import KINDS, PluginStatus, UnknownPluginError, get_registry, provider_of
+from rlloom.plugins.registry import UnknownPluginError, get_registry, provider_of
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
 ROLE_FAILED = 3
 INTERRUPTED = 130  # as a shell reports a process killed by SIGINT
 MAIN_COMMAND = "train"  # listed first by ``rlloom --help`` when installed (it comes with rlloom-trainer)
-
-
-def plugin_rows() -> list[dict[str, str]]:
-    """One row per registered component, one per entry point that failed to load, and one per
-    provider of a name several plugins register (none of them is used)."""
-    registry = get_registry()
-
-    def row(name: str, kind: str, plugin: PluginStatus, state: str) -> dict[str, str]:
-        return {"name": name, "kind": kind, "distribution": plugin.distribution, "version": plugin.version,
-                "status": state}
-
-    rows = [row(name, kind, status, f"not used: {len(providers)} plugins register it")
-            for (kind, name), providers in registry.conflicts.items() for status in providers]
-    for status in registry.statuses:
-        if status.status == "failed":
-            rows.append(row(status.entry_point, "?", status, f"failed: {status.error}"))
-        rows += [row(component.name, component.kind, status, "loaded") for component in status.components]
-    return rows
-
-
-def cmd_plugins(args: argparse.Namespace) -> int:
-    rows = plugin_rows()
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("name", "kind", "distribution", "version", "status", title="rlloom plugins")
-    for row in sorted(rows, key=lambda r: (list(KINDS).index(r["kind"]) if r["kind"] in KINDS else -1, r["name"])):
-        table.add_row(row["name"], row["kind"], row["distribution"], row["version"], row["status"])
-    Console(width=160).print(table)
-    presets = get_registry().presets
-    if presets:
-        print("presets: " + ", ".join(f"{p.name} ({p.description})" for p in presets.values()))
-    return 0
 
 
 class PrintVersion(argparse.Action):
@@ -76,15 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom", description="RL post-training for language models.")
     parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
-    # The main job first, then the plugins' other commands by name, then the core's own.
+    # The main job first, then the plugins' other commands by name.
     for name, component in sorted(get_registry().components["command"].items(),
                                   key=lambda item: (item[0] != MAIN_COMMAND, item[0])):
         doc = (component.factory.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None)
         command.set_defaults(func=component.factory(command))
-    plugins = sub.add_parser("plugins", help="list installed plugins")
-    plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    plugins.set_defaults(func=cmd_plugins)
     return parser
 
 

@@ -22,6 +22,7 @@ COMMANDS = {
     "chat": "rlloom_trainer.commands.chat:command",
     "export": "rlloom_trainer.commands.export:command",
     "plot": "rlloom_trainer.commands.plot:command",
+    "plugins": "rlloom_trainer.commands.plugins:command",
 }
 TRACKERS = {
     "console": "rlloom_trainer.trackers.console:ConsoleTracker",
