@@ -43,6 +43,14 @@ def run_rlloom(*args: str, pythonpath: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(RLLOOM), *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+def test_the_templates_entry_point_imports_no_torch(installed_template):
+    """Every command loads every plugin's entry point: the template's must stay as cheap as ours."""
+    code = "import sys, rlloom_plugin_template.plugin; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(installed_template)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
 def test_installed_template_is_listed(installed_template):
     result = run_rlloom("plugins", "--json", pythonpath=installed_template)
     assert result.returncode == 0, result.stderr
@@ -77,7 +85,8 @@ def template_src(monkeypatch):
 
 
 def test_toy_length_reward_on_a_hand_built_batch(template_src):
-    from rlloom_plugin_template.reward import ToyLengthReward, ToyLengthRewardConfig
+    from rlloom_plugin_template.config import ToyLengthRewardConfig
+    from rlloom_plugin_template.reward import ToyLengthReward
 
     batch = Batch(objects={"response_text": ["abc", "  ab \n", "abcd", "", " a b c "]})
     result = ToyLengthReward(ToyLengthRewardConfig(max_chars=3))(batch)

@@ -6,16 +6,11 @@ averaged over all response tokens of the mini-batch (token-mean).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from rlloom import Batch, MiniBatchStats
 
-
-@dataclass
-class ToyReinforceConfig:
-    n: int = 4  # responses per prompt
+from rlloom_plugin_template.config import ToyReinforceConfig
 
 
 def reinforce_loss(micro: Batch, outputs: dict[str, torch.Tensor], stats: MiniBatchStats):

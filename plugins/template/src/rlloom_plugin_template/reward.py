@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from rlloom import Batch, RewardResult
 
-
-@dataclass
-class ToyLengthRewardConfig:
-    max_chars: int = 3  # responses with at most this many characters (stripped) score 1
+from rlloom_plugin_template.config import ToyLengthRewardConfig
 
 
 class ToyLengthReward:
