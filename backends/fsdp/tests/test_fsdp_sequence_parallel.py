@@ -164,6 +164,26 @@ def test_each_rank_holds_its_slots_and_the_predictors_there():
     torch.testing.assert_close(seen, expected[order])
 
 
+def test_sdpa_layers_share_one_additive_mask(model_dir, engines):
+    """The packing's mask reaches SDPA once, in the compute dtype: every layer keeps that one tensor for
+    backward (a boolean mask would be turned into a float copy per layer, W² each, which sequence
+    parallelism cannot split)."""
+    engine = engines(model_dir)
+    inputs = model_input(grouped_batch(), "shared_prompt")
+    width = inputs.input_ids.shape[1]
+    masks: list[torch.Tensor] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() == 4 and tuple(tensor.shape[-2:]) == (width, width):
+            masks.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        engine.train_outputs(inputs, 1.0)
+    assert len(masks) == engine.model.config.num_hidden_layers
+    assert len({mask.data_ptr() for mask in masks}) == 1 and masks[0].dtype == torch.float32
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

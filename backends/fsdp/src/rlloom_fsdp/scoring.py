@@ -131,17 +131,19 @@ def split_sequence(inputs: ModelInput, groups: SequenceGroups) -> ModelInput:
 
 
 def packed_attention_mask(base: nn.Module, mask: torch.Tensor) -> torch.Tensor:
-    """The packing's boolean mask in the form ``base``'s attention implementation takes: as is for
-    SDPA, additive (0 / float32 min) for eager attention, which adds it to the scores."""
+    """The packing's boolean mask in the form ``base``'s attention implementation takes: additive
+    (0 / the dtype's min) in float32 for eager attention, which adds it to the scores, and for SDPA in
+    the dtype the model computes in (its input embedding's, gathered in that dtype during the forward):
+    SDPA would otherwise turn a boolean mask into such a tensor in every layer and keep each copy for
+    backward (one [k, 1, W, W] per layer; this one is shared by all)."""
     implementation = kernel_of(base.config._attn_implementation)
     if implementation not in PACKED_ATTENTION:
         raise ValueError(
             f"train_engine.sequence_layout needs one of the attention implementations {list(PACKED_ATTENTION)} for "
             f"its per-sequence mask; this model uses {implementation!r}: set train_engine.sequence_layout=padded"
         )
-    if implementation == "eager":
-        return torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, torch.finfo(torch.float32).min)
-    return mask
+    dtype = torch.float32 if implementation == "eager" else base.get_input_embeddings().weight.dtype
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 def response_states(base: nn.Module, inputs: ModelInput) -> torch.Tensor:
