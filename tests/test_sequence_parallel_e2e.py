@@ -1,9 +1,14 @@
 """``train_engine.sequence_parallel_size=2`` end to end: the tiny GRPO run over Ray on a pool of two
 workers (actor, reference and rollout colocated) starts at SP = 1 (two data-parallel ranks), stops
 at a checkpoint, and resumes it at SP = 2 (one sequence-parallel group): it goes on learning and its
-rollout engine samples with the weights the SP = 2 trainer synced."""
+rollout engine samples with the weights the SP = 2 trainer synced; a size that does not divide the
+pool stops the run, the key named."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -28,3 +33,17 @@ def test_tiny_grpo_resumes_an_sp1_checkpoint_at_sp2_and_learns(tmp_path):
     for row in rows[SWITCH_AT:]:
         # the rollout engine scores its samples with the weights the SP = 2 trainer just synced
         assert row["training/rollout_probs_diff_mean"] < 1e-4, row
+
+
+@pytest.mark.slow
+def test_a_size_that_does_not_divide_the_pool_stops_the_run_naming_the_key(tmp_path):
+    """Under ``launcher=ray`` the engines check in their workers: exit status 2, one paragraph."""
+    command = [sys.executable, "-m", "rlloom.cli", "train", "preset=tiny", "train_engine.sequence_parallel_size=2",
+               "launcher=ray", "+launcher.resource_pools.global=3", "launcher.num_cpus=3",
+               f"trainer.run_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlloom: error: the ") and " role (train_engine=fsdp) could not start: " in last, last
+    assert "ValueError: train_engine.sequence_parallel_size=2 must divide the train engine's world size (3;" in last
+    assert "Traceback" not in result.stderr
