@@ -4,6 +4,7 @@ gradients and updated weights equal those of one process; the checks that name t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -92,15 +93,37 @@ def run_case(engine: FSDPTrainEngine, batch: Batch) -> dict:
             "attention": engine.model.config._attn_implementation}
 
 
+def value_loss(micro: Batch, outputs, stats):
+    """Squared error of the values against the advantages (this micro-batch's share)."""
+    error = (outputs["values"] - micro["advantages"]) * micro["response_mask"]
+    return (error * error).sum() / stats.num_tokens, {}
+
+
+def run_other_roles(sp: int, model_dir: str, batch: Batch) -> dict:
+    """A critic's weights after one step and its values then (its head starts at zero), and a frozen
+    reference with ``attention=flex`` (its no-grad forward runs on the CPU): its log-probs."""
+    critic = FSDPTrainEngine(settings("shared_prompt", False, sp), EngineSpec(model_dir, "critic", total_train_steps=10))
+    critic.train_step(batch, value_loss)
+    result = {"values": critic.compute_values(batch)["values"], "critic_weights": dict(critic.named_weights())}
+    critic.close()
+    flex = dataclasses.replace(settings("packed", False, sp), attention="flex")
+    reference = FSDPTrainEngine(flex, EngineSpec(model_dir, "ref", total_train_steps=10))
+    result["flex_log_probs"] = reference.compute_log_probs(batch)["log_probs"]
+    reference.close()
+    return result
+
+
 def _sp2_worker(rank: int, store: str, model_dirs: dict, batch: Batch, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    mine = batch.chunk(2)[rank]  # the controller's dp_split: 3 rows each
     results = []
     for layout, attention, checkpointing in CASES:
         engine = FSDPTrainEngine(settings(layout, checkpointing, 2),
                                  EngineSpec(model_dirs[attention], "actor", total_train_steps=10))
-        results.append(run_case(engine, batch.chunk(2)[rank]))  # the controller's dp_split: 3 rows each
+        results.append(run_case(engine, mine))
         engine.close()
+    results.append(run_other_roles(2, model_dirs["sdpa"], mine))
     dist.destroy_process_group()
     torch.save(results, f"{out_dir}/rank{rank}.pt")
 
@@ -120,7 +143,8 @@ def eager_model_dir(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a collective out of step between the ranks would hang
 def test_sequence_parallel_2_equals_one_process(model_dir, eager_model_dir, engines, tmp_path):
-    """Per case: SP = 2 on two processes (DP = 1) against one process, the same micro-batches."""
+    """Per case: SP = 2 on two processes (DP = 1) against one process, the same micro-batches; then a
+    critic and a flex reference the same way."""
     batch = grouped_batch()
     model_dirs = {"sdpa": model_dir, "eager": eager_model_dir}
     expected = [run_case(engines(model_dirs[attention], **vars(settings(layout, checkpointing, 1))), batch)
@@ -142,6 +166,13 @@ def test_sequence_parallel_2_equals_one_process(model_dir, eager_model_dir, engi
                 assert result["metrics"][metric] == pytest.approx(want["metrics"][metric], rel=TOLERANCE), (case, metric)
             assert_weights_close(result["gradients"], want["gradients"], atol=TOLERANCE)
             assert_weights_close(result["weights"], want["weights"], atol=TOLERANCE)
+    others = run_other_roles(1, model_dir, batch)
+    for name in ("values", "flex_log_probs"):
+        got = torch.cat([ranks[rank][-1][name] for rank in range(2)])
+        torch.testing.assert_close(got, others[name], atol=TOLERANCE, rtol=0, msg=name)
+    assert others["values"].abs().sum() > 0 and others["flex_log_probs"].abs().sum() > 0
+    for rank in range(2):
+        assert_weights_close(ranks[rank][-1]["critic_weights"], others["critic_weights"], atol=TOLERANCE)
 
 
 def test_each_rank_holds_its_slots_and_the_predictors_there():

@@ -11,6 +11,10 @@ values is decided there, so the forward on the GPU never waits to read a value b
 :func:`rlloom_fsdp.head.chunked_log_probs`, so no ``[b, R, V]`` logits tensor exists, in any dtype,
 in forward or backward; :func:`score_values` applies a critic's value head.
 
+With sequence parallelism each rank runs its share of the packed slots (:func:`split_sequence`)
+and the per-token results are gathered over its group before they are placed in rows
+(:meth:`ModelInput.gather`, :mod:`rlloom_fsdp.sequence_parallel`).
+
 Both are registered on the sharded root module as FSDP forward methods (:func:`attach_scorer`):
 FSDP2 then all-gathers the root's own parameters (embeddings, final norm, LM or value head) around
 them and reduce-scatters their gradients in backward, as it does for ``forward``; each decoder
