@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlloom import Batch, EngineSpec
+from rlloom_enginekit.dispatch import DataParallelSplit, TokenBalancedSplit
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
 from rlloom_fsdp.scoring import model_input, split_sequence
 from rlloom_fsdp.sequence_parallel import SequenceGroups
@@ -173,6 +174,48 @@ def test_sequence_parallel_2_equals_one_process(model_dir, eager_model_dir, engi
     assert others["values"].abs().sum() > 0 and others["flex_log_probs"].abs().sum() > 0
     for rank in range(2):
         assert_weights_close(ranks[rank][-1]["critic_weights"], others["critic_weights"], atol=TOLERANCE)
+
+
+def _sp2_dp2_worker(rank: int, store: str, model_dir: str, batch: Batch, out_dir: str) -> None:
+    """World 4: two sequence-parallel groups ({0, 1}, {2, 3}) as data-parallel replicas; each rank's
+    rows cut as the controller's dispatch modes cut them."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
+    engine = FSDPTrainEngine(dataclasses.replace(settings("shared_prompt", False, 2), micro_batch_size=1),
+                             EngineSpec(model_dir, "actor", total_train_steps=10))
+    log_probs = engine.compute_log_probs(DataParallelSplit().scatter((batch,), {}, 4)[rank].args[0])["log_probs"]
+    gradients = record_gradients(engine)
+    metrics = engine.train_step(TokenBalancedSplit().scatter((batch, pg_loss), {}, 4)[rank].args[0], pg_loss)
+    result = {"log_probs": log_probs, "metrics": metrics, "gradients": gradients,
+              "weights": dict(engine.named_weights())}
+    engine.close()
+    dist.destroy_process_group()
+    torch.save(result, f"{out_dir}/rank{rank}.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_sequence_parallel_groups_as_data_parallel_replicas_equal_one_process(model_dir, engines, tmp_path):
+    """SP = 2 × DP = 2 on four processes against one: the groups hold different numbers of
+    micro-batches (one row each), so the lighter group adds padding passes, sequence-split too."""
+    batch = grouped_batch()
+    single = engines(model_dir, **{**vars(settings("shared_prompt", False, 1)), "micro_batch_size": 1})
+    want_log_probs = single.compute_log_probs(batch)["log_probs"]
+    want_gradients = record_gradients(single)
+    want_metrics = single.train_step(batch, pg_loss)
+    want_weights = dict(single.named_weights())
+    mp.start_processes(_sp2_dp2_worker, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path)), nprocs=4,
+                       join=True, start_method="spawn")
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(4)]
+    pieces = TokenBalancedSplit().pieces(batch, 4)
+    assert len(pieces[0]) + len(pieces[1]) != len(pieces[2]) + len(pieces[3])  # the groups' micro-batches differ
+    got = DataParallelSplit().gather([Batch({"log_probs": result["log_probs"]}) for result in ranks], (batch,), {})
+    torch.testing.assert_close(got["log_probs"], want_log_probs, atol=TOLERANCE, rtol=0)
+    for result in ranks:
+        assert result["metrics"]["grad_norm"] == pytest.approx(want_metrics["grad_norm"], rel=TOLERANCE)
+        assert result["metrics"]["perf/model_flops/actor"] == pytest.approx(want_metrics["perf/model_flops/actor"])
+        assert_weights_close(result["gradients"], want_gradients, atol=TOLERANCE)
+        assert_weights_close(result["weights"], want_weights, atol=TOLERANCE)
 
 
 def test_each_rank_holds_its_slots_and_the_predictors_there():
