@@ -95,7 +95,7 @@ class FSDPConfig(TrainEngineConfig):
     sequence_layout: str = "shared_prompt"
     attention: str = "sdpa"
     head_chunk_rows: int = 0
-    sequence_parallel_size: int = 1
+    sequence_parallel_size: int = 1  # ranks sharing each micro-batch by its tokens (Ulysses); divides world and heads
 
     def __post_init__(self) -> None:
         super().__post_init__()
