@@ -18,19 +18,35 @@ bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed pr
 mask (``train_engine.attention``; compiled on a GPU during the first, untimed step: its time is
 reported as the warm-up). ``--out FILE``: the numbers as JSON.
 
+``--sequence-parallel N``: instead of the comparison with plain transformers, the FSDP engine's step
+at ``train_engine.sequence_parallel_size=1`` in one process against N in N processes (one
+sequence-parallel group; gloo on the CPU, NCCL on N GPUs), each rank's peak memory during its second
+step and the step's time. Two peaks per rank: ``total``, beyond what the process held before the engine
+was built (weights, gradients, optimizer state, activations; on the CPU also the code and buffers
+loaded at the first steps), and ``step``, beyond what it held when the step began (activations,
+gradients and transient buffers: what grows with the tokens). On a GPU they come from
+``torch.cuda.max_memory_allocated``; on the CPU from the process's resident-set high-water mark
+(``VmHWM``, reset before the step), with glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at 64 KiB so that
+freed tensors leave the resident set.
+
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
     python bench/bench_train_step.py --device cuda --model smollm2-135m [--attention flex] [--out FILE]
     python bench/bench_train_step.py --engine megatron --model smollm2-135m [--gradient-checkpointing]
+    python bench/bench_train_step.py --sequence-parallel 2 --rows 2 --n 2 --prompt-len 64 --response-len 2000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 import time
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from rlloom import Batch, EngineSpec
@@ -123,6 +139,80 @@ def time_plain(path: str, batch: Batch, repeats: int, device: torch.device) -> l
     return times[1:]
 
 
+def resident_kib(field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` of this process (Linux), in KiB."""
+    with open("/proc/self/status", encoding="ascii") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith(f"{field}:"))
+
+
+def held_bytes(device: torch.device) -> int:
+    """Memory this process holds now: CUDA tensors on a GPU, else its resident set."""
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else resident_kib("VmRSS") * 1024
+
+
+def step_peaks(engine, batch: Batch, device: torch.device, before_engine: int) -> dict:
+    """One train step of ``engine`` on ``batch``: its ``seconds`` and peak bytes beyond ``before_engine``
+    (``total_bytes``) and beyond what was held when it began (``step_bytes``) (module docstring)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")  # resets VmHWM to the current resident set
+    before_step = held_bytes(device)
+    start = time.perf_counter()
+    engine.train_step(batch, pg_loss)
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else resident_kib("VmHWM") * 1024
+    return {"seconds": seconds, "total_bytes": peak - before_engine, "step_bytes": peak - before_step}
+
+
+def _sequence_parallel_rank(rank: int, world: int, store: str, path: str, batch: Batch, device_name: str,
+                            threads: int, out_dir: str) -> None:
+    """One rank of the ``--sequence-parallel`` measurement: a warm-up step, then the measured one."""
+    torch.set_num_threads(threads)
+    os.environ["LOCAL_RANK"] = str(rank)
+    backend = "cpu:gloo,cuda:nccl" if device_name == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+    device = torch.device(device_name, rank) if device_name == "cuda" else torch.device(device_name)
+    before = held_bytes(device)
+    engine = FSDPTrainEngine(FSDPConfig(micro_batch_size=len(batch), train_entropy=False,
+                                        sequence_parallel_size=world), EngineSpec(path, "actor", 0, 3, device_name))
+    local = batch.chunk(world)[rank]
+    engine.train_step(local, pg_loss)
+    result = step_peaks(engine, local, device, before)
+    engine.close()
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"{world}-{rank}.json"), "w") as handle:
+        json.dump(result, handle)
+
+
+def sequence_parallel_memory(path: str, batch: Batch, size: int, device: torch.device, threads: int) -> dict:
+    """``{"sp1": [rank results], "sp<size>": [...]}``: one step at SP = 1 (one process) and at SP = ``size``
+    (``size`` processes), measured by :func:`_sequence_parallel_rank` in fresh processes."""
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # read by the spawned processes' glibc
+    results = {}
+    with tempfile.TemporaryDirectory() as out_dir:
+        for world in (1, size):
+            store = os.path.join(out_dir, f"store{world}")
+            mp.start_processes(_sequence_parallel_rank, nprocs=world, start_method="spawn",
+                               args=(world, store, path, batch, device.type, threads, out_dir))
+            results[f"sp{world}"] = [json.load(open(os.path.join(out_dir, f"{world}-{rank}.json")))
+                                     for rank in range(world)]
+    return results
+
+
+def report_sequence_parallel(results: dict, size: int, tokens: int) -> dict:
+    """Print each SP size's per-rank peaks and step time, and the ratios of the largest peaks."""
+    for name, ranks in results.items():
+        peaks = "; ".join(f"{rank['total_bytes'] / 2**20:.0f} total, {rank['step_bytes'] / 2**20:.0f} step"
+                          for rank in ranks)
+        print(f"{name}: peak MiB per rank: {peaks}; step {max(r['seconds'] for r in ranks):.2f} s ({tokens} tokens)")
+    ratios = {kind: max(rank[f"{kind}_bytes"] for rank in results[f"sp{size}"]) / results["sp1"][0][f"{kind}_bytes"]
+              for kind in ("total", "step")}
+    print(f"peak memory per rank, SP={size} / SP=1: total {ratios['total']:.2f}, step {ratios['step']:.2f}")
+    return {"memory_ratio": ratios, **results}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
@@ -140,6 +230,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the engine recomputes activations")
+    parser.add_argument("--sequence-parallel", type=int, default=1,
+                        help="N > 1: peak memory per rank at train_engine.sequence_parallel_size=N against 1")
     parser.add_argument("--out", help="write the median step times to this JSON file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -147,11 +239,19 @@ def main() -> None:
     path = model_path(args.model)
     vocab = AutoModelForCausalLM.from_pretrained(path).config.vocab_size
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab, args.ragged)
+    tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
+    if args.sequence_parallel > 1:
+        print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens={tokens} threads={args.threads}")
+        results = sequence_parallel_memory(path, batch, args.sequence_parallel, device, args.threads)
+        summary = report_sequence_parallel(results, args.sequence_parallel, tokens)
+        if args.out:
+            with open(args.out, "w") as handle:
+                json.dump(summary, handle)
+        return
     plain = statistics.median(time_plain(path, batch, args.repeats, device))
     warm_up, *steps = time_engine(args.engine, path, batch, args.micro_batch_size, args.layout, args.repeats,
                                   device, args.gradient_checkpointing, args.attention)
     engine = statistics.median(steps)
-    tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
     fsdp = args.engine == "fsdp"
     settings = dict(model=args.model, device=str(device), rows=args.rows, n=args.n, tokens=tokens,
                     threads=args.threads, engine=args.engine, layout=args.layout if fsdp else "padded",

@@ -241,3 +241,16 @@ def test_a_reader_that_went_away_ends_the_command_quietly():
     finally:
         os.close(write_end)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_a_worker_that_cannot_start_names_its_error_in_the_paragraph():
+    """A role whose worker raised while building (a launcher's RoleFailedError: first line, the
+    remote traceback, the error last) is reported with the worker's first and last lines."""
+    from rlloom.errors import RoleFailedError, RoleStartError
+
+    failed = RoleFailedError("Ray worker for role 'actor' rank 1 raised during build():\nTraceback (most recent "
+                             "call last):\n  File \"engine.py\", line 9\nValueError: train_engine.x=2 must divide 3")
+    message = str(RoleStartError("actor", "train_engine=fsdp", failed))
+    assert message == ("the actor role (train_engine=fsdp) could not start: RoleFailedError: Ray worker for role "
+                       "'actor' rank 1 raised during build(): ValueError: train_engine.x=2 must divide 3 "
+                       "(set RLLOOM_DEBUG=1 for the traceback)")

@@ -13,10 +13,11 @@ class RunFailedError(RuntimeError):
 
 class RoleStartError(RuntimeError):
     """A role could not be built: one paragraph naming the role, the config choice and the cause's first
-    line (the cause is chained for ``RLLOOM_DEBUG=1``)."""
+    line, or a worker's :meth:`RoleFailedError.summary` (the cause is chained for ``RLLOOM_DEBUG=1``)."""
 
     def __init__(self, role: str, choice: str, cause: BaseException) -> None:
-        first_line = (str(cause).strip().splitlines() or [""])[0]
+        first_line = (cause.summary() if isinstance(cause, RoleFailedError)
+                      else (str(cause).strip().splitlines() or [""])[0])
         what = {"model": "the model source", "data": "the dataset"}.get(role, f"the {role} role")
         super().__init__(f"{what} ({choice}) could not start: {type(cause).__name__}: {first_line} "
                          "(set RLLOOM_DEBUG=1 for the traceback)")

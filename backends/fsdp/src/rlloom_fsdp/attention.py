@@ -34,9 +34,20 @@ from rlloom_fsdp.config import check_attention
 FLEX = "rlloom_flex"
 """The attention implementation name :func:`flex_attention_forward` is registered under."""
 
+ULYSSES = "rlloom_ulysses"
+"""The prefix of the attention implementations sequence parallelism registers
+(:func:`rlloom_fsdp.sequence_parallel.use_sequence_parallel`): ``rlloom_ulysses<n>:<kernel>``, an
+all-to-all around the kernel ``<kernel>`` (``sdpa``, ``eager`` or :data:`FLEX`)."""
+
 BLOCK = 128
 """FlexAttention's block size (``create_block_mask``'s default): the kernel may evaluate the mask for
 slots up to the next multiple of it, so the tensors the mask reads are padded to one."""
+
+
+def kernel_of(implementation: str) -> str:
+    """The attention kernel a model's ``_attn_implementation`` runs: the ``<kernel>`` of a
+    :data:`ULYSSES` name, else the name itself."""
+    return implementation.partition(":")[2] if implementation.startswith(ULYSSES) else implementation
 
 
 @functools.cache

@@ -26,14 +26,34 @@ def check_attention(attention: str, device_type: str, trainable: bool) -> None:
                          "backward on the CPU); set train_engine.attention=sdpa")
 
 
-def asked_attention(model_path: str) -> str | None:
-    """The attention implementation the model folder's ``config.json`` asks for, if any."""
+def read_model_config(model_path: str) -> dict:
+    """The model folder's ``config.json`` ({} when missing or broken: the model loader reports it)."""
     try:
         with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
-            config = json.load(handle)
+            return json.load(handle)
     except (OSError, ValueError):
-        return None  # the model loader reports a missing or broken config
+        return {}
+
+
+def asked_attention(config: dict) -> str | None:
+    """The attention implementation a model's ``config.json`` (a dict) asks for, if any."""
     return config.get("attn_implementation") or config.get("_attn_implementation")
+
+
+def check_sequence_parallel(size: int, heads: int | None, kv_heads: int | None, world: int) -> None:
+    """ValueError, naming ``train_engine.sequence_parallel_size``, unless ``size`` divides the model's
+    attention heads and key/value heads (each rank of a sequence-parallel group attends with its
+    share of both) and the engine's world size (the groups are data-parallel replicas); ``None``:
+    not known here, not checked."""
+    key = f"train_engine.sequence_parallel_size={size}"
+    for name, count in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
+        if count is not None and count % size:
+            raise ValueError(f"{key} must divide the model's {name} ({count}): each rank of a sequence-parallel "
+                             "group attends with an equal share of the heads")
+    if world % size:
+        raise ValueError(f"{key} must divide the train engine's world size ({world}; sequence parallel × data "
+                         f"parallel = world): run it on a multiple of {size} processes, e.g. "
+                         f"launcher=ray +launcher.resource_pools.global={size}")
 
 
 @dataclass
@@ -54,34 +74,53 @@ class FSDPConfig(TrainEngineConfig):
     skips the masked-out blocks, no repeated K/V heads); it needs a packed ``sequence_layout`` and, to
     train, a CUDA GPU.
 
+    ``sequence_parallel_size`` (SP): Ulysses sequence parallelism (:mod:`rlloom_fsdp.sequence_parallel`):
+    the engine's ranks form groups of SP consecutive ranks; a group runs one micro-batch together,
+    each rank holding 1/SP of its packed tokens, and attention trades sequence for heads with an
+    all-to-all. SP must divide the world size (the groups are the data-parallel replicas: SP × DP =
+    world) and the model's attention and key/value heads, and it needs a packed ``sequence_layout``.
+    ``max_tokens_per_micro_batch`` then counts a group's tokens.
+
     On CUDA gradients are reduced in float32 whatever ``dtype`` is. ``head_chunk_rows``: response
     tokens per chunk of the LM head in the log-prob and entropy computation
     (:func:`rlloom_fsdp.head.chunked_log_probs`; 0: :func:`rlloom_fsdp.head.default_chunk_rows`).
     """
 
-    limits: ClassVar[dict] = {"sequence_layout": LAYOUTS, "attention": ATTENTION_CHOICES, "head_chunk_rows": ">= 0"}
+    limits: ClassVar[dict] = {"sequence_layout": LAYOUTS, "attention": ATTENTION_CHOICES, "head_chunk_rows": ">= 0",
+                              "sequence_parallel_size": ">= 1"}
+    # A checkpoint does not depend on the sequence-parallel size, so one process (``rlloom export``) reads it at SP = 1.
+    single_process_overrides: ClassVar[dict] = {"sequence_parallel_size": 1}
 
     reshard_after_forward: bool = True
     sequence_layout: str = "shared_prompt"
     attention: str = "sdpa"
     head_chunk_rows: int = 0
+    sequence_parallel_size: int = 1  # ranks sharing each micro-batch by its tokens (Ulysses); divides world and heads
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.attention == "flex" and self.sequence_layout == "padded":
-            raise ValueError("train_engine.attention=flex needs a packed train_engine.sequence_layout "
-                             "(shared_prompt or packed), got padded")
+        for key, value in (("attention", self.attention), ("sequence_parallel_size", self.sequence_parallel_size)):
+            if value not in ("sdpa", 1) and self.sequence_layout == "padded":
+                raise ValueError(f"train_engine.{key}={value} needs a packed train_engine.sequence_layout "
+                                 "(shared_prompt or packed), got padded")
 
     def check_model(self, model_path: str, run_device: str) -> None:
         """Before any weights load: a ValueError when a packed ``sequence_layout`` meets a model whose
         ``config.json`` asks for an attention implementation that cannot take its per-sequence mask
         (e.g. ``flash_attention_2``; ``attention=flex`` replaces the model's attention, whatever it asks),
-        or when ``attention=flex`` would train on the CPU (:func:`check_attention`)."""
+        when ``attention=flex`` would train on the CPU (:func:`check_attention`), or when
+        ``sequence_parallel_size`` does not fit the model's heads or the world size
+        (:func:`check_sequence_parallel`; the trainer calls this under ``launcher=local`` only, whose
+        engines run in its one process: world size 1)."""
         if self.attention == "flex":
             from rlloom_enginekit.devices import role_device  # torch loads only for this check
 
             check_attention(self.attention, role_device(self.device, run_device, "train_engine.device").type, True)
-        asked = asked_attention(model_path)
+        config = read_model_config(model_path)
+        text = config.get("text_config") or config
+        heads = text.get("num_attention_heads")
+        check_sequence_parallel(self.sequence_parallel_size, heads, text.get("num_key_value_heads", heads), 1)
+        asked = asked_attention(config)
         dense = self.sequence_layout != "padded" and self.attention == "sdpa"
         if dense and asked is not None and asked not in PACKED_ATTENTION:
             raise ValueError(

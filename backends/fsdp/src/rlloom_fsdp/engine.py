@@ -7,7 +7,9 @@ not wrapped at all, see :func:`rlloom_fsdp.model.shard_model`). ``compute_log_pr
 ``compute_values``, ``train_step``, ``named_weights``, ``save`` and ``load`` are collectives: every
 rank must call them together. Ranks may hold different numbers of rows: a rank with fewer
 micro-batches runs extra forward (and backward) passes on one of its rows whose result is
-discarded (zero loss), so that the ranks' FSDP collectives stay in step.
+discarded (zero loss), so that the ranks' FSDP collectives stay in step. With
+``train_engine.sequence_parallel_size`` SP > 1 the ranks form groups of SP that share each
+micro-batch by its tokens and are the data-parallel replicas (:mod:`rlloom_fsdp.sequence_parallel`).
 
 Devices: the engine runs on ``train_engine.device`` when set, else the run's ``trainer.device``
 (:func:`rlloom_enginekit.devices.role_device`); on CUDA each rank uses the GPU of its ``LOCAL_RANK`` (the
@@ -42,16 +44,18 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from rlloom import Batch, EngineSpec, dispatch
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import move_train_state, rank_device, resolve_dtype, role_device, synchronize
+from rlloom_enginekit.dispatch import group_rows
 from rlloom_enginekit.packing import micro_batches
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_enginekit.train_step import train_step
 from rlloom_fsdp import process_group
 from rlloom_fsdp.attention import use_attention
-from rlloom_fsdp.config import FSDPConfig
+from rlloom_fsdp.config import FSDPConfig, check_sequence_parallel
 from rlloom_fsdp.head import default_chunk_rows
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
 from rlloom_fsdp.scoring import ModelInput, attach_scorer, model_input
+from rlloom_fsdp.sequence_parallel import SequenceGroups, sequence_groups, use_sequence_parallel
 
 ROLES = ("actor", "ref", "critic")
 TRAINABLE_ROLES = ("actor", "critic")
@@ -89,6 +93,7 @@ class FSDPTrainEngine:
         mesh = process_group.acquire(self.device)
         self._holds_group = True
         self._offloaded = False
+        self.sequence: SequenceGroups | None = None
         try:
             if self.is_critic:
                 self.model = load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
@@ -96,8 +101,10 @@ class FSDPTrainEngine:
                 self.model = load_model(
                     spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
                 )
-            use_attention(self.model.base if self.is_critic else self.model, cfg.attention, self.device,
-                          self.trainable)
+            base = self.model.base if self.is_critic else self.model
+            use_attention(base, cfg.attention, self.device, self.trainable)
+            self.sequence = self._sequence_groups(base.config.get_text_config())
+            use_sequence_parallel(base, self.sequence)
             self.vocab_size = None if self.is_critic else self.model.config.get_text_config().vocab_size
             head = self.model.value_head if self.is_critic else self.model.get_output_embeddings()
             self.flops_per_token = train_flops(self.model, head)
@@ -124,21 +131,34 @@ class FSDPTrainEngine:
         self.step = 0  # optimizer steps taken (skipped non-finite updates included)
 
     # ------------------------------------------------------------------------------ helpers
+    def _sequence_groups(self, text_config) -> SequenceGroups:
+        """The sequence-parallel and data-parallel groups of ``cfg.sequence_parallel_size`` (a
+        ValueError naming the key when it does not divide the heads or the world size)."""
+        size = self.config.sequence_parallel_size
+        check_sequence_parallel(size, text_config.num_attention_heads,
+                                getattr(text_config, "num_key_value_heads", None), dist.get_world_size())
+        return sequence_groups(size)
+
     @property
     def dp_size(self) -> int:
-        """The data-parallel ranks: every rank of the group."""
-        return dist.get_world_size()
+        """The data-parallel replicas: every rank, or every sequence-parallel group."""
+        return self.sequence.dp_size
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based)."""
         return self.config.lr_at(step, self.spec.role, self.spec.total_train_steps)
 
     def reduce_over_dp(self, values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
-        """``values`` reduced with ``op`` over all ranks (a collective, on the engine's device so
-        that an NCCL-only group serves it too)."""
+        """``values`` reduced with ``op`` over the data-parallel replicas (a collective of this rank's DP
+        group, on the engine's device so that an NCCL-only group serves it too)."""
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor, op=op)
+        dist.all_reduce(tensor, op=op, group=self.sequence.dp_group)
         return tensor.tolist()
+
+    def _group_rows(self, batch: Batch) -> tuple[Batch, int, int]:
+        """The rows of this rank's sequence-parallel group, and where this rank's lie in them
+        (:func:`rlloom_enginekit.dispatch.group_rows`)."""
+        return group_rows(batch, self.sequence.group, self.sequence.size, self.sequence.rank)
 
     @staticmethod
     def _check_inputs(batch: Batch, method: str) -> None:
@@ -157,13 +177,15 @@ class FSDPTrainEngine:
         model input (:func:`rlloom_fsdp.scoring.model_input`, laid out on the CPU before any of it is
         copied, so the passes over them never wait for a value read back from the GPU), and the inputs
         of the padding passes this rank must add to match the rank with the most micro-batches (the
-        first row, once per missing micro-batch)."""
+        first row, once per missing micro-batch). With sequence parallelism ``batch`` is the group's
+        rows and each input this rank's share of the micro-batch's tokens."""
         cut = micro_batches(batch, rows, self.config.max_tokens_per_micro_batch)
         (most,) = self.reduce_over_dp([len(cut)], dist.ReduceOp.MAX)
         layout = self.config.sequence_layout
-        micros = [(micro.to(self.device), model_input(micro, layout).to(self.device)) for micro in cut]
+        micros = [(micro.to(self.device), model_input(micro, layout, self.sequence).to(self.device)) for micro in cut]
         missing = int(most) - len(cut)
-        return micros, [model_input(cut[0].slice(0, 1), layout).to(self.device)] * missing if missing else []
+        padding = model_input(cut[0].slice(0, 1), layout, self.sequence).to(self.device) if missing else None
+        return micros, [padding] * missing
 
     def _forward(
         self, inputs: ModelInput, temperature: float, entropy: bool
@@ -233,7 +255,8 @@ class FSDPTrainEngine:
         self._ready()
         temperature = policy_temperature(batch)
         size = self.config.log_prob_micro_batch_size or self.config.micro_batch_size
-        micros, padding = self._micro_batches(batch, size)
+        rows, start, end = self._group_rows(batch)
+        micros, padding = self._micro_batches(rows, size)
         self.model.eval()
         log_probs, entropies = [], []
         with torch.no_grad():
@@ -244,9 +267,9 @@ class FSDPTrainEngine:
             for inputs in padding:
                 self._forward(inputs, temperature, False)
         self._reshard()
-        fields = {"log_probs": torch.cat(log_probs).cpu()}
+        fields = {"log_probs": torch.cat(log_probs)[start:end].cpu()}
         if entropy:
-            fields["entropy"] = torch.cat(entropies).cpu()
+            fields["entropy"] = torch.cat(entropies)[start:end].cpu()
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split")
@@ -262,14 +285,15 @@ class FSDPTrainEngine:
         self._check_inputs(batch, "compute_values")
         self._ready()
         size = self.config.log_prob_micro_batch_size or self.config.micro_batch_size
-        micros, padding = self._micro_batches(batch, size)
+        rows, start, end = self._group_rows(batch)
+        micros, padding = self._micro_batches(rows, size)
         self.model.eval()
         with torch.no_grad():
             values = [self._values_forward(inputs) for _, inputs in micros]
             for inputs in padding:
                 self._values_forward(inputs)
         self._reshard()
-        return Batch({"values": torch.cat(values).cpu()}, meta=batch.meta, batch_size=len(batch))
+        return Batch({"values": torch.cat(values)[start:end].cpu()}, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split_tokens")
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
@@ -299,13 +323,13 @@ class FSDPTrainEngine:
         self.model.train()
 
     def train_rows(self, batch: Batch) -> Batch:
-        return batch
+        return self._group_rows(batch)[0]
 
     def train_micro_batches(self, rows: Batch) -> tuple[list[tuple[Batch, ModelInput]], list[ModelInput]]:
         return self._micro_batches(rows, self.config.micro_batch_size)
 
     def backward(self, loss: torch.Tensor) -> None:
-        (loss * self.dp_size).backward()
+        (loss * dist.get_world_size()).backward()
 
     def optimizer_step(self, lr: float) -> float:
         grad_norm = self._clip_gradients()
@@ -317,9 +341,10 @@ class FSDPTrainEngine:
         return grad_norm
 
     def extra_sums(self, micros: list[tuple[Batch, ModelInput]]) -> dict[str, float]:
-        """``perf/model_flops/<role>``: this rank's forward and backward FLOPs of the step."""
+        """``perf/model_flops/<role>``: this rank's forward and backward FLOPs of the step (its group's
+        under sequence parallelism)."""
         flops = self.flops_per_token.step(sum(inputs.tokens for _, inputs in micros),
-                                          sum(inputs.targets.numel() for _, inputs in micros))
+                                          sum(inputs.positions.numel() for _, inputs in micros))
         return {f"perf/model_flops/{self.spec.role}": flops}
 
     def extra_metrics(self, result: dict[str, float], started: float) -> dict[str, float]:
@@ -328,7 +353,7 @@ class FSDPTrainEngine:
             return {}
         synchronize(self.device)
         flops = result[f"perf/model_flops/{self.spec.role}"]
-        utilisation = mfu(flops, time.perf_counter() - started, self.device, self.dp_size)
+        utilisation = mfu(flops, time.perf_counter() - started, self.device, dist.get_world_size())
         return {} if utilisation is None else {f"perf/mfu/{self.spec.role}": utilisation}
 
     def _clip_gradients(self) -> float:
@@ -444,4 +469,6 @@ class FSDPTrainEngine:
         self._holds_group = False
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        if self.sequence is not None:
+            self.sequence.destroy()
         process_group.release()

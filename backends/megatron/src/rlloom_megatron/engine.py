@@ -41,6 +41,7 @@ from rlloom import Batch, EngineSpec, dispatch
 from rlloom.config import ConfigError
 from rlloom.protocols import LossFn
 from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
+from rlloom_enginekit.dispatch import group_rows
 from rlloom_enginekit.packing import micro_batches
 from rlloom_enginekit.sequences import TRAIN_INPUT_FIELDS, policy_temperature
 from rlloom_enginekit.train_step import train_step
@@ -188,12 +189,7 @@ class MegatronTrainEngine:
 
     def _tp_union(self, batch: Batch) -> tuple[Batch, int, int]:
         """The rows of every rank of this TP group, in rank order, and where this rank's start and end."""
-        if self.tp_size == 1:
-            return batch, 0, len(batch)
-        pieces: list[Batch | None] = [None] * self.tp_size
-        dist.all_gather_object(pieces, batch.to("cpu"), group=self.tp_group)
-        start = sum(len(piece) for piece in pieces[: self.tp_rank])
-        return Batch.concat(pieces), start, start + len(batch)
+        return group_rows(batch, self.tp_group, self.tp_size, self.tp_rank)
 
     def _micro_batches(self, union: Batch, rows: int) -> list[Batch]:
         """The TP group's rows cut into micro-batches of ``rows`` rows, or by

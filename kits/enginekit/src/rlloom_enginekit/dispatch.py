@@ -95,6 +95,22 @@ def prompt_runs(batch: Batch) -> list[list[int]]:
     return runs
 
 
+def group_rows(batch: Batch, group: Any, size: int, rank: int) -> tuple[Batch, int, int]:
+    """``(union, start, end)``: the rows of every rank of the process group ``group`` (``size``
+    ranks, this one rank ``rank`` of it), in rank order, and where this rank's ``batch`` lies in the
+    union (a collective of the group: ``all_gather_object`` of the rows on the CPU). Engines whose
+    ranks split a micro-batch's work (tensor or sequence parallelism) run the union and keep their own
+    rows' results."""
+    import torch.distributed as dist
+
+    if size == 1:
+        return batch, 0, len(batch)
+    pieces: list[Batch | None] = [None] * size
+    dist.all_gather_object(pieces, batch.to("cpu"), group=group)
+    start = sum(len(piece) for piece in pieces[:rank])
+    return Batch.concat(pieces), start, start + len(batch)
+
+
 def rank_token_metrics(batch: Batch, reduce: Callable[[list[float], Any], list[float]]) -> dict[str, float]:
     """``perf/dp_rank_tokens/max`` and ``/min``: the real tokens (prompt + response) of the busiest
     and the idlest data-parallel rank in this call; ``reduce(values, op)`` reduces over the ranks
