@@ -131,6 +131,20 @@ def test_nonfinite_updates_abort_after_k_in_a_row_with_diagnostics(aborted_run):
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))  # nothing saved from a diverged run
 
 
+@pytest.mark.slow
+def test_a_resumed_run_keeps_counting_its_nonfinite_steps_in_a_row(tmp_path, plugin_env):
+    """Two NaN steps, then the run ends and checkpoints; resumed for more, its third NaN step in a row (step 3,
+    not 5: the count came back with the checkpoint) aborts it."""
+    common = [str(RLLOOM), "train", "preset=tiny", "reward=nan_score", "trainer.max_nonfinite_steps=3",
+              "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.save_final_model=false",
+              "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}"]
+    first = run([*common, "trainer.total_steps=2"], plugin_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run([*common, "trainer.total_steps=6"], plugin_env)
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert "rlloom: error: step 3: 3 steps in a row had a skipped (non-finite) update" in resumed.stderr
+
+
 def test_failing_trackers_are_dropped_and_the_run_goes_on(aborted_run):
     run_dir, result = aborted_run
     assert "tracker fails_to_start failed to start and is disabled: no server" in result.stderr
