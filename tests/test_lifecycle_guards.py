@@ -104,9 +104,18 @@ def register_algorithms(register):
     register("swallowing_grpo", SwallowingGRPO, config=GRPOConfig)
 
 
+class RaisingReward:
+    def __init__(self, cfg):
+        pass
+
+    def __call__(self, batch):
+        raise ValueError("no verdict for these rows")
+
+
 @hookimpl
 def register_reward_fns(register):
     register("nan_score", NanReward, config=NanRewardConfig)
+    register("raises", RaisingReward, config=NanRewardConfig)
 
 
 @hookimpl
@@ -177,6 +186,17 @@ def test_a_ctrl_c_whose_keyboard_interrupt_was_swallowed_still_stops_the_run(tmp
     assert "Exception ignored in" in result.stderr and "KeyboardInterrupt" in result.stderr  # it was swallowed
     assert result.stderr.splitlines()[-1].startswith("rlloom: interrupted in step 2/200 of run ")
     assert [row["step"] for row in metric_rows(str(tmp_path / "run")) if "critic/score/mean" in row] == [1, 2]
+
+
+def test_a_reward_plugin_that_raises_ends_the_run_in_one_paragraph(tmp_path, plugin_env):
+    result = run([str(RLLOOM), "train", "preset=tiny", "reward=raises", "trainer.val_before_train=false",
+                  "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}"],
+                 plugin_env)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "[rank0]" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "rlloom: error: the reward role's reward function 'raises' raised ValueError: no verdict for these rows "
+        "(set RLLOOM_DEBUG=1 for the worker's traceback)")
 
 
 def test_failing_trackers_are_dropped_and_the_run_goes_on(aborted_run):
