@@ -72,7 +72,7 @@ def _hf_disk(path: str, hf_split: str) -> Iterator[RawRow]:
         yield RawRow(f"{path} row {number}", row)
 
 
-def check_path(path: str, key: str = "data.train_files") -> None:
+def check_path(path: str, key: str) -> None:
     """ValueError naming ``key`` unless ``path`` is a directory (a saved dataset) or a regular ``.jsonl`` or
     ``.parquet`` file: a FIFO, socket or device would block the run or never end. Reads nothing."""
     if not os.path.exists(path):
