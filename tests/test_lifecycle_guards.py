@@ -190,8 +190,8 @@ def test_a_ctrl_c_whose_keyboard_interrupt_was_swallowed_still_stops_the_run(tmp
 
 def test_a_reward_plugin_that_raises_ends_the_run_in_one_paragraph(tmp_path, plugin_env):
     result = run([str(RLLOOM), "train", "preset=tiny", "reward=raises", "trainer.val_before_train=false",
-                  "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}"],
-                 plugin_env)
+                  "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}",
+                  f"model.cache_dir={tmp_path / 'cache'}"], plugin_env)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "[rank0]" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == (
