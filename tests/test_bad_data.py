@@ -5,6 +5,7 @@ mark is accepted."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,13 +55,16 @@ def write(tmp_path, kind: str):
     if kind == "csv":
         path.write_text("prompt,ground_truth\nWhat is 1+1?,2\n")
         return path, "is not a .jsonl or .parquet file"
+    if kind == "fifo":  # reading it blocked the run with no output
+        os.mkfifo(path)
+        return path, "data.train_files: " + repr(str(path)) + " is not a regular file"
     if kind == "missing file":
         return tmp_path / "nowhere.jsonl", "no such file or directory"
     raise AssertionError(kind)
 
 
 KINDS = ["malformed line", "empty file", "wrong columns", "nulls in parquet", "torn last line", "arrays as rows",
-         "truncated parquet", "non-UTF-8 line", "csv", "missing file"]
+         "truncated parquet", "non-UTF-8 line", "csv", "missing file", "fifo"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

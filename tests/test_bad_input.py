@@ -50,6 +50,14 @@ CASES = [
     (["algorithm=ppo", "algorithm.ppo_mini_batch_size=3"], "ppo_mini_batch_size"),
     (["rollout=server"], "rollout.urls"), (["rollout=server", "rollout.urls=[localhost:1]"], "rollout.urls"),
     (["rollout=sglang", "rollout.url=http://h:1", "rollout.offline=true"], "rollout.offline"),
+    # issue 38: tracebacks and late refusals until then
+    (["=5"], "the override '=5' names no key"), (["trainer.run_dir=/proc/x"], "trainer.run_dir"),
+    # head size 62 / 2 = 31: odd (preset=tiny has 2 heads; 60 / 4 = 15, the reported case: test_plugin_shape.py)
+    (["model.hidden_size=62"], "model.hidden_size=62"), (["trainer.val_temperature=-1"], "trainer.val_temperature"),
+    (["sampling.top_k=-7"], "sampling.top_k=-7: must be -1 (off) or >= 1"), (["sampling.top_k=0"], "sampling.top_k=0"),
+    (["trainer.test_freq=-3"], "trainer.test_freq=-3"),
+    (["data=files", "data.train_files=[/dev/null]", "data.val_fraction=0.5"],
+     "data.train_files: '/dev/null' is not a regular"),
 ]
 
 
@@ -69,3 +77,15 @@ def test_a_malformed_invocation_is_one_paragraph_and_exit_2(overrides, named, tm
     assert named in err and "Traceback" not in err
     assert err.startswith("rlloom: error: ") and err.count("\n") == 1, err
     assert os.listdir(cache) == [], "a model was built before the error"
+
+
+def test_max_new_tokens_beyond_the_models_context_is_refused_from_its_config(tmp_path, capsys):
+    """Checked against ``max_position_embeddings`` of the model folder's config.json (the tiny model's: 256) once
+    the folder exists, before any engine starts (it ended in a 64 GB allocation)."""
+    status = main(["train", "preset=tiny", f"model.cache_dir={tmp_path / 'models'}",
+                   f"trainer.run_dir={tmp_path / 'run'}", "sampling.max_new_tokens=256"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("rlloom: error: sampling.max_new_tokens=256: the model's context is 256 tokens"), err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run" / "checkpoints").exists()

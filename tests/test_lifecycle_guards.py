@@ -19,6 +19,9 @@ from lifecycle_helpers import RLLOOM, run, run_env
 from rlloom_trainer.testing import metric_rows, mounted_tmpfs
 
 PLUGIN = """
+import os
+import signal
+import time
 from dataclasses import dataclass
 
 import torch
@@ -77,14 +80,42 @@ class CountingGRPO(GRPO):
         self.steps_taken = state["steps_taken"]
 
 
+class LosesItsInterrupt:
+    # A finalizer in which Ctrl-C lands: Python prints "Exception ignored in ..." and goes on (how a Ctrl-C was lost
+    # in 1 of 4 runs of tests/test_run_cli.py's Ctrl-C test before the loop asked rlloom_trainer.sigint).
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here; its KeyboardInterrupt cannot leave a __del__
+
+
+class SwallowingGRPO(GRPO):
+    # GRPO whose step 2 receives Ctrl-C inside a finalizer, then finishes normally.
+
+    def step(self, ctx, prompts):
+        if ctx.step == 2:
+            LosesItsInterrupt()
+        return super().step(ctx, prompts)
+
+
 @hookimpl
 def register_algorithms(register):
     register("counting_grpo", CountingGRPO, config=GRPOConfig)
+    register("swallowing_grpo", SwallowingGRPO, config=GRPOConfig)
+
+
+class RaisingReward:
+    def __init__(self, cfg):
+        pass
+
+    def __call__(self, batch):
+        raise ValueError("no verdict for these rows")
 
 
 @hookimpl
 def register_reward_fns(register):
     register("nan_score", NanReward, config=NanRewardConfig)
+    register("raises", RaisingReward, config=NanRewardConfig)
 
 
 @hookimpl
@@ -129,6 +160,43 @@ def test_nonfinite_updates_abort_after_k_in_a_row_with_diagnostics(aborted_run):
     assert diagnostics["metrics"]["actor/skipped_update"] == 1.0
     assert diagnostics["metrics"]["actor/grad_norm"] == "nan"
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))  # nothing saved from a diverged run
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_counting_its_nonfinite_steps_in_a_row(tmp_path, plugin_env):
+    """Two NaN steps, then the run ends and checkpoints; resumed for more, its third NaN step in a row (step 3,
+    not 5: the count came back with the checkpoint) aborts it."""
+    common = [str(RLLOOM), "train", "preset=tiny", "reward=nan_score", "trainer.max_nonfinite_steps=3",
+              "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.save_final_model=false",
+              "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}"]
+    first = run([*common, "trainer.total_steps=2"], plugin_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run([*common, "trainer.total_steps=6"], plugin_env)
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert "rlloom: error: step 3: 3 steps in a row had a skipped (non-finite) update" in resumed.stderr
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_whose_keyboard_interrupt_was_swallowed_still_stops_the_run(tmp_path, plugin_env):
+    """The interrupt lands in a finalizer during step 2, which then completes; the run stops before step 3."""
+    result = run([str(RLLOOM), "train", "preset=tiny", "algorithm=swallowing_grpo", "trainer.total_steps=200",
+                  "trainer.val_before_train=false", "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}",
+                  f"model.cache_dir={tmp_path / 'cache'}"], plugin_env)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Exception ignored in" in result.stderr and "KeyboardInterrupt" in result.stderr  # it was swallowed
+    assert result.stderr.splitlines()[-1].startswith("rlloom: interrupted in step 2/200 of run ")
+    assert [row["step"] for row in metric_rows(str(tmp_path / "run")) if "critic/score/mean" in row] == [1, 2]
+
+
+def test_a_reward_plugin_that_raises_ends_the_run_in_one_paragraph(tmp_path, plugin_env):
+    result = run([str(RLLOOM), "train", "preset=tiny", "reward=raises", "trainer.val_before_train=false",
+                  "launcher.num_threads=1", f"trainer.run_dir={tmp_path / 'run'}",
+                  f"model.cache_dir={tmp_path / 'cache'}"], plugin_env)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "[rank0]" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "rlloom: error: the reward role's reward function 'raises' raised ValueError: no verdict for these rows "
+        "(set RLLOOM_DEBUG=1 for the worker's traceback)")
 
 
 def test_failing_trackers_are_dropped_and_the_run_goes_on(aborted_run):

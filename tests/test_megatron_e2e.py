@@ -56,6 +56,10 @@ def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
     with torch.no_grad():
         logits = [AutoModelForCausalLM.from_pretrained(path)(ids).logits for path in (exported, final)]
     assert torch.equal(*logits)
+    # The TP = 2 run resumes at TP = 1 (on one Ray worker): its checkpoints do not depend on the layout.
+    tp1 = [*MEGATRON, "launcher=ray", "+launcher.resource_pools.global=1", "trainer.total_steps=21"]
+    resumed = training_rows(train_tiny(tmp_path / "run", *tp1, cache_dir=tmp_path / "cache"))
+    assert [row["step"] for row in resumed] == list(range(1, 22))
 
 
 @pytest.mark.slow

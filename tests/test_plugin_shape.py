@@ -35,16 +35,24 @@ def test_every_plugin_registers_without_heavy_imports():
     assert {"core", "trainer", "grpo", "ppo", "fsdp", "hf", "tasks", "models"} <= set(report["loaded"])
 
 
-@pytest.mark.parametrize("override", ["trainer.seed=-1", "algorithm.adv_estimator=grpo_passkk"])
-def test_a_config_error_is_reported_before_torch_loads(override):
+@pytest.mark.parametrize("overrides, named", [
+    ("trainer.seed=-1", "trainer.seed=-1"),
+    ("algorithm.adv_estimator=grpo_passkk", "algorithm.adv_estimator=grpo_passkk"),
+    ("=5", "the override '=5'"), ("model.hidden_size=60 model.num_heads=4", "model.hidden_size=60"),
+    ("trainer.val_temperature=-1", "trainer.val_temperature=-1"), ("sampling.top_k=-7", "sampling.top_k=-7"),
+    ("trainer.test_freq=-3", "trainer.test_freq=-3"),
+    ("data=files data.train_files=[/dev/null] data.val_fraction=0.5", "data.train_files: '/dev/null' is not a regular"),
+    ("data=files data.train_files=[/no/such.jsonl] data.val_fraction=0.5", "data.train_files: no such file"),
+])
+def test_a_config_error_is_reported_before_torch_loads(overrides, named):
     done = run_python(f"""
         import sys
         from rlloom.cli import main
-        status = main(["train", "preset=tiny", "{override}"])
+        status = main(["train", "preset=tiny", *{overrides.split()!r}])
         print(status, "torch" in sys.modules)
     """)
     assert done.stdout.split() == ["2", "False"], (done.stdout, done.stderr)
-    assert override in done.stderr
+    assert named in done.stderr
 
 
 def test_a_lazy_factory_builds_the_named_class():

@@ -73,14 +73,19 @@ LOG_PROBS = np.array([[-0.5, -1.0, -7.0], [-2.0, -7.0, -7.0], [-0.1, -0.2, -0.3]
                       [-7.0, -7.0, -7.0], [-0.7, -7.0, -7.0], [-1.0, -1.0, -1.0]])
 
 
+def install(folder, module: str, source: str, distribution: str) -> None:
+    """``module`` (``source``) and a ``.dist-info`` naming it as entry point ``module`` of ``distribution``."""
+    (folder / f"{module}.py").write_text(textwrap.dedent(source))
+    info = folder / f"{distribution.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[rlloom]\n{module} = {module}\n")
+
+
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """The plugin installed in a folder on ``sys.path``, and the process's registry reloaded with it."""
-    (tmp_path / f"{MODULE}.py").write_text(textwrap.dedent(PLUGIN))
-    info = tmp_path / "rlloom_third_party_math-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloom-third-party-math\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text(f"[rlloom]\nthird_party_math = {MODULE}\n")
+    install(tmp_path, MODULE, PLUGIN, "rlloom-third-party-math")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("RLLOOM_PLUGINS", raising=False)
     importlib.invalidate_caches()
@@ -95,14 +100,32 @@ def scored_batch() -> Batch:
                  {"uid": np.array(UIDS, dtype=object)})
 
 
+def own_status(registry: Registry):
+    """This test's plugin's load status (another installed plugin, broken or not, is not this test's)."""
+    (status,) = [status for status in registry.statuses if status.distribution == "rlloom-third-party-math"]
+    return status
+
+
 def test_one_function_each_is_registered_under_its_distribution(plugin):
     registry = registry_module.get_registry()
-    assert registry.failed() == []
+    assert own_status(registry).status == "loaded"
     for kind, name in (("advantage_estimator", "group_median"), ("policy_loss", "plain_pg")):
         component = registry.get(kind, name)
         assert (component.distribution, component.version) == ("rlloom-third-party-math", "0.1.0")
     assert {"grpo", "group_median", "rloo"} <= set(registry.choices("advantage_estimator"))
     assert {"vanilla", "plain_pg", "cispo"} <= set(registry.choices("policy_loss"))
+
+
+def test_a_broken_plugin_installed_beside_it_changes_nothing_here(plugin, tmp_path, monkeypatch):
+    other = tmp_path / "other"
+    other.mkdir()
+    install(other, "rlloom_test_broken_plugin", "raise ImportError('this plugin is broken')\n", "rlloom-broken")
+    monkeypatch.syspath_prepend(str(other))
+    importlib.invalidate_caches()
+    registry = Registry()
+    assert "rlloom-broken" in [status.distribution for status in registry.failed()]
+    assert own_status(registry).status == "loaded"
+    assert registry.get("advantage_estimator", "group_median").distribution == "rlloom-third-party-math"
 
 
 def test_compute_advantages_calls_the_registered_estimator(plugin):

@@ -9,9 +9,8 @@ import pytest
 import rlloom_trainer
 from rlloom_trainer.testing import metric_rows, train_tiny, training_rows
 
-# On top of preset=tiny. vLLM's CPU attention has no kernel for head size 16 (the tiny preset's 64 / 4
-# heads): use 2 heads.
-TINY_VLLM = ["rollout=vllm", "model.num_heads=2", "model.num_kv_heads=1", "rollout.max_model_len=256"]
+# On top of preset=tiny, as typed: its model's head size (64 / 2 heads = 32) is one vLLM's CPU attention takes.
+TINY_VLLM = ["rollout=vllm"]
 
 
 @pytest.mark.slow
@@ -43,13 +42,13 @@ def test_default_config_completes_with_vllm(tmp_path):
 
 @pytest.mark.slow
 def test_the_head_size_error_gives_advice_that_works(tmp_path, capsys):
-    """``preset=tiny rollout=vllm`` names the overrides that fit vLLM's CPU kernels as soon as the model
-    folder exists (``VLLMRolloutConfig.check_model``); adding exactly those (and nothing else:
-    max_model_len follows the model) trains."""
+    """``model.num_heads=4`` (head size 16) with ``rollout=vllm`` names the overrides that fit vLLM's CPU kernels
+    as soon as the model folder exists (``VLLMRolloutConfig.check_model``); adding exactly those (and nothing
+    else: max_model_len follows the model) trains."""
     from rlloom.cli import main
 
     common = ["train", "preset=tiny", "rollout=vllm", f"model.cache_dir={tmp_path / 'cache'}", "trainer.total_steps=1"]
-    assert main([*common, f"trainer.run_dir={tmp_path / 'first'}"]) == 2
+    assert main([*common, "model.num_heads=4", f"trainer.run_dir={tmp_path / 'first'}"]) == 2
     err = capsys.readouterr().err
     # a config error from the model's shape, before any engine loaded weights (not a role that failed to start)
     assert err.startswith("rlloom: error: rollout=vllm: the model at"), err

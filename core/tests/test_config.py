@@ -280,6 +280,23 @@ def test_out_of_range_values(registry):
     assert "temperature=-1.0" in error_for(["sampling.temperature=-1"], registry)
 
 
+@pytest.mark.parametrize("cls, key, bad, good", [
+    (SamplingConfig, "top_p", [0.0, -0.5, 1.0 + 1e-9, float("nan")], [1e-9, 0.5, 1.0]),
+    (SamplingConfig, "top_k", [0, -2, -7], [-1, 1, 50]),
+    (SamplingConfig, "temperature", [-1e-9, float("nan"), float("inf")], [0.0, 2.0]),
+    (TrainerConfig, "seed", [-1, 2**32], [0, 2**32 - 1]),
+    (TrainerConfig, "val_temperature", [-1.0, float("nan")], [0.0, 1.5]),
+    (TrainerConfig, "test_freq", [-3, -1], [0, 7]),
+])
+def test_range_checks_at_their_edges(cls, key, bad, good):
+    """The schemas' own range checks, each side of each bound (the command line reaches them through these)."""
+    for value in good:
+        assert getattr(cls(**{key: value}), key) == value
+    for value in bad:
+        with pytest.raises(ValueError, match=f"^{cls.section}.{key}={value}: must be "):
+            cls(**{key: value})
+
+
 # ------------------------------------------------------------------------------ presets
 def test_preset_expands_and_user_override_wins(registry):
     resolved = compose_config(["preset=quick"], registry)

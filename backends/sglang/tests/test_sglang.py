@@ -33,13 +33,15 @@ def test_without_sglang_the_error_names_the_package(tmp_path, mode):
     assert "pip install 'rlloom-sglang[sglang]'" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a CUDA GPU")
+@pytest.mark.skipif(HAS_SGLANG, reason="SGLang is installed here")
 def test_with_sglang_installed_but_no_gpu_says_so(tmp_path):
-    """The real SGLang wheel (without its CUDA dependencies) importable, no GPU: a plain message."""
+    """SGLang installed, no GPU: a plain message. Whether SGLang is installed is whether ``import sglang`` would
+    find a module (``rlloom_sglang.launch.check_can_launch`` imports nothing from it), so a package folder of that
+    name on ``PYTHONPATH`` is installed SGLang as far as the check can tell (nothing is fetched from a registry)."""
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--target", str(target), "sglang==0.5.23"], check=True, timeout=600)
+    (target / "sglang").mkdir(parents=True)
+    (target / "sglang" / "__init__.py").write_text("")
     result = run_rlloom("train", "preset=tiny", "rollout=sglang", f"trainer.run_dir={tmp_path / 'run'}",
                         env={"PYTHONPATH": str(target)})
     assert result.returncode == 2, result.stderr

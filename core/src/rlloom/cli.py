@@ -67,12 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except RoleStartError as error:
-        if os.environ.get("RLLOOM_DEBUG"):
+    except (RoleStartError, ConfigError, UnknownPluginError) as error:
+        if isinstance(error, RoleStartError) and os.environ.get("RLLOOM_DEBUG"):
             raise
-        print(f"rlloom: error: {error}", file=sys.stderr)
-        return USAGE_ERROR
-    except (ConfigError, UnknownPluginError) as error:
         print(f"rlloom: error: {error}", file=sys.stderr)
         return USAGE_ERROR
     except RoleFailedError as error:

@@ -74,3 +74,26 @@ def test_explained_variance_matches_numpy():
     assert explained_variance(returns, values, mask) == pytest.approx(expected, rel=1e-5)
     assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
     assert np.isnan(explained_variance(torch.ones(2, 4), values, mask))
+
+
+@pytest.mark.parametrize("extra", [0, 5, 35])
+def test_dr_grpo_value_normaliser_does_not_depend_on_padding(extra):
+    # The same two rows padded from width 5 by `extra` columns (as when a longer response elsewhere
+    # in the step widens every row): loss, vf_loss and gradients stay Σ L / (seqs · max_new_tokens).
+    narrow = value_batch()
+    pad = (0, extra)
+    batch = Batch({name: torch.nn.functional.pad(narrow[name], pad) for name in ("values", "returns", "response_mask")},
+                  meta={"max_new_tokens": 8})
+    current = torch.nn.functional.pad(torch.tensor([V, [0.25, 2.0, 0.0, 0.0, 0.0]]), pad).requires_grad_()
+    loss_fn = make_value_loss_fn(0.5, "seq-mean-token-sum-norm")
+    loss, metrics = loss_fn(batch, {"values": current}, mini_batch_stats(batch["response_mask"]))
+    loss.backward()
+    expected = (sum(EXPECTED_LOSS) + 0.5 * 0.5625 + 0.5) / (2 * 8)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert float(metrics["vf_loss"]) == pytest.approx(expected, rel=1e-6)
+    torch.testing.assert_close(current.grad[0, :5], torch.tensor(EXPECTED_GRAD) / 16)
+    assert not current.grad[:, 5:].any()
+    # An explicit loss_scale_factor wins over the step's max_new_tokens.
+    scaled, _ = make_value_loss_fn(0.5, "seq-mean-token-sum-norm", loss_scale_factor=16)(
+        batch, {"values": current}, mini_batch_stats(batch["response_mask"]))
+    assert scaled.item() == pytest.approx(expected / 2, rel=1e-6)

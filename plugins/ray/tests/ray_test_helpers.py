@@ -1,7 +1,9 @@
-"""Shared by the rlloom-ray tests: a short tiny GRPO run, and whether a cluster's CPUs are free again."""
+"""Shared by the rlloom-ray tests: a short tiny GRPO run, whether a cluster's CPUs are free again, and how long a
+failure took to surface."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from rlloom_trainer.testing import train_tiny
@@ -11,6 +13,12 @@ def run_tiny(run_dir: str, cache_dir: str, *overrides: str, steps: int = 2) -> l
     """``preset=tiny`` for ``steps`` steps, logging to ``metrics.jsonl`` only; returns its rows."""
     return train_tiny(run_dir, f"trainer.total_steps={steps}", "trainer.trackers=[jsonl]", *overrides,
                       cache_dir=cache_dir)
+
+
+def seconds_since_last_row(run_dir: str) -> float:
+    """Seconds since the run last wrote ``metrics.jsonl`` (the row of the last step it finished): how long the
+    failure that ended it took to surface, the start-up before (Ray, workers, the model) not counted."""
+    return time.time() - os.path.getmtime(os.path.join(run_dir, "metrics.jsonl"))
 
 
 def cpus_freed(total: float, wait_s: float = 10.0) -> bool:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from ray_test_helpers import cpus_freed, run_tiny
+from ray_test_helpers import cpus_freed, run_tiny, seconds_since_last_row
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
@@ -37,10 +36,9 @@ def test_a_raising_worker_names_role_rank_and_remote_traceback(cluster, tmp_path
 @pytest.mark.slow
 def test_a_hung_worker_times_out(cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:generate:2:hang")
-    start = time.monotonic()
     with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 did not answer within 15 s during generate\(\)"):
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.call_timeout_s=15")
-    assert time.monotonic() - start < 60
+    assert seconds_since_last_row(str(tmp_path / "run")) < 15 + 30  # the hang began after step 1's row
     assert cpus_freed(4)  # the hung worker was killed, not waited for
 
 

@@ -162,6 +162,15 @@ def test_a_call_that_never_returns_times_out(python):
     assert outcome.timed_out and not outcome.passed
 
 
+@pytest.mark.parametrize("tests", ["", "# nothing to check\n", "\n  \n# a\n# b\n"])
+def test_tests_without_a_statement_pass_no_response(python, tests):
+    """Empty or comment-only tests have no statement: ``completed == statements`` (0 == 0) alone would pass any
+    response; they fail."""
+    outcome = run_tests(CheckJob(candidate=HONEST, tests=tests), LIMITS, python)
+    assert (outcome.passed, outcome.statements, outcome.completed) == (False, 0, 0)
+    assert verify(python, HONEST, tests) == 0.0
+
+
 def test_broken_tests_are_an_error_not_a_failure(python):
     outcome = run_tests(CheckJob(candidate=HONEST, tests="assert add(1, 1) ==\n"), LIMITS, python)
     assert not outcome.passed and outcome.error is not None and "SyntaxError" in outcome.error

@@ -25,15 +25,14 @@ def test_registers_datasets_and_rewards(registry):
     }
 
 
-# Settings a config cannot do without (data=files has no default file).
-REQUIRED = {"files": {"train_files": ["train.jsonl"], "val_fraction": 0.1}}
-
-
 @pytest.mark.parametrize("kind", ["data", "reward"])
-def test_every_config_round_trips_through_omegaconf(registry, kind):
+def test_every_config_round_trips_through_omegaconf(registry, kind, tmp_path):
+    (tmp_path / "train.jsonl").write_text("")
+    # Settings a config cannot do without (data=files has no default file, and checks that it exists).
+    required = {"files": {"train_files": [str(tmp_path / "train.jsonl")], "val_fraction": 0.1}}
     for name, component in registry.components[kind].items():
-        node = OmegaConf.merge(OmegaConf.structured(component.config), REQUIRED.get(name, {}))
-        assert OmegaConf.to_object(node) == component.config(**REQUIRED.get(name, {}))
+        node = OmegaConf.merge(OmegaConf.structured(component.config), required.get(name, {}))
+        assert OmegaConf.to_object(node) == component.config(**required.get(name, {}))
 
 
 def test_built_through_the_registry_with_overrides(registry):

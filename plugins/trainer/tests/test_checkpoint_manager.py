@@ -114,6 +114,19 @@ def test_keep_last_n_keeps_the_newest_complete_checkpoints(tmp_path):
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["global_step_3", "global_step_4", "latest"]
 
 
+@pytest.mark.parametrize("keep", [0, 1, 2])
+def test_checkpoints_are_ordered_by_step_number_past_nine(tmp_path, keep):
+    """Steps 9, 10, 11: by number, not by name ("global_step_10" sorts before "global_step_9" as text)."""
+    manager = CheckpointManager(str(tmp_path), keep_last_n=keep)
+    for step in (9, 10, 11):
+        manager.save(step, write_files({"a": step}))
+        assert manager.latest().step == step
+    kept = {0: [9, 10, 11], 1: [11], 2: [10, 11]}[keep]
+    assert [c.step for c in manager.complete()] == kept
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == sorted([f"global_step_{s}" for s in kept] + ["latest"])
+    assert manager.newest_intact().step == 11
+
+
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
     manager = CheckpointManager(str(tmp_path))
     previous = manager.save(2, write_files({"a.bin": 10}))

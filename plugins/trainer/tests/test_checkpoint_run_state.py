@@ -46,6 +46,12 @@ def test_config_changes_ignore_resumable_keys_and_name_the_others():
     assert config_changes(saved, saved) == []
 
 
+def test_a_megatron_tensor_parallel_change_resumes_and_other_engine_keys_do_not():
+    saved = {"choices": {"train_engine": "megatron"}, "train_engine": {"tensor_parallel_size": 2, "lr": 0.01}}
+    current = {"choices": {"train_engine": "megatron"}, "train_engine": {"tensor_parallel_size": 1, "lr": 0.02}}
+    assert config_changes(saved, current) == ["train_engine.lr: 0.01 -> 0.02"]
+
+
 def test_derived_seeds_depend_on_every_part_and_nothing_else():
     seed = derive_seed(0, 3, "gen", 0)
     assert seed == derive_seed(0, 3, "gen", 0)

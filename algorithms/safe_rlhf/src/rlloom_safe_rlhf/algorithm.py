@@ -35,8 +35,8 @@ class SafeRLHF(PPO):
         super().__init__(cfg)
         self.config: SafeRLHFConfig = cfg
         self.cost_value_loss_fn = make_value_loss_fn(
-            cfg.cliprange_value, cfg.loss_agg_mode, values_key="cost_values", returns_key="cost_returns"
-        )
+            cfg.cliprange_value, cfg.loss_agg_mode, values_key="cost_values", returns_key="cost_returns",
+            loss_scale_factor=cfg.loss_scale_factor)
         self.multiplier = LagrangeMultiplier(
             cfg.lambda_init, cfg.lambda_lr, cfg.cost_limit, cfg.episode_cost_window, cfg.lambda_max
         )

@@ -105,11 +105,16 @@ def _fits(override: str, options: Options, choices: dict[str, str]) -> bool:
 
 
 def _parse(overrides: list[str]) -> list[Any]:
-    try:
-        return OverridesParser.create().parse_overrides(overrides)
-    except HydraException as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise ConfigError(f"could not parse the overrides {overrides}: {first_line}") from None
+    """The parsed overrides; a ConfigError names the first that is not key=value or group=option."""
+    parsed = []
+    for text in overrides:
+        try:
+            parsed += OverridesParser.create().parse_overrides([text])
+        except HydraException as error:
+            raise ConfigError(f"could not parse the override {text!r}: {str(error).strip().splitlines()[0]}") from None
+        if not parsed[-1].key_or_group:
+            raise ConfigError(f"the override {text!r} names no key: write key=value or group=option (algorithm=grpo)")
+    return parsed
 
 
 def _no_such_option(group: str, value: str, options: Options, registry: Registry) -> str:

@@ -50,6 +50,11 @@ class SamplingConfig(Limited):
     max_new_tokens: int = 16
     ignore_eos: bool = False  # every response runs to max_new_tokens (throughput benchmarks)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"sampling.top_k={self.top_k}: must be -1 (off) or >= 1")
+
 
 @dataclass
 class TrainerConfig(Limited):
@@ -59,8 +64,8 @@ class TrainerConfig(Limited):
     section: ClassVar[str] = "trainer"
     limits: ClassVar[dict[str, str]] = {
         **dict.fromkeys(("total_steps", "train_batch_size", "val_n"), ">= 1"),
-        **dict.fromkeys(("save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"), ">= 0"),
-        "seed": "in [0, 4294967295]",
+        **dict.fromkeys(("test_freq", "save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"), ">= 0"),
+        "seed": "in [0, 4294967295]", "val_temperature": "in [0, inf)",
     }
 
     total_steps: int = 15

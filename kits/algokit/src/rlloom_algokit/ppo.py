@@ -33,7 +33,8 @@ class PPO:
     def __init__(self, cfg: PPOConfig) -> None:
         self.config = cfg
         self.policy_loss_fn = make_policy_loss_fn(cfg)
-        self.value_loss_fn = make_value_loss_fn(cfg.cliprange_value, cfg.loss_agg_mode)
+        self.value_loss_fn = make_value_loss_fn(cfg.cliprange_value, cfg.loss_agg_mode,
+                                                loss_scale_factor=cfg.loss_scale_factor)
         self.kl_ctrl = (
             AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)
             if cfg.kl_ctrl_type == "adaptive"

@@ -30,7 +30,7 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
 
     - the policy loss's fields (:class:`rlloom_algokit.config.PolicyLossConfig`): the clip range
       ``clip_ratio_low`` / ``clip_ratio_high``, the dual clip ``clip_ratio_c``, ``loss_agg_mode``
-      (for the value loss too), ``loss_scale_factor``, ``entropy_coeff``, the KL loss
+      and ``loss_scale_factor`` (for the value losses too), ``entropy_coeff``, the KL loss
       ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``, and ``policy_loss``;
     - ``cliprange_value``: the value clip ε_v: v_clip = v_old + clip(v − v_old, ±ε_v).
 

@@ -9,7 +9,8 @@ import torch
 from rlloom.batch import Batch, masked_mean
 from rlloom.protocols import LossFn
 from rlloom.types import MiniBatchStats
-from rlloom_algokit.losses import aggregate
+from rlloom_algokit.losses import aggregate, mini_batch_stats
+from rlloom_algokit.policy_loss import constant_length
 
 
 class ValueLossTerms(NamedTuple):
@@ -63,11 +64,14 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.
 
 
 def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str, values_key: str = "values",
-                       returns_key: str = "returns") -> LossFn:
+                       returns_key: str = "returns", loss_scale_factor: int | None = None) -> LossFn:
     """A :data:`rlloom.protocols.LossFn` for the critic: ``agg(L_V)`` (:func:`clipped_value_loss`
     of ``outputs["values"]`` against the micro-batch's rollout values ``values_key`` and its
     ``returns_key``; e.g. ``cost_values``/``cost_returns`` for a cost critic), aggregated in
-    ``loss_agg_mode`` over the ``response_mask`` with the mini-batch ``stats``.
+    ``loss_agg_mode`` over the ``response_mask`` with the mini-batch ``stats``. With
+    ``seq-mean-token-sum-norm`` the length in the denominator is the constant ``loss_scale_factor``
+    (None: ``micro_batch.meta["max_new_tokens"]``), not the padded width, as in the policy loss
+    (:func:`rlloom_algokit.policy_loss.constant_length`).
 
     Metrics (this micro-batch's own counts, 0-d tensors): ``vf_loss``, ``vf_clipfrac`` (token mean) and
     ``vpred_mean`` (token mean of the current values).
@@ -80,12 +84,15 @@ def make_value_loss_fn(cliprange_value: float, loss_agg_mode: str, values_key: s
         if "values" not in outputs:
             raise KeyError(f"the value loss needs outputs['values'] (a critic engine); got outputs {sorted(outputs)}")
         mask = micro_batch["response_mask"]
+        own = mini_batch_stats(mask)
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            stats, own = (constant_length(counts, micro_batch, loss_scale_factor) for counts in (stats, own))
         terms = clipped_value_loss(
             outputs["values"], micro_batch[values_key], micro_batch[returns_key], mask, cliprange_value
         )
         with torch.no_grad():
             metrics = {
-                "vf_loss": aggregate(terms.loss, mask, loss_agg_mode),
+                "vf_loss": aggregate(terms.loss, mask, loss_agg_mode, own),
                 "vf_clipfrac": masked_mean(terms.clipped, mask),
                 "vpred_mean": masked_mean(outputs["values"], mask),
             }

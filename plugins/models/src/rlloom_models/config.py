@@ -17,7 +17,8 @@ class TinyModelConfig(Limited):
     """A random-init Qwen2-style model with a character tokenizer (``model=tiny``), for tests.
 
     Weights depend only on these fields (``cache_dir`` aside) and the installed torch version.
-    ``hidden_size`` must be divisible by ``num_heads`` and ``num_heads`` by ``num_kv_heads``.
+    ``hidden_size`` must be divisible by ``num_heads``, into an even head size, and ``num_heads`` by
+    ``num_kv_heads``.
     """
 
     section: ClassVar[str] = "model"
@@ -38,6 +39,11 @@ class TinyModelConfig(Limited):
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})"
+            )
+        if self.hidden_size // self.num_heads % 2:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size}: the head size hidden_size / num_heads = "
+                f"{self.hidden_size // self.num_heads} must be even (rotary embeddings rotate pairs of dimensions)"
             )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(

@@ -1,5 +1,6 @@
 """``launcher=local``, the default: every role is built in this process, and a role's handle is the
-built object itself (:class:`rlloom.protocols.Launcher`)."""
+built object itself (:class:`rlloom.protocols.Launcher`), a reward function's wrapped so that a call that
+raises ends the run as a failed role (:class:`RewardRole`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, ClassVar
 
 from rlloom.config.limits import Limited
 from rlloom.controller.roles import build_role
+from rlloom.errors import RoleFailedError
 from rlloom.plugins.registry import Registry
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
@@ -25,6 +27,28 @@ class LocalLauncherConfig(Limited):
     num_threads: int = 0
 
 
+class RewardRole:
+    """A reward function built in this process whose call, when it raises, ends the run as a failed role does on
+    Ray: :class:`~rlloom.errors.RoleFailedError` naming the role, the component and the error's first line (the
+    command line prints it in one paragraph, exit status 3; the error is chained for ``RLLOOM_DEBUG=1``). A reward
+    must score a row it cannot check (:class:`rlloom.protocols.RewardFn`); one that raises instead stops the run.
+    Other attributes are the function's."""
+
+    def __init__(self, function: Any, spec: RoleSpec) -> None:
+        self.function, self.spec = function, spec
+
+    def __call__(self, batch: Any) -> Any:
+        try:
+            return self.function(batch)
+        except Exception as error:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            raise RoleFailedError(f"the {self.spec.role} role's reward function {self.spec.name!r} raised "
+                                  f"{type(error).__name__}: {first_line}") from error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.function, name)
+
+
 class LocalLauncher:
     """Builds each role in-process and closes them, last built first, at :meth:`shutdown`."""
 
@@ -35,7 +59,7 @@ class LocalLauncher:
     def start_role(self, spec: RoleSpec, registry: Registry) -> Any:
         handle = build_role(spec, registry)
         self._closables.append(handle)
-        return handle
+        return RewardRole(handle, spec) if spec.kind == "reward" else handle
 
     def shutdown(self) -> None:
         for handle in reversed(self._closables):

@@ -39,6 +39,7 @@ def register_presets(register):
         "tiny",
         [
             "model=tiny",
+            "model.num_heads=2",  # head size 64 / 2 = 32: vLLM's attention kernels (CPU and CUDA) have none for 16
             "data=digits",
             "reward=digit_fraction",
             "algorithm.n=8",

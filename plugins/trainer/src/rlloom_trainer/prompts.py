@@ -5,10 +5,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlloom.config import ConfigError
 from rlloom.data import PromptRecord
 
 if TYPE_CHECKING:
     from rlloom.batch import Batch
+
+
+def check_context(model_path: str, max_new_tokens: int) -> None:
+    """ConfigError unless ``sampling.max_new_tokens`` < the model's context C (``max_position_embeddings`` of
+    its ``config.json``, of the text model for a multimodal one; not checked when it has none): a prompt
+    needs at least one of the C positions. Reads the config only, no weights."""
+    from transformers import AutoConfig
+
+    context = getattr(AutoConfig.from_pretrained(model_path).get_text_config(), "max_position_embeddings", None)
+    if context is not None and max_new_tokens >= context:
+        raise ConfigError(f"sampling.max_new_tokens={max_new_tokens}: the model's context is {context} tokens "
+                          f"(max_position_embeddings in {model_path}/config.json), prompt and response together; "
+                          f"set sampling.max_new_tokens below {context}")
 
 
 class PromptEncoder:

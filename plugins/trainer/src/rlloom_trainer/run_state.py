@@ -69,12 +69,14 @@ class TrainerState:
 # the schedule, which is the user's call; ``trainer.run_name`` and ``trainer.run_dir`` only say where
 # the run lives, and checkpoints from before run names existed have none; ``launcher.*`` and
 # ``train_engine.sequence_parallel_size`` place the same computation on other processes, the same
-# numbers up to the order of float sums). ``*`` matches any key of a section.
+# numbers up to the order of float sums; ``train_engine.tensor_parallel_size`` is train_engine=megatron's
+# layout, which its checkpoints do not depend on: a TP = 2 run resumes at TP = 1 and back). ``*`` matches
+# any key of a section.
 RESUMABLE_CHANGES = (
     "trainer.total_steps", "trainer.trackers", "trainer.test_freq", "trainer.save_freq", "trainer.keep_last_n",
     "trainer.resume", "trainer.run_dir", "trainer.run_name", "trainer.dump_rollouts", "trainer.max_nonfinite_steps",
     "trainer.save_final_model", "trainer.val_before_train", "launcher.*", "model.cache_dir",
-    "train_engine.sequence_parallel_size",
+    "train_engine.sequence_parallel_size", "train_engine.tensor_parallel_size",
 )
 
 

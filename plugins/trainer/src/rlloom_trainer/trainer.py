@@ -48,7 +48,7 @@ from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
 from rlloom_trainer.interrupt import RunInterrupted
 from rlloom_trainer.progress import phase
-from rlloom_trainer.prompts import PromptEncoder, PromptIterator
+from rlloom_trainer.prompts import PromptEncoder, PromptIterator, check_context
 from rlloom_trainer.record import record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
 from rlloom_trainer.run_lock import run_lock
@@ -139,6 +139,7 @@ class Trainer:
         except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
             raise RoleStartError("model", f"model={choices['model']}", error) from error
         self._check_model_fits_engines()
+        check_context(self.model_path, sections["sampling"].max_new_tokens)
 
         from transformers import AutoTokenizer
 

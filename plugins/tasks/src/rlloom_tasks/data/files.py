@@ -35,7 +35,7 @@ from typing import Any
 
 from rlloom.data import PromptRecord
 
-from rlloom_tasks.data.readers import read_rows
+from rlloom_tasks.data.readers import check_path, read_rows
 
 
 class StringPrompts(Enum):
@@ -123,11 +123,12 @@ def to_record(row: Any, cfg: FilesDataConfig) -> PromptRecord:
     )
 
 
-def _records(paths: list[str], hf_split: str, cfg: FilesDataConfig, invalid: list[str]) -> list[PromptRecord]:
-    """The records of every row of ``paths``; invalid rows raise or (``skip_invalid``) go to ``invalid``."""
+def _records(key: str, hf_split: str, cfg: FilesDataConfig, invalid: list[str]) -> list[PromptRecord]:
+    """The records of every row of the files ``cfg.<key>``; invalid rows raise or (``skip_invalid``) go to
+    ``invalid``."""
     records = []
-    for path in paths:
-        for raw in read_rows(path, hf_split):
+    for path in getattr(cfg, key):
+        for raw in read_rows(path, hf_split, f"data.{key}"):
             try:
                 if raw.error:
                     raise InvalidRow(raw.error)
@@ -159,14 +160,17 @@ def _check(cfg: FilesDataConfig) -> None:
             f"data=files needs validation prompts: set data.val_files, or data.val_fraction in (0, 1) "
             f"(got {cfg.val_fraction})"
         )
+    for key in ("train_files", "val_files"):
+        for path in getattr(cfg, key):
+            check_path(path, f"data.{key}")
 
 
 def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:
     """The dataset of the module doc; ``ValueError`` names the offending field, file or row."""
     invalid: list[str] = []
-    train = _records(list(cfg.train_files), cfg.hf_train_split, cfg, invalid)
+    train = _records("train_files", cfg.hf_train_split, cfg, invalid)
     if cfg.val_files:
-        val = _records(list(cfg.val_files), cfg.hf_val_split, cfg, invalid)
+        val = _records("val_files", cfg.hf_val_split, cfg, invalid)
     else:
         order = list(range(len(train)))
         random.Random(seed).shuffle(order)

@@ -72,16 +72,24 @@ def _hf_disk(path: str, hf_split: str) -> Iterator[RawRow]:
         yield RawRow(f"{path} row {number}", row)
 
 
-def read_rows(path: str, hf_split: str) -> Iterator[RawRow]:
-    """Every row of the file or saved dataset at ``path`` (see the module doc)."""
+def check_path(path: str, key: str) -> None:
+    """ValueError naming ``key`` unless ``path`` is a directory (a saved dataset) or a regular ``.jsonl`` or
+    ``.parquet`` file: a FIFO, socket or device would block the run or never end. Reads nothing."""
     if not os.path.exists(path):
-        raise ValueError(f"data=files: no such file or directory {path!r}")
+        raise ValueError(f"data=files: {key}: no such file or directory {path!r}")
+    if os.path.isdir(path):
+        return
+    if not os.path.isfile(path):
+        raise ValueError(f"data=files: {key}: {path!r} is not a regular file (a FIFO, socket or device); "
+                         "copy the data into a .jsonl or .parquet file")
+    if not path.endswith((".jsonl", ".parquet")):
+        raise ValueError(f"data=files: {key}: {path!r} is not a .jsonl or .parquet file nor a directory saved by "
+                         "datasets.save_to_disk")
+
+
+def read_rows(path: str, hf_split: str, key: str) -> Iterator[RawRow]:
+    """Every row of the file or saved dataset at ``path`` (see the module doc), :func:`check_path` first."""
+    check_path(path, key)
     if os.path.isdir(path):
         return _hf_disk(path, hf_split)
-    if path.endswith(".jsonl"):
-        return _jsonl(path)
-    if path.endswith(".parquet"):
-        return _parquet(path)
-    raise ValueError(
-        f"data=files: {path!r} is not a .jsonl or .parquet file nor a directory saved by datasets.save_to_disk"
-    )
+    return _jsonl(path) if path.endswith(".jsonl") else _parquet(path)
