@@ -58,8 +58,9 @@ def run_mode(mode: str, model: str, args: argparse.Namespace) -> dict:
         trainer_idle, generator_idle = generating, 1.0 - generating
     else:
         trainer_idle, generator_idle = (steps[-2][f"async/{side}_idle_frac"] for side in ("trainer", "generator"))
+    lengths = [row["response_length/mean"] for row in steps]
     return dict(samples_per_s=len(timed) * PROMPTS * N / wall, trainer_idle=trainer_idle,
-                generator_idle=generator_idle, response_len=sum(row["response_length/mean"] for row in steps) / len(steps),
+                generator_idle=generator_idle, response_len=sum(lengths) / len(lengths),
                 staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps))
 
 

@@ -14,7 +14,8 @@ from rlloom_trainer.testing import metric_rows, train_tiny, training_rows
 
 ROWS = 32  # preset=tiny: 4 prompts x 8 samples, every one dumped
 DUMP = f"trainer.dump_rollouts={ROWS}"
-# Decoupled PPO (AReaL): the proximal policy's log-probs recomputed, tokens weighted by pi_prox / pi_behav, masked above 5
+# Decoupled PPO (AReaL): the proximal policy's log-probs recomputed, tokens weighted by
+# pi_prox / pi_behav, masked above 5
 DECOUPLED = ["algorithm.rollout_is=token", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=5",
              "algorithm.rollout_is_threshold_lower=0"]
 

@@ -1,7 +1,8 @@
 """Decoupled PPO (AReaL) for ``trainer.async_mode=fully_async``: the behaviour policy (the rollout's
 log-probs, possibly several versions old) and the proximal policy (the actor's log-probs recomputed before
-the update, ``old_log_probs``) kept apart. It is rollout correction at token level in mask mode with no lower
-bound: loss_t = w_t · 1[w_t <= cap] · PPO-clip_t(π_θ / π_prox), w_t = π_prox / π_behav. Checked on hand values."""
+the update, ``old_log_probs``) kept apart. It is rollout correction at token level in mask mode with no
+lower bound: loss_t = w_t · 1[w_t <= cap] · PPO-clip_t(π_θ / π_prox), w_t = π_prox / π_behav. Checked on
+hand values."""
 
 import math
 
