@@ -50,6 +50,7 @@ def run_steps(pipeline: RolloutPipeline, steps: int) -> list[tuple[int, int]]:
     for step in range(1, steps + 1):
         prompts = pipeline.prompts(step)
         job = pipeline.take(step, prompts, N, None, "gen")
+        assert len(pipeline.wait(job)) == ROWS * N
         trained.append((step, job.version))
         pipeline.synced(step)
     return trained

@@ -120,8 +120,8 @@ class RolloutPipeline:
         return self.jobs[step].prompts
 
     def take(self, step: int, prompts: Batch, n: int, sampling: SamplingParams | None, stage: str) -> Job:
-        """Step ``step``'s finished job, for ``ctx.generate(prompts, n, sampling, stage)``; admits the jobs the
-        mode allows first, and counts the wait as the trainer's idle time."""
+        """Step ``step``'s job (submitted, perhaps not finished: :meth:`wait`), for ``ctx.generate(prompts, n,
+        sampling, stage)``; admits the jobs the mode allows first."""
         job = self.jobs.get(step)
         call = (n, sampling, stage)
         if self.call is None:
@@ -131,17 +131,21 @@ class RolloutPipeline:
                               "step's own prompts; this algorithm generates again or from other prompts within a "
                               "step (dynamic sampling, a greedy baseline): use trainer.async_mode=sync")
         self._admit(step, step + 1 if self.mode == ONE_STEP_OFF else step + self.max_staleness)
-        start = time.time()
-        self.started = self.started or start
-        job.future.result()
-        self.waited_s += time.time() - start
-        begin, end = job.future.span()
-        self.generated_s += end - begin
-        first = self.generator_span[0] if self.generator_span else begin
-        self.generator_span = (first, end)
         self.trained_position = job.position
         del self.jobs[step]
         return job
+
+    def wait(self, job: Job) -> Batch:
+        """``job``'s batch, once finished; the wait counts as the trainer's idle time, the job's span as the
+        generator's busy time."""
+        start = time.time()
+        self.started = self.started or start
+        batch = job.future.result()
+        self.waited_s += time.time() - start
+        begin, end = job.future.span()
+        self.generated_s += end - begin
+        self.generator_span = (self.generator_span[0] if self.generator_span else begin, end)
+        return batch
 
     def synced(self, step: int) -> None:
         """The weights after ``step`` were submitted to the rollout role: later jobs generate with them."""
@@ -199,7 +203,7 @@ class PipelinedContext(StepContext):
         job = self.pipeline.take(self.step, prompts, n, sampling, stage)
         roles = self.roles
         held = roles.agent_rollout, roles.weight_version
-        roles.agent_rollout, roles.weight_version = (lambda _prompts, _params: job.future.result()), job.version
+        roles.agent_rollout, roles.weight_version = (lambda _prompts, _params: self.pipeline.wait(job)), job.version
         try:
             batch = super().generate(prompts, n, sampling, stage)
         finally:
