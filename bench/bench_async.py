@@ -13,11 +13,12 @@ samples per step, the ``digit_fraction`` reward, GRPO.
   ``async/generator_idle_frac`` (time on no generation job); for sync, whose one process does one thing at
   a time, the generator is idle while it trains and the trainer while it generates.
 
-Every mode gets ``--threads`` torch threads in all: sync in one process, the async modes split between the
-trainer and the rollout process (2: one core each).
+Every async mode gets ``--threads`` torch threads in all, split between the trainer and the rollout process
+(2: one core each); sync runs in one process once per ``--sync-threads`` count (default: ``--threads``), and
+the ratios are to the fastest sync (on a small model one thread can beat two).
 
     python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
-    python bench/bench_async.py --steps 6 --out async.json
+    python bench/bench_async.py --sync-threads 2 1 --out async.json
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ MODES = ("sync", "one_step_off", "fully_async")
 PROMPTS, N = 8, 8
 
 
-def run_mode(mode: str, model: str, args: argparse.Namespace) -> dict:
-    """``rlloom train`` in ``mode`` on the workload; its throughput and idle fractions."""
+def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> dict:
+    """``rlloom train`` in ``mode`` with ``threads`` torch threads on the workload; its throughput and idle
+    fractions."""
     from rlloom_trainer.testing import metric_rows
 
     run_dir = tempfile.mkdtemp(prefix=f"rlloom-bench-async-{mode}-")
@@ -45,7 +47,7 @@ def run_mode(mode: str, model: str, args: argparse.Namespace) -> dict:
         f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
         "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
         "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
-        f"launcher.num_threads={args.threads}", f"trainer.async_mode={mode}",
+        f"launcher.num_threads={threads}", f"trainer.async_mode={mode}",
         f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
     ]
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -67,7 +69,8 @@ def run_mode(mode: str, model: str, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="steps per mode (>= 3: the first and last are not timed)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per mode, in all")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of an async mode, in all")
+    parser.add_argument("--sync-threads", type=int, nargs="+", help="sync's thread counts (default: --threads)")
     parser.add_argument("--max-staleness", type=int, default=2, help="trainer.max_staleness of fully_async")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE", help="added to every run")
@@ -78,15 +81,18 @@ def main() -> None:
     from rlloom_models.tiny import build_tokenizer
 
     model = varlen_folder(build_tokenizer(1024))
+    runs = [(mode, count) for mode in args.modes
+            for count in ((args.sync_threads or [args.threads]) if mode == "sync" else [args.threads])]
     results = {}
-    for mode in args.modes:
-        results[mode] = run_mode(mode, model, args)
-        print(f"{mode}: {json.dumps(results[mode])}", flush=True)
-    base = results.get("sync", {}).get("samples_per_s")
-    print(f"\n{'mode':<14}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}")
-    for mode, result in results.items():
+    for mode, threads in runs:
+        name = f"{mode} ({threads}t)"
+        results[name] = run_mode(mode, model, args, threads)
+        print(f"{name}: {json.dumps(results[name])}", flush=True)
+    base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
+    print(f"\n{'mode':<19}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}")
+    for name, result in results.items():
         ratio = f"{result['samples_per_s'] / base:.2f}" if base else "-"
-        print(f"{mode:<14}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
+        print(f"{name:<19}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
               f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
