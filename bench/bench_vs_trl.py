@@ -86,16 +86,16 @@ def shape_folder(size: str) -> str:
     return folder
 
 
-def varlen_folder() -> str:
-    """The ``varlen`` workload's random Phi with SmolLM2's tokenizer, in a temporary folder: LM head
-    weights scaled to ~0 so the logits are its bias, 0 except ``log((V - 1) / (VARLEN_MEAN - 1))``
+def varlen_folder(tokenizer=None) -> str:
+    """The ``varlen`` workload's random Phi with ``tokenizer`` (None: SmolLM2's), in a temporary folder: LM
+    head weights scaled to ~0 so the logits are its bias, 0 except ``log((V - 1) / (VARLEN_MEAN - 1))``
     at EOS, which makes P(EOS) = 1 / VARLEN_MEAN at every step."""
     import math
 
     import torch
     from transformers import AutoTokenizer, GenerationConfig, PhiConfig, PhiForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_folder())
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(smollm2_folder())
     vocab = len(tokenizer)
     config = PhiConfig(vocab_size=vocab, max_position_embeddings=1024, eos_token_id=tokenizer.eos_token_id,
                        bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id, **VARLEN)

@@ -64,8 +64,10 @@ class TrainerConfig(Limited):
     section: ClassVar[str] = "trainer"
     limits: ClassVar[dict[str, str]] = {
         **dict.fromkeys(("total_steps", "train_batch_size", "val_n"), ">= 1"),
-        **dict.fromkeys(("test_freq", "save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps"), ">= 0"),
+        **dict.fromkeys(("test_freq", "save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps",
+                         "max_staleness"), ">= 0"),
         "seed": "in [0, 4294967295]", "val_temperature": "in [0, inf)",
+        "async_mode": ("sync", "one_step_off", "fully_async"),
     }
 
     total_steps: int = 15
@@ -90,6 +92,8 @@ class TrainerConfig(Limited):
     resume: str = "auto"  # auto: continue from run_dir's latest complete checkpoint; never; or a checkpoint path
     dump_rollouts: int = 0  # write this many trained samples per step to run_dir/rollouts/step_<k>.jsonl
     max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
+    async_mode: str = "sync"  # sync; one_step_off or fully_async: generation overlaps training (docs/async.md)
+    max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -70,7 +70,10 @@ class PolicyLossConfig:
       The weight multiplies the per-token policy loss, as a constant (no gradient).
     - ``rollout_is_threshold``: the upper threshold; ``rollout_is_threshold_lower``: the lower
       (``mask`` only; None: 1 / upper). IcePop is ``rollout_is=token rollout_is_mode=mask`` with
-      its two-sided range (e.g. lower 0.5, upper 5).
+      its two-sided range (e.g. lower 0.5, upper 5). AReaL's decoupled PPO (for
+      ``trainer.async_mode=fully_async``: π_old is the proximal policy, recomputed before the update,
+      π_rollout the behaviour policy, possibly versions older) is ``rollout_is=token rollout_is_mode=mask
+      rollout_is_threshold_lower=0`` with its cap as ``rollout_is_threshold``.
     - ``bypass_mode``: the rollout log-probs serve as π_old: no recomputation pass, the PPO ratio is
       π / π_rollout, and no importance weight is needed (so ``rollout_is`` must be None).
 

@@ -1,6 +1,7 @@
 """``launcher=local``, the default: every role is built in this process, and a role's handle is the
 built object itself (:class:`rlloom.protocols.Launcher`), a reward function's wrapped so that a call that
-raises ends the run as a failed role (:class:`RewardRole`)."""
+raises ends the run as a failed role (:class:`RewardRole`); with ``trainer.async_mode`` other than ``sync`` the
+rollout role gets a process of its own (:meth:`LocalLauncher.start_role_apart`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from rlloom.plugins.registry import Registry
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
 from rlloom_enginekit.threads import available_cores, threads_for, use_threads
+
+from rlloom_trainer.rollout_process import RolloutProcess
 
 
 @dataclass
@@ -60,6 +63,19 @@ class LocalLauncher:
         handle = build_role(spec, registry)
         self._closables.append(handle)
         return RewardRole(handle, spec) if spec.kind == "reward" else handle
+
+    def start_role_apart(self, spec: RoleSpec) -> RolloutProcess:
+        """``spec``'s role in a process of its own (:class:`~rlloom_trainer.rollout_process.RolloutProcess`),
+        which takes half of this process's torch threads (rounded down, at least 1); this process keeps
+        the rest (at least 1): with 2 threads, one core generates while the other trains."""
+        import torch
+
+        total = torch.get_num_threads()
+        apart = max(1, total // 2)
+        use_threads(max(1, total - apart))
+        handle = RolloutProcess(spec, apart)
+        self._closables.append(handle)
+        return handle
 
     def shutdown(self) -> None:
         for handle in reversed(self._closables):

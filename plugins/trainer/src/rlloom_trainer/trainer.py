@@ -47,6 +47,8 @@ from rlloom_trainer.dumps import dump_rollouts
 from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
 from rlloom_trainer.interrupt import RunInterrupted
+from rlloom_trainer.local import LocalLauncher
+from rlloom_trainer.pipeline import SYNC, PipelinedContext, RolloutPipeline, check_async
 from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator, check_context
 from rlloom_trainer.record import record_yaml
@@ -102,6 +104,7 @@ class Trainer:
         sections, choices = resolved.sections, resolved.choices
         self.config = sections["trainer"]
         self.multi_turn = multi_turn(resolved)  # before anything is written: a ConfigError when the launcher cannot
+        check_async(resolved)
         seed_everything(self.config.seed)
         self.run_dir = run_dir_of(self.config)
         self.run_config = OmegaConf.to_container(resolved.cfg, resolve=True)
@@ -168,6 +171,10 @@ class Trainer:
         elif self._rollout_starts_with_other_weights():
             with phase("pushing the starting weights to the rollout engine"):
                 self.roles.resharder.sync(self.roles.actor, self.roles.rollout)
+        self.pipeline = None if self.config.async_mode == SYNC else RolloutPipeline(
+            self.config.async_mode, self.roles.rollout, self.next_training_prompts,
+            lambda: (self.data.state(), self.draws), self.sampling, self.config.seed, self.config.total_steps,
+            self.config.max_staleness, version=self.roles.weight_version)
 
     def _rollout_starts_with_other_weights(self) -> bool:
         """Whether the rollout engine may not hold the run's starting weights (a server started
@@ -214,13 +221,15 @@ class Trainer:
     def save_checkpoint(self) -> Checkpoint:
         """Write ``checkpoints/global_step_<step>`` atomically (see :mod:`rlloom_trainer.checkpoint`)."""
 
+        data, draws = self.pipeline.trained_position if self.pipeline else (self.data.state(), self.draws)
+
         def write(folder: str) -> None:
             for role, engine in self.roles.trained().items():
                 engine.save(os.path.join(folder, role))
             TrainerState(
                 step=self.step,
-                draws=self.draws,
-                data=self.data.state(),
+                draws=draws,
+                data=data,
                 nonfinite_in_a_row=self.guard.consecutive,
                 algorithm=self.algorithm.state_dict() if isinstance(self.algorithm, StatefulAlgorithm) else None,
                 rng=rng_state(),
@@ -237,7 +246,9 @@ class Trainer:
 
     def _start_roles(self) -> Roles:
         """Every role through the launcher; optimizer steps (for LR schedules) = total_steps × the
-        algorithm config's optimizer steps per step (:class:`~rlloom.protocols.PlansOptimizerSteps`; 1 without)."""
+        algorithm config's optimizer steps per step (:class:`~rlloom.protocols.PlansOptimizerSteps`; 1 without).
+        An async mode with ``launcher=local`` starts the rollout in a process of its own
+        (:meth:`~rlloom_trainer.local.LocalLauncher.start_role_apart`)."""
         sections, choices, registry = self.resolved.sections, self.resolved.choices, self.registry
         plan = sections["algorithm"]
         per_step = 1
@@ -245,11 +256,16 @@ class Trainer:
             per_step = plan.optimizer_steps_per_step(self.config.train_batch_size)
         self.optimizer_steps = self.config.total_steps * per_step
 
-        def start(role: str, kind: str, group: str, engine: bool = True, engine_role: str | None = None) -> Any:
+        asynchronous = self.config.async_mode != SYNC
+
+        def start(role: str, kind: str, group: str, engine: bool = True, engine_role: str | None = None,
+                  apart: bool = False) -> Any:
             engine_spec = EngineSpec(self.model_path, engine_role or role, self.config.seed, self.optimizer_steps,
                                      self.config.device)
             spec = RoleSpec(role, kind, choices[group], sections[group], engine_spec if engine else None)
             try:
+                if apart and isinstance(self.launcher, LocalLauncher):
+                    return self.launcher.start_role_apart(spec)
                 return self.launcher.start_role(spec, registry)
             except Exception as error:  # noqa: BLE001 - reported as one paragraph, the cause chained
                 raise RoleStartError(role, f"{group}={choices[group]}", error) from error
@@ -260,7 +276,7 @@ class Trainer:
         declared = declared_roles(plan)
         engines = {role: start(role.name, "train_engine", "train_engine", engine_role=role.serves_as)
                    for role in declared if role.kind == "train_engine"}
-        rollout = start("rollout", "rollout", "rollout")
+        rollout = start("rollout", "rollout", "rollout", apart=asynchronous)
         reward_fn = start("reward", "reward", "reward", engine=False)
         functions = {role: start(role.name, "reward", role.name, engine=False)
                      for role in declared if role.kind == "reward"}
@@ -272,7 +288,7 @@ class Trainer:
             reward_fn=reward_fn,
             declared={**engines, **functions},
             resharder=start("resharder", "resharder", "resharder", engine=False),
-            sleep_rollout=self.config.sleep_rollout,
+            sleep_rollout=self.config.sleep_rollout and not asynchronous,  # an async rollout never idles to sleep
             offload_train_engines=self.config.offload_train_engines,
         )
 
@@ -351,7 +367,11 @@ class Trainer:
         )
 
     def context(self, training: bool = False) -> StepContext:
-        """The controller API for one step; ``training`` contexts can draw more training prompts."""
+        """The controller API for one step; ``training`` contexts can draw more training prompts (in an async
+        mode, a :class:`~rlloom_trainer.pipeline.PipelinedContext`, whose prompts were drawn ahead)."""
+        if training and self.pipeline is not None:
+            return PipelinedContext(self.roles, self.tokenizer, self.sampling, self.step,
+                                    self.pipeline.refuse_more_prompts, seed=self.config.seed, pipeline=self.pipeline)
         return StepContext(self.roles, self.tokenizer, self.sampling, self.step,
                            self.next_training_prompts if training else None, seed=self.config.seed)
 
@@ -389,7 +409,8 @@ class Trainer:
             self.step += 1
             start = time.perf_counter()
             ctx = self.context(training=True)
-            metrics = self.algorithm.step(ctx, self.next_training_prompts())
+            prompts = self.pipeline.prompts(self.step) if self.pipeline else self.next_training_prompts()
+            metrics = self.algorithm.step(ctx, prompts)
             metrics["timing_s/step"] = time.perf_counter() - start
             metrics["training/epoch"] = float(self.data.epoch)
             metrics["data/prompts_dropped"] = float(self.prompts_dropped)
@@ -442,6 +463,7 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the same folder is refused."""
     trainer = None
     multi_turn(resolved)  # a launcher that cannot run the agent loop is refused before the folder is made
+    check_async(resolved)  # so is an async mode the rest of the config cannot run
     with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
         try:
             finished = finished_run(resolved)

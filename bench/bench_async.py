@@ -1,0 +1,103 @@
+"""``trainer.async_mode`` on one variable-length workload, in one invocation: ``sync``, ``one_step_off`` and
+``fully_async``, each a fresh ``rlloom train`` subprocess on the same work, then their samples/s and the
+ratios to sync, and how idle the generator and the trainer were.
+
+The workload is ``bench_vs_trl.py``'s ``varlen`` shape: a tiny random Phi (hidden 256, 4 layers) whose EOS
+has probability 1/64 at every step, so response lengths are geometric from 1 to the 256-token cap; here with
+``model=tiny``'s byte tokenizer (259 tokens) in place of SmolLM2's 49,152, whose LM head would make
+generation ~40x the update on this CPU and leave nothing to overlap; ``data=digits`` prompts, 8 prompts x 8
+samples per step, the ``digit_fraction`` reward, GRPO.
+
+- samples/s: the samples of steps 2 .. N-1 over their wall time (step 1 warms up, step N validates);
+- idle fractions: for the async modes the run's ``async/trainer_idle_frac`` (time waiting for a batch) and
+  ``async/generator_idle_frac`` (time on no generation job); for sync, whose one process does one thing at
+  a time, the generator is idle while it trains and the trainer while it generates.
+
+Every async mode gets ``--threads`` torch threads in all, split between the trainer and the rollout process
+(2: one core each); sync runs in one process once per ``--sync-threads`` count (default: ``--threads``), and
+the ratios are to the fastest sync (on a small model one thread can beat two).
+
+    python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
+    python bench/bench_async.py --sync-threads 2 1 --out async.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+
+from bench_vs_trl import VARLEN_TOKENS, varlen_folder
+
+MODES = ("sync", "one_step_off", "fully_async")
+PROMPTS, N = 8, 8
+
+
+def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> dict:
+    """``rlloom train`` in ``mode`` with ``threads`` torch threads on the workload; its throughput and idle
+    fractions."""
+    from rlloom_trainer.testing import metric_rows
+
+    run_dir = tempfile.mkdtemp(prefix=f"rlloom-bench-async-{mode}-")
+    overrides = [
+        "model=hf", f"model.path={model}", "data=digits", "reward=digit_fraction",
+        f"trainer.run_dir={run_dir}", "trainer.trackers=[jsonl]", f"trainer.total_steps={args.steps}",
+        f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
+        "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
+        "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
+        f"launcher.num_threads={threads}", f"trainer.async_mode={mode}",
+        f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
+    ]
+    cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
+    subprocess.run([sys.executable, "-c", cli, "train", *overrides], check=True, stdout=subprocess.DEVNULL)
+    steps = [row for row in metric_rows(run_dir) if row["step"] > 0]
+    timed = steps[1:-1]
+    wall = steps[-2]["training/wall_clock_s"] - steps[0]["training/wall_clock_s"]
+    if mode == "sync":
+        generating = sum(row["timing_s/gen"] for row in timed) / sum(row["timing_s/step"] for row in timed)
+        trainer_idle, generator_idle = generating, 1.0 - generating
+    else:
+        trainer_idle, generator_idle = (steps[-2][f"async/{side}_idle_frac"] for side in ("trainer", "generator"))
+    lengths = [row["response_length/mean"] for row in steps]
+    return dict(samples_per_s=len(timed) * PROMPTS * N / wall, trainer_idle=trainer_idle,
+                generator_idle=generator_idle, response_len=sum(lengths) / len(lengths),
+                staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="steps per mode (>= 3: the first and last are not timed)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of an async mode, in all")
+    parser.add_argument("--sync-threads", type=int, nargs="+", help="sync's thread counts (default: --threads)")
+    parser.add_argument("--max-staleness", type=int, default=2, help="trainer.max_staleness of fully_async")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE", help="added to every run")
+    parser.add_argument("--out", help="also write the results as JSON here")
+    args = parser.parse_args()
+    if args.steps < 3:
+        parser.error("--steps must be >= 3")
+    from rlloom_models.tiny import build_tokenizer
+
+    model = varlen_folder(build_tokenizer(1024))
+    runs = [(mode, count) for mode in args.modes
+            for count in ((args.sync_threads or [args.threads]) if mode == "sync" else [args.threads])]
+    results = {}
+    for mode, threads in runs:
+        name = f"{mode} ({threads}t)"
+        results[name] = run_mode(mode, model, args, threads)
+        print(f"{name}: {json.dumps(results[name])}", flush=True)
+    base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
+    print(f"\n{'mode':<19}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}")
+    for name, result in results.items():
+        ratio = f"{result['samples_per_s'] / base:.2f}" if base else "-"
+        print(f"{name:<19}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
+              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump({"args": vars(args), "results": results}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""``trainer.async_mode`` under ``launcher=ray``: the rollout on a pool of its own generates the next batch
+while the actor's pool trains, each batch stamped with the weights that generated it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ray_test_helpers import run_tiny
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+pytest.importorskip("ray")
+
+OWN_POOL = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, ages", [("one_step_off", [0, 1, 1]), ("fully_async", [0, 1, 2])])
+def test_the_rollout_pool_generates_ahead_within_the_bound(cluster, cache, tmp_path, mode, ages):
+    rows = run_tiny(str(tmp_path), cache, *OWN_POOL, f"trainer.async_mode={mode}", "trainer.max_staleness=2",
+                    "trainer.dump_rollouts=32", steps=3)
+    trained = [row for row in rows if row["step"] > 0]
+    assert [row["async/staleness/max"] for row in trained] == ages
+    for step in (1, 2, 3):
+        with open(os.path.join(tmp_path, "rollouts", f"step_{step}.jsonl"), encoding="utf-8") as handle:
+            dumped = [json.loads(line) for line in handle]
+        assert {step - 1 - row["weight_version"] for row in dumped} == {ages[step - 1]}
+        assert {row["uid"].split("-")[0] for row in dumped} == {f"draw{step}"}

@@ -1,0 +1,217 @@
+"""Asynchronous rollouts, ``trainer.async_mode`` (docs/async.md): generation runs ahead of training.
+
+A *job* is the generation of one step's prompt batch, submitted to the rollout role (which lives outside
+the trainer's process: :class:`~rlloom_trainer.rollout_process.RolloutProcess` under ``launcher=local``, its
+own pool under ``launcher=ray``) without waiting. The role runs its calls in the order submitted, so a job
+generates with the weights of the last sync submitted before it: its ``version``, stamped on every sample.
+
+- ``one_step_off``: when step ``k`` takes its batch, the job of step ``k + 1`` is submitted, so batch ``k + 1``
+  is generated (by the weights before step ``k``'s update) while step ``k`` trains; the sync after the update
+  reaches the rollout role once that generation ends.
+- ``fully_async`` with ``trainer.max_staleness`` K: jobs are admitted AReaL's way, at most
+  ``(K + version + 1) × batch`` samples ever, ``version`` the trainer's (the number of syncs so far): the job
+  of step ``i`` is submitted as soon as ``i <= K + version + 1`` — when a step takes its batch and after each
+  sync — so finished batches wait in a buffer while the trainer is busy. A step ``i`` trains at version
+  ``i - 1`` on samples of version ``>= i - 1 - K``: the staleness bound holds by construction, and no sample is
+  ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
+
+The algorithm's step is unchanged: :class:`PipelinedContext` hands its ``ctx.generate(prompts, n)`` the job's
+batch. The first step's call teaches the pipeline the call (``n``, sampling, stage) that later jobs repeat;
+a step that generates again or draws more prompts (DAPO's dynamic sampling, ReMax's greedy baseline) is a
+ConfigError. Prompts are drawn when a job is submitted; a checkpoint records the data position of the
+last *trained* batch, so a resumed run regenerates the untrained jobs from the same prompts and seeds
+(by the checkpoint's weights): nothing is lost or trained twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlloom.batch import Batch
+from rlloom.config import ConfigError, ResolvedConfig
+from rlloom.controller.futures import submit
+from rlloom.controller.step import StepContext, derive_seed
+from rlloom.protocols import Future, RemoteHandle
+from rlloom.types import SamplingParams
+
+SYNC = "sync"
+ONE_STEP_OFF = "one_step_off"
+FULLY_ASYNC = "fully_async"
+REFUSED_RESHARDERS = ("shared",)  # the rollout generates with the train engine's own tensors
+
+
+def check_async(resolved: ResolvedConfig) -> None:
+    """ConfigError, naming the keys, when ``trainer.async_mode`` cannot run with the rest of the config:
+    a multi-turn agent (its loop drives an in-process engine), ``resharder=shared`` (one copy of the
+    weights cannot be trained and generated with at once), ``trainer.offload_train_engines`` (the train
+    engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool."""
+    mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
+    if mode == SYNC:
+        return
+    prefix = f"trainer.async_mode={mode}"
+    from rlloom_agentkit.config import SingleTurnConfig
+
+    if not isinstance(sections["agent"], SingleTurnConfig):
+        raise ConfigError(f"{prefix} runs single-turn rollouts only; agent={choices['agent']} needs "
+                          "trainer.async_mode=sync (valid choices: sync, one_step_off, fully_async)")
+    if choices["resharder"] in REFUSED_RESHARDERS:
+        raise ConfigError(f"{prefix}: resharder={choices['resharder']} generates with the train engine's own "
+                          "weights while they train; use resharder=in_process (or safetensors, broadcast)")
+    if sections["trainer"].offload_train_engines:
+        raise ConfigError(f"{prefix}: trainer.offload_train_engines=true offloads the train engines for "
+                          "generation, which now runs while they train; set it false")
+    if choices["launcher"] == "ray":
+        launcher = sections["launcher"]
+        if launcher.pool_of("rollout") == launcher.pool_of("actor"):
+            raise ConfigError(f"{prefix} with launcher=ray needs the rollout in a pool of its own: "
+                              f"launcher.mapping.rollout={launcher.pool_of('rollout')} is the actor's pool "
+                              "(add launcher.resource_pools.rollout=1 launcher.mapping.rollout=rollout)")
+
+
+@dataclass
+class Job:
+    """One step's generation: its prompts, sampling, the weights' ``version`` it runs with, its future,
+    and the data ``position`` (the data iterator's state and the draw count) after its prompts were drawn."""
+
+    step: int
+    prompts: Batch
+    position: tuple[dict, int]
+    params: SamplingParams | None = None
+    version: int = 0
+    future: Future | None = None
+
+
+@dataclass
+class RolloutPipeline:
+    """The jobs of a run in ``mode`` (``one_step_off`` or ``fully_async``); ``draw()`` draws the next training
+    prompt batch, ``position()`` the data position after it. See the module docstring."""
+
+    mode: str
+    rollout: Any
+    draw: Callable[[], Batch]
+    position: Callable[[], tuple[dict, int]]
+    sampling: SamplingParams
+    seed: int
+    total_steps: int
+    max_staleness: int
+    version: int = 0
+    trained_position: tuple[dict, int] | None = None
+    jobs: dict[int, Job] = field(default_factory=dict)
+    call: tuple[int, SamplingParams | None, str] | None = None
+    waited_s: float = 0.0
+    started: float | None = None  # when the first step took its batch
+    generated_s: float = 0.0
+    generator_span: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rollout, RemoteHandle):
+            raise ConfigError(f"trainer.async_mode={self.mode} needs the rollout role outside the trainer's "
+                              "process; this launcher builds it in-process (use launcher=local or launcher=ray)")
+        self.trained_position = self.position()
+
+    def prompts(self, step: int) -> Batch:
+        """Step ``step``'s prompts: its job's (drawn when the job was admitted), or drawn now."""
+        if step not in self.jobs:
+            self.jobs[step] = Job(step, self.draw(), self.position())
+        return self.jobs[step].prompts
+
+    def take(self, step: int, prompts: Batch, n: int, sampling: SamplingParams | None, stage: str) -> Job:
+        """Step ``step``'s job (submitted, perhaps not finished: :meth:`wait`), for ``ctx.generate(prompts, n,
+        sampling, stage)``; admits the jobs the mode allows first."""
+        job = self.jobs.get(step)
+        call = (n, sampling, stage)
+        if self.call is None:
+            self.call = call
+        if job is None or prompts is not job.prompts or call != self.call:
+            raise ConfigError(f"trainer.async_mode={self.mode} generates each step's batch ahead, once, from the "
+                              "step's own prompts; this algorithm generates again or from other prompts within a "
+                              "step (dynamic sampling, a greedy baseline): use trainer.async_mode=sync")
+        self._admit(step, step + 1 if self.mode == ONE_STEP_OFF else step + self.max_staleness)
+        self.trained_position = job.position
+        del self.jobs[step]
+        return job
+
+    def wait(self, job: Job) -> Batch:
+        """``job``'s batch, once finished; the wait counts as the trainer's idle time, the job's span as the
+        generator's busy time."""
+        start = time.time()
+        self.started = self.started or start
+        batch = job.future.result()
+        self.waited_s += time.time() - start
+        begin, end = job.future.span()
+        self.generated_s += end - begin
+        self.generator_span = (self.generator_span[0] if self.generator_span else begin, end)
+        return batch
+
+    def synced(self, step: int) -> None:
+        """The weights after ``step`` were submitted to the rollout role: later jobs generate with them."""
+        self.version = step
+        if self.mode == FULLY_ASYNC and self.call is not None:
+            self._admit(step + 1, step + 1 + self.max_staleness)
+
+    def _admit(self, first: int, last: int) -> None:
+        """Submit the job of every step from ``first`` to ``min(last, total_steps)`` not yet submitted, in
+        order (drawing the prompts of those not yet drawn)."""
+        for step in range(first, min(last, self.total_steps) + 1):
+            self.prompts(step)
+            job = self.jobs[step]
+            if job.future is None:
+                job.params, job.version = self._params(step), self.version
+                job.future = submit(self.rollout, "generate", job.prompts, job.params)
+
+    def _params(self, step: int) -> SamplingParams:
+        """The learned call's sampling for ``step``, seeded as :meth:`StepContext.generate` seeds it."""
+        n, sampling, stage = self.call
+        params = dataclasses.replace(sampling or self.sampling, n=n)
+        if params.seed is None:
+            params = dataclasses.replace(params, seed=derive_seed(self.seed, step, stage, 0))
+        return params
+
+    def metrics(self, step: int, batch: Batch) -> dict[str, float]:
+        """``async/staleness/mean|max`` (versions between the trainer's, ``step - 1``, and each sample's),
+        ``async/buffer_samples`` (samples admitted, not yet trained: finished or generating),
+        ``async/trainer_idle_frac`` (the time since the first step took its batch spent waiting for one),
+        ``async/generator_idle_frac`` (the generator's time between its first job's start and its last
+        finished job's end spent on no job)."""
+        staleness = (step - 1 - batch["weight_version"]).float()
+        ahead = sum(len(job.prompts) for job in self.jobs.values() if job.future) * self.call[0]
+        wall = time.time() - self.started
+        span = self.generator_span[1] - self.generator_span[0]
+        return {"async/staleness/mean": float(staleness.mean()), "async/staleness/max": float(staleness.max()),
+                "async/buffer_samples": float(ahead), "async/trainer_idle_frac": self.waited_s / wall,
+                "async/generator_idle_frac": max(0.0, 1.0 - self.generated_s / span) if span > 0 else 0.0}
+
+    def refuse_more_prompts(self) -> Batch:
+        """A pipelined step's ``ctx.more_prompts()``: the prompts are drawn ahead, so none can be drawn within."""
+        raise ConfigError(f"trainer.async_mode={self.mode} draws each step's prompts ahead; this algorithm draws "
+                          "more within a step (dynamic sampling): use trainer.async_mode=sync")
+
+
+@dataclass
+class PipelinedContext(StepContext):
+    """A training step's context in an async mode: ``generate`` returns the step's job (the batch, stamped with
+    the version that generated it; ``timing_s/gen`` is the wait for it) and adds the pipeline's ``async/*``
+    metrics; ``sync_weights`` tells the pipeline, which may admit more jobs."""
+
+    pipeline: RolloutPipeline | None = None
+
+    def generate(self, prompts: Batch, n: int, sampling: SamplingParams | None = None, stage: str = "gen") -> Batch:
+        job = self.pipeline.take(self.step, prompts, n, sampling, stage)
+        roles = self.roles
+        held = roles.agent_rollout, roles.weight_version
+        roles.agent_rollout, roles.weight_version = (lambda _prompts, _params: self.pipeline.wait(job)), job.version
+        try:
+            batch = super().generate(prompts, n, sampling, stage)
+        finally:
+            roles.agent_rollout, roles.weight_version = held
+        self.metrics.update(self.pipeline.metrics(self.step, batch))
+        return batch
+
+    def sync_weights(self) -> None:
+        super().sync_weights()
+        self.pipeline.synced(self.step)
+
