@@ -483,16 +483,16 @@ class FSDPTrainEngine:
         self.step = int(engine_state["step"])
 
     def _checkpoint_state(self) -> dict:
-        """Sharded state dicts of the model and (actor) optimizer, keyed as in the checkpoint."""
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer or [], options=self._state_options())
+        """Sharded state dicts of the model and (actor) optimizer, keyed as in the checkpoint; with LoRA the
+        adapters only (frozen tensors are dropped, a tied LM head too, which torch keeps under its own name)."""
+        options = StateDictOptions(ignore_frozen_params=self.lora is not None)
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer or [], options=options)
+        if self.lora is not None:
+            model_state = {name: tensor for name, tensor in model_state.items() if ".lora_" in name}
         state = {"model": model_state}
         if self.optimizer is not None:
             state["optimizer"] = optimizer_state
         return state
-
-    def _state_options(self) -> StateDictOptions:
-        """What a checkpoint holds: every tensor, or with LoRA the trained (adapter) tensors only."""
-        return StateDictOptions(ignore_frozen_params=self.lora is not None)
 
     def offload(self) -> None:
         """Move parameter shards, gradients and optimizer state to host memory and return the
