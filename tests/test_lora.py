@@ -12,8 +12,9 @@ import pytest
 import torch
 from rlloom import EngineSpec, SamplingParams
 from rlloom.cli import main
+from rlloom.controller.step import Roles, StepContext
 from rlloom.data import PromptRecord
-from rlloom_enginekit.lora import LoraConfig
+from rlloom_enginekit.lora import LoraConfig, reference_role
 from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
@@ -87,6 +88,12 @@ def test_every_sync_gives_the_rollout_the_merged_weights_and_its_log_probs_match
             mask = check["response_mask"].bool()
             gap = (actor.compute_log_probs(check)["log_probs"] - check["rollout_log_probs"]).abs()[mask]
             assert float(gap.max()) < 1e-3
+        roles = Roles(rollout=rollout, actor=actor, reward_fn=None, resharder=resharder,
+                      ref=reference_role(actor.config, actor))
+        StepContext(roles, rollout.tokenizer, SamplingParams(), step=1).ref_log_probs(check)
+        torch.testing.assert_close(check["ref_log_probs"], actor.compute_ref_log_probs(check)["log_probs"])
+        assert (check["ref_log_probs"] - actor.compute_log_probs(check)["log_probs"]).abs().max() > 1e-3
+        assert reference_role(FSDPConfig(), actor) is None  # without LoRA the run builds a reference engine
     finally:
         rollout.close()
         actor.close()

@@ -55,12 +55,13 @@ class LoraConfig(Limited):
         super().__post_init__()
         targets = self.target_modules
         if isinstance(targets, str) and targets != ALL_LINEAR:
-            self.target_modules = targets = [targets]
-        if not isinstance(targets, str) and (not list(targets) or not all(isinstance(t, str) and t for t in targets)):
-            raise ValueError(f"train_engine.lora.target_modules={targets}: give {ALL_LINEAR} or a list of module "
-                             "names (e.g. [q_proj,v_proj])")
+            targets = [targets]
         if not isinstance(targets, str):
-            self.target_modules = list(targets)
+            targets = list(targets)
+            if not targets or not all(isinstance(target, str) and target for target in targets):
+                raise ValueError(f"train_engine.lora.target_modules={targets}: give {ALL_LINEAR} or a list of module "
+                                 "names (e.g. [q_proj,v_proj])")
+        self.target_modules = targets
         if self.adapter_path is not None and self.rank == 0:
             raise ValueError(f"train_engine.lora.adapter_path={self.adapter_path}: needs train_engine.lora.rank > 0 "
                              "(rank 0 turns LoRA off); set the adapter's rank")
@@ -134,25 +135,20 @@ class ServesReference(Protocol):
 class ActorReference:
     """The ``ref`` role of a run whose actor serves the reference (:class:`ServesReference`): a
     :class:`~rlloom.protocols.RemoteHandle` whose ``compute_log_probs`` is the actor's
-    ``compute_ref_log_probs``, on the actor's workers. It holds no weights: offloading, onloading and
-    closing are the actor's."""
+    ``compute_ref_log_probs``, on the actor's workers. It holds no weights: offloading and closing are the
+    actor's."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
     def submit_call(self, method: str, args: tuple, kwargs: dict) -> Future:
+        """``compute_log_probs`` as the actor's ``compute_ref_log_probs`` (the only method a reference serves)."""
         if method != "compute_log_probs":
             raise AttributeError(f"the reference served by the actor has no method {method!r}")
         return submit(self.actor, "compute_ref_log_probs", *args, **kwargs)
 
-    def compute_log_probs(self, *args: Any, **kwargs: Any) -> Any:
-        return self.submit_call("compute_log_probs", args, kwargs).result()
-
     def offload(self) -> None:
         """Nothing of its own to move: the actor offloads the shared weights."""
-
-    def close(self) -> None:
-        """Nothing of its own to close."""
 
 
 def reference_role(engine_config: Any, actor: Any) -> ActorReference | None:
