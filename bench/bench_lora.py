@@ -12,7 +12,8 @@ the reference from its actor with the adapters off:
 Reported per variant: the peak memory of the run's process (``perf/cpu_memory_peak_gb``: resident set on the
 CPU; on CUDA ``perf/max_memory_allocated_gb``), the median step time (``timing_s/step``, the first step left
 out), the bytes one weight sync moves (``perf/weight_sync_bytes``: merged, the whole model) and, for LoRA,
-the adapters' own bytes (what an adapter-only sync would move, float32), with the ratios LoRA / full.
+the adapters' own bytes (what an adapter-only sync would move, float32), with the ratios LoRA / full; and
+each step's mean training reward (``critic/score/mean``), a first look at whether the variant learns.
 
     python bench/bench_lora.py                         # CPU, SmolLM2-135M, 4 steps each
     python bench/bench_lora.py --device cuda --steps 6 --out lora.json
@@ -49,7 +50,8 @@ def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:
     return {"peak_gb": max(row.get(memory_key, 0.0) for row in steps),
             "step_s": statistics.median(row["timing_s/step"] for row in steps[1:] or steps),
             "sync_bytes": steps[-1]["perf/weight_sync_bytes"],
-            "reference_memory_saved_gb": steps[-1].get("perf/reference_memory_saved_gb")}
+            "reference_memory_saved_gb": steps[-1].get("perf/reference_memory_saved_gb"),
+            "train_score": [round(row["critic/score/mean"], 3) for row in steps]}
 
 
 def adapter_bytes(model: str) -> int:

@@ -109,8 +109,6 @@ class FSDPTrainEngine:
                 )
             if self.lora is not None:
                 add_adapters(self.model, self.lora)
-            # the frozen weights (LoRA's base model): what a reference engine would hold beside this one
-            self.frozen_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
             base = self.model.base if self.is_critic else self.model
             use_attention(base, cfg.attention, self.device, self.trainable)
             self.sequence = self._sequence_groups(base.config.get_text_config())
@@ -373,7 +371,9 @@ class FSDPTrainEngine:
         """On CUDA ``perf/mfu/<role>``, once the GPU has finished the step's work; once this LoRA actor has
         served the reference policy, ``perf/reference_memory_saved_gb``: the frozen base weights (all ranks'
         shards) that a reference engine would have held."""
-        metrics = {"perf/reference_memory_saved_gb": self.frozen_bytes / 1e9} if self.serves_reference else {}
+        # the frozen (base) weights, whole: a DTensor's numel is its full tensor's
+        frozen = sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
+        metrics = {"perf/reference_memory_saved_gb": frozen / 1e9} if self.serves_reference else {}
         if self.device.type != "cuda":
             return metrics
         synchronize(self.device)
