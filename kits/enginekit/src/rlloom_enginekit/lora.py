@@ -45,11 +45,11 @@ class LoraConfig(Limited):
     section: ClassVar[str] = "train_engine.lora"
     limits: ClassVar[dict] = {"rank": ">= 0", "alpha": "> 0", "dropout": "in [0, 1)"}
 
-    rank: int = 0
-    alpha: float = 16.0
-    target_modules: Any = ALL_LINEAR
-    dropout: float = 0.0
-    adapter_path: str | None = None
+    rank: int = 0  # r, the adapters' rank; 0: LoRA off (every weight trains)
+    alpha: float = 16.0  # the update is (alpha / rank) · B A
+    target_modules: Any = ALL_LINEAR  # all-linear (every linear layer but the LM head) or a list: [q_proj,v_proj]
+    dropout: float = 0.0  # probability, on the adapters' input while training
+    adapter_path: str | None = None  # a PEFT adapter folder to start from (what rlloom export writes)
 
     def __post_init__(self) -> None:
         super().__post_init__()
