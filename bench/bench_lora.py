@@ -17,6 +17,7 @@ each step's mean training reward (``critic/score/mean``), a first look at whethe
 
     python bench/bench_lora.py                         # CPU, SmolLM2-135M, 4 steps each
     python bench/bench_lora.py --device cuda --steps 6 --out lora.json
+    python bench/bench_lora.py --lora train_engine.gradient_checkpointing=true
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:
     overrides = [f"trainer.run_dir={run_dir}", f"trainer.total_steps={args.steps}", f"trainer.device={args.device}",
                  "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1",
                  "trainer.val_n=1", "trainer.save_final_model=false", "trainer.trackers=[jsonl]",
-                 f"algorithm.use_kl_loss={str(args.kl).lower()}", *(LORA if name == "lora" else [])]
+                 f"algorithm.use_kl_loss={str(args.kl).lower()}", *(LORA + args.lora if name == "lora" else [])]
     if args.model == "tiny":
         overrides.append("preset=tiny")
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--no-kl", dest="kl", action="store_false", help="no KL loss (no reference policy at all)")
+    parser.add_argument("--lora", action="append", default=[], metavar="OVERRIDE",
+                        help="another override for the LoRA run (repeatable), e.g. train_engine.gradient_checkpointing=true")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
@@ -86,7 +89,7 @@ def main() -> None:
     ratios = {"peak_memory": lora["peak_gb"] / full["peak_gb"], "step_time": lora["step_s"] / full["step_s"],
               "merged_sync_bytes": lora["sync_bytes"] / full["sync_bytes"],
               "adapter_bytes": lora["adapter_bytes"] / full["sync_bytes"]}
-    report = {"model": args.model, "device": args.device, "steps": args.steps, "kl": args.kl, **results,
+    report = {"model": args.model, "device": args.device, "steps": args.steps, "kl": args.kl, "lora_overrides": LORA + args.lora, **results,
               "lora_over_full": ratios}
     print(json.dumps(report, indent=2))
     if args.out:
