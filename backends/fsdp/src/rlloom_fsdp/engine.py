@@ -101,14 +101,7 @@ class FSDPTrainEngine:
         self._offloaded = False
         self.sequence: SequenceGroups | None = None
         try:
-            if self.is_critic:
-                self.model = load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
-            else:
-                self.model = load_model(
-                    spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
-                )
-            if self.lora is not None:
-                add_adapters(self.model, self.lora)
+            self.model = self._load_model()
             base = self.model.base if self.is_critic else self.model
             use_attention(base, cfg.attention, self.device, self.trainable)
             self.sequence = self._sequence_groups(base.config.get_text_config())
@@ -140,6 +133,16 @@ class FSDPTrainEngine:
         self.serves_reference = False  # set by the first compute_ref_log_probs
 
     # ------------------------------------------------------------------------------ helpers
+    def _load_model(self) -> torch.nn.Module:
+        """This role's model: a critic, or the causal LM (with LoRA adapters on an actor that has them)."""
+        cfg, spec = self.config, self.spec
+        if self.is_critic:
+            return load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
+        model = load_model(spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing)
+        if self.lora is not None:
+            add_adapters(model, self.lora)
+        return model
+
     def _sequence_groups(self, text_config) -> SequenceGroups:
         """The sequence-parallel and data-parallel groups of ``cfg.sequence_parallel_size`` (a
         ValueError naming the key when it does not divide the heads or the world size)."""
