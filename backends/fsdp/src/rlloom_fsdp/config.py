@@ -84,12 +84,16 @@ class FSDPConfig(TrainEngineConfig):
     On CUDA gradients are reduced in float32 whatever ``dtype`` is. ``head_chunk_rows``: response
     tokens per chunk of the LM head in the log-prob and entropy computation
     (:func:`rlloom_fsdp.head.chunked_log_probs`; 0: :func:`rlloom_fsdp.head.default_chunk_rows`).
+
+    ``lora``: LoRA adapters through PEFT (:mod:`rlloom_fsdp.lora`, docs/lora.md): the actor trains only
+    them, serves the reference policy with them off (no reference engine) and syncs W0 + (alpha/r) B A.
     """
 
     limits: ClassVar[dict] = {"sequence_layout": LAYOUTS, "attention": ATTENTION_CHOICES, "head_chunk_rows": ">= 0",
                               "sequence_parallel_size": ">= 1"}
     # A checkpoint does not depend on the sequence-parallel size, so one process (``rlloom export``) reads it at SP = 1.
     single_process_overrides: ClassVar[dict] = {"sequence_parallel_size": 1}
+    lora_refusal: ClassVar[str] = ""
 
     reshard_after_forward: bool = True
     sequence_layout: str = "shared_prompt"
@@ -104,6 +108,10 @@ class FSDPConfig(TrainEngineConfig):
                 raise ValueError(f"train_engine.{key}={value} needs a packed train_engine.sequence_layout "
                                  "(shared_prompt or packed), got padded")
 
+    def reference_from_actor(self) -> bool:
+        """With LoRA on the actor serves the reference (:class:`rlloom_enginekit.lora.ServesReference`)."""
+        return self.lora.enabled
+
     def check_model(self, model_path: str, run_device: str) -> None:
         """Before any weights load: a ValueError when a packed ``sequence_layout`` meets a model whose
         ``config.json`` asks for an attention implementation that cannot take its per-sequence mask
@@ -111,7 +119,13 @@ class FSDPConfig(TrainEngineConfig):
         when ``attention=flex`` would train on the CPU (:func:`check_attention`), or when
         ``sequence_parallel_size`` does not fit the model's heads or the world size
         (:func:`check_sequence_parallel`; the trainer calls this under ``launcher=local`` only, whose
-        engines run in its one process: world size 1)."""
+        engines run in its one process: world size 1), or when
+        ``lora.target_modules`` names a module the model has no linear layer for
+        (:func:`rlloom_fsdp.lora.check_lora_targets`, on the model built without weights)."""
+        if self.lora.enabled:
+            from rlloom_fsdp.lora import check_lora_targets  # torch and transformers load only for this check
+
+            check_lora_targets(self.lora, model_path)
         if self.attention == "flex":
             from rlloom_enginekit.devices import role_device  # torch loads only for this check
 

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
@@ -52,6 +52,7 @@ from rlloom_fsdp import process_group
 from rlloom_fsdp.attention import use_attention
 from rlloom_fsdp.config import FSDPConfig, check_sequence_parallel
 from rlloom_fsdp.head import default_chunk_rows
+from rlloom_fsdp.lora import adapter_tensors, adapters_off, add_adapters, merged_named_tensors, write_adapter_folder
 from rlloom_fsdp.model import full_named_tensors, load_critic, load_model, shard_model
 from rlloom_fsdp.perf import mfu, train_flops
 from rlloom_fsdp.scoring import ModelInput, attach_scorer, model_input
@@ -71,6 +72,10 @@ class FSDPTrainEngine:
     (base transformer + zero-initialised ``Linear(hidden, 1)`` value head) trained like the actor
     but at ``cfg.critic_lr`` (``None``: ``cfg.lr``); it serves :meth:`compute_values`, not
     :meth:`compute_log_probs`. Device and precision: see the module docstring.
+
+    With ``cfg.lora.rank > 0`` the actor carries LoRA adapters (:mod:`rlloom_fsdp.lora`): only they train
+    (and are checkpointed, with their optimizer state), :meth:`compute_ref_log_probs` gives the base
+    model's log-probs (the reference policy, adapters off) and :meth:`named_weights` the merged weights.
     """
 
     def __init__(self, cfg: FSDPConfig, spec: EngineSpec) -> None:
@@ -83,6 +88,7 @@ class FSDPTrainEngine:
         self.spec = spec
         self.trainable = spec.role in TRAINABLE_ROLES
         self.is_critic = spec.role == "critic"
+        self.lora = cfg.lora if spec.role == "actor" and cfg.lora.enabled else None
         if self.trainable:
             # Fail now, not at the first train_step, if the schedule cannot be computed.
             self.lr_at(1)
@@ -95,12 +101,7 @@ class FSDPTrainEngine:
         self._offloaded = False
         self.sequence: SequenceGroups | None = None
         try:
-            if self.is_critic:
-                self.model = load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
-            else:
-                self.model = load_model(
-                    spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing
-                )
+            self.model = self._load_model()
             base = self.model.base if self.is_critic else self.model
             use_attention(base, cfg.attention, self.device, self.trainable)
             self.sequence = self._sequence_groups(base.config.get_text_config())
@@ -116,7 +117,7 @@ class FSDPTrainEngine:
             raise
         self.optimizer = (
             torch.optim.AdamW(
-                self.model.parameters(),
+                [parameter for parameter in self.model.parameters() if parameter.requires_grad],
                 lr=self.lr_at(1),
                 betas=(cfg.betas[0], cfg.betas[1]),
                 eps=cfg.eps,
@@ -129,8 +130,19 @@ class FSDPTrainEngine:
             else None
         )
         self.step = 0  # optimizer steps taken (skipped non-finite updates included)
+        self.serves_reference = False  # set by the first compute_ref_log_probs
 
     # ------------------------------------------------------------------------------ helpers
+    def _load_model(self) -> torch.nn.Module:
+        """This role's model: a critic, or the causal LM (with LoRA adapters on an actor that has them)."""
+        cfg, spec = self.config, self.spec
+        if self.is_critic:
+            return load_critic(spec.model_path, gradient_checkpointing=cfg.gradient_checkpointing)
+        model = load_model(spec.model_path, trainable=self.trainable, gradient_checkpointing=cfg.gradient_checkpointing)
+        if self.lora is not None:
+            add_adapters(model, self.lora)
+        return model
+
     def _sequence_groups(self, text_config) -> SequenceGroups:
         """The sequence-parallel and data-parallel groups of ``cfg.sequence_parallel_size`` (a
         ValueError naming the key when it does not divide the heads or the world size)."""
@@ -273,6 +285,17 @@ class FSDPTrainEngine:
         return Batch(fields, meta=batch.meta, batch_size=len(batch))
 
     @dispatch("dp_split")
+    def compute_ref_log_probs(self, batch: Batch, entropy: bool = False) -> Batch:
+        """:meth:`compute_log_probs` of the reference policy this LoRA actor serves: its base model, every
+        adapter off (:func:`rlloom_fsdp.lora.adapters_off`). RuntimeError on an engine without LoRA."""
+        if self.lora is None:
+            raise RuntimeError("compute_ref_log_probs: only an actor with LoRA (train_engine.lora.rank > 0) serves "
+                               "the reference policy; this run needs a reference engine")
+        self.serves_reference = True
+        with adapters_off(self.model):
+            return self.compute_log_probs(batch, entropy)
+
+    @dispatch("dp_split")
     def compute_values(self, batch: Batch) -> Batch:
         """Critic role only: ``values`` [B, R] float32, no grad, 0 where ``response_mask`` is 0.
 
@@ -348,13 +371,18 @@ class FSDPTrainEngine:
         return {f"perf/model_flops/{self.spec.role}": flops}
 
     def extra_metrics(self, result: dict[str, float], started: float) -> dict[str, float]:
-        """On CUDA ``perf/mfu/<role>``, once the GPU has finished the step's work."""
+        """On CUDA ``perf/mfu/<role>``, once the GPU has finished the step's work; once this LoRA actor has
+        served the reference policy, ``perf/reference_memory_saved_gb``: the frozen base weights (all ranks'
+        shards) that a reference engine would have held."""
+        # the frozen (base) weights, whole: a DTensor's numel is its full tensor's
+        frozen = sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
+        metrics = {"perf/reference_memory_saved_gb": frozen / 1e9} if self.serves_reference else {}
         if self.device.type != "cuda":
-            return {}
+            return metrics
         synchronize(self.device)
         flops = result[f"perf/model_flops/{self.spec.role}"]
         utilisation = mfu(flops, time.perf_counter() - started, self.device, dist.get_world_size())
-        return {} if utilisation is None else {f"perf/mfu/{self.spec.role}": utilisation}
+        return metrics if utilisation is None else {**metrics, f"perf/mfu/{self.spec.role}": utilisation}
 
     def _clip_gradients(self) -> float:
         """Global L2 norm of all gradients (over every shard); clip them to ``cfg.grad_clip``."""
@@ -375,16 +403,36 @@ class FSDPTrainEngine:
         matching ``save_pretrained``. A critic yields its base model's weights (causal-LM names, no
         ``lm_head``) and ``value_head.weight`` [1, hidden], ``value_head.bias`` [1]; ``save`` and
         ``load`` include the head under the same names. All ranks must consume the iterator together; every rank gets
-        every full tensor.
+        every full tensor. With LoRA: the merged weights W0 + (alpha / r) · B A under the base model's names
+        (:func:`rlloom_fsdp.lora.merged_named_tensors`; the module stays unmerged), no adapter tensor.
         """
         self._ready()
-        yield from full_named_tensors(self.model)
+        if self.lora is not None:
+            yield from merged_named_tensors(self.model, self.lora.scaling)
+        else:
+            yield from full_named_tensors(self.model)
+
+    def save_adapter(self, out_dir: str, base_model: str) -> str:
+        """The LoRA adapters as a PEFT folder (:class:`rlloom_enginekit.lora.SavesAdapter`); every rank must
+        call it (gathering is a collective), rank 0 writes. ValueError on an engine without LoRA."""
+        if self.lora is None:
+            raise ValueError("save_adapter: this engine trains no LoRA adapters (train_engine.lora.rank=0)")
+        self._ready()
+        tensors = dict(adapter_tensors(self.model))
+        if dist.get_rank() == 0:
+            write_adapter_folder(tensors, self.lora, base_model, out_dir)
+        dist.barrier()
+        return out_dir
 
     def live_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's own parameters (:class:`rlloom.protocols.LendsWeights`; no copy) under the names
         of :meth:`named_weights`. Only an unsharded model (world size 1 in float32, where the engine keeps
-        a plain module) has them whole: otherwise a ValueError saying to use another resharder."""
+        a plain module) has them whole: otherwise a ValueError saying to use another resharder. With LoRA
+        no parameter holds the policy's weights W0 + (alpha / r) · B A: a ValueError too."""
         self._ready()
+        if self.lora is not None:
+            raise ValueError("resharder=shared lends the train engine's own parameters, and with LoRA none holds the "
+                             "policy's weights W0 + (alpha/r)·B·A: use resharder=in_process (merged per tensor)")
         seen: set[int] = set()
         for name, tensor in self.model.state_dict(keep_vars=True).items():
             if isinstance(tensor, DTensor):
@@ -396,7 +444,8 @@ class FSDPTrainEngine:
                 yield name, tensor.detach()
 
     def save(self, path: str) -> None:
-        """Write a ``torch.distributed.checkpoint`` of the model (and optimizer) shards to ``path``,
+        """Write a ``torch.distributed.checkpoint`` of the model (and optimizer) shards to ``path`` (with LoRA
+        the adapters and their optimizer state only: the base weights are the model folder's),
         plus ``engine_state.json`` with the step counter (which fixes the LR schedule position).
         ``path`` must be a directory every rank can write to (shared storage at world size > 1)."""
         self._ready()
@@ -431,12 +480,18 @@ class FSDPTrainEngine:
             self.optimizer or [],
             model_state_dict=state["model"],
             optim_state_dict=state.get("optimizer", {}),
+            # the frozen base is not in a LoRA checkpoint; dcp.load above has already refused missing adapters
+            options=StateDictOptions(ignore_frozen_params=self.lora is not None, strict=self.lora is None),
         )
         self.step = int(engine_state["step"])
 
     def _checkpoint_state(self) -> dict:
-        """Sharded state dicts of the model and (actor) optimizer, keyed as in the checkpoint."""
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer or [])
+        """Sharded state dicts of the model and (actor) optimizer, keyed as in the checkpoint; with LoRA the
+        adapters only (frozen tensors are dropped, a tied LM head too, which torch keeps under its own name)."""
+        options = StateDictOptions(ignore_frozen_params=self.lora is not None)
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer or [], options=options)
+        if self.lora is not None:
+            model_state = {name: tensor for name, tensor in model_state.items() if ".lora_" in name}
         state = {"model": model_state}
         if self.optimizer is not None:
             state["optimizer"] = optimizer_state

@@ -129,7 +129,7 @@ def full_named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     Names are the unsharded model's ``state_dict`` keys. A tensor shared under two names (tied
     input embedding and LM head) is yielded once, under its first name (``model.embed_tokens.weight``;
     ``lm_head.weight`` is left out), as ``save_pretrained`` does. Each tensor is a fresh copy
-    (:func:`_full_copy`: on a one-rank mesh no collective per tensor). Every rank must iterate to the
+    (:func:`full_copy`: on a one-rank mesh no collective per tensor). Every rank must iterate to the
     end together: gathering a shard is a collective.
     """
     seen: set[int] = set()
@@ -137,10 +137,10 @@ def full_named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         if id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        yield name, _full_copy(tensor.detach())
+        yield name, full_copy(tensor.detach())
 
 
-def _full_copy(tensor: torch.Tensor) -> torch.Tensor:
+def full_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A new tensor holding the whole of ``tensor``: a DTensor's shards gathered (``full_tensor``,
     an all-gather into new memory), or a clone when this rank holds it all (a plain tensor, or a
     DTensor on a one-rank mesh). The choice depends on the mesh only, never on a rank's shard, so

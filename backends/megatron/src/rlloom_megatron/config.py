@@ -32,6 +32,11 @@ class MegatronConfig(TrainEngineConfig):
     tensor_parallel_size: int = 1
     use_distributed_optimizer: bool = True
 
+    lora_refusal: ClassVar[str] = (
+        "train_engine=megatron cannot take LoRA: megatron-core has no LoRA layers of its own (NVIDIA's live in "
+        "NeMo / Megatron-Bridge, not dependencies here) and its tensor-parallel linear layers would need adapters "
+        "split to match (docs/lora.md)")
+
     # A checkpoint loads at any TP size, so one process (``rlloom export``) reads it at TP = 1.
     single_process_overrides: ClassVar[dict] = {"tensor_parallel_size": 1}
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 from rlloom.choices import check_device_name
 from rlloom.config.limits import Limited, within
 from rlloom_enginekit.choices import DTYPE_CHOICES
+from rlloom_enginekit.lora import LoraConfig
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -48,6 +49,10 @@ class TrainEngineConfig(Limited):
     bfloat16 on CUDA, float32 on CPU; ``float32``, ``bfloat16``, ``float16``); master weights and
     optimizer state are float32 whatever it is.
 
+    ``lora``: LoRA adapters in place of full fine-tuning (:class:`rlloom_enginekit.lora.LoraConfig`; ``rank``
+    0, the default, is off). An engine class that takes them sets ``lora_refusal`` to ``""``; any other
+    refuses ``lora.rank > 0`` when its config is built, giving its ``lora_refusal`` as the reason.
+
     Errors name the subclass's field (``FSDPConfig.lr …``).
     """
 
@@ -58,6 +63,7 @@ class TrainEngineConfig(Limited):
         "micro_batch_size": ">= 1", "log_prob_micro_batch_size": ">= 1", "max_tokens_per_micro_batch": ">= 1",
         "dtype": DTYPE_CHOICES,
     }
+    lora_refusal: ClassVar[str] = "this train engine has no LoRA support"
 
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
     critic_lr: float | None = None
@@ -75,9 +81,13 @@ class TrainEngineConfig(Limited):
     gradient_checkpointing: bool = False
     device: str | None = None
     dtype: str = "auto"
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.lora.enabled and self.lora_refusal:
+            raise ValueError(f"train_engine.lora.rank={self.lora.rank}: {self.lora_refusal}; set "
+                             "train_engine.lora.rank=0 or use train_engine=fsdp")
         if len(self.betas) != 2 or not all(within(beta, "in [0, 1)") for beta in self.betas):
             raise ValueError(f"train_engine.betas={list(self.betas)}: must be two values in [0, 1)")
         if self.device is not None:

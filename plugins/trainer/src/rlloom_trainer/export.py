@@ -43,9 +43,12 @@ def save_hf_folder(named_weights: Iterable[tuple[str, torch.Tensor]], base_model
     return out_dir
 
 
-def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
+def export_checkpoint(checkpoint_dir: str, out_dir: str, adapter: bool = False) -> str:
     """Write the actor of the complete run checkpoint ``checkpoint_dir`` (``.../global_step_<N>``)
-    as the Hugging Face folder ``out_dir``; returns its path.
+    as the Hugging Face folder ``out_dir``; returns its path. With
+    ``adapter`` and a LoRA actor (``train_engine.lora.rank > 0``, an engine that
+    :class:`~rlloom_enginekit.lora.SavesAdapter`), the adapters alone as a PEFT folder instead; otherwise
+    the full weights (a LoRA actor's merged: W0 + (alpha/r)·B·A).
 
     The checkpoint is loaded into a fresh train engine of the kind that wrote it (its saved
     ``train_engine`` choice and config), in this one process, whose full weights are then saved
@@ -56,6 +59,8 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
     from rlloom.plugins.registry import get_registry
     from rlloom.protocols import LoadsInOneProcess
     from rlloom.types import EngineSpec
+    from rlloom_enginekit.engine_config import TrainEngineConfig
+    from rlloom_enginekit.lora import SavesAdapter
     from rlloom_trainer.run_state import TrainerState
 
     state = TrainerState.read(checkpoint_dir)
@@ -73,6 +78,8 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str) -> str:
     engine = component.factory(cfg, spec)
     try:
         engine.load(os.path.join(checkpoint_dir, "actor"))
+        if adapter and isinstance(cfg, TrainEngineConfig) and cfg.lora.enabled and isinstance(engine, SavesAdapter):
+            return engine.save_adapter(out_dir, model_path)
         return save_hf_folder(engine.named_weights(), model_path, out_dir)
     finally:
         engine.close()

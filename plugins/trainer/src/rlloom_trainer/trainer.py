@@ -40,6 +40,7 @@ from rlloom.protocols import (
     StatefulAlgorithm,
 )
 from rlloom.types import EngineSpec, RoleSpec, SamplingParams
+from rlloom_enginekit.lora import reference_role
 
 from rlloom_trainer.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
 from rlloom_trainer.agents import multi_turn, start_agent_runner
@@ -271,7 +272,9 @@ class Trainer:
                 raise RoleStartError(role, f"{group}={choices[group]}", error) from error
 
         actor = start("actor", "train_engine", "train_engine")
-        ref = start("ref", "train_engine", "train_engine") if self.algorithm.needs_reference else None
+        ref = None
+        if self.algorithm.needs_reference:  # a LoRA actor serves the reference itself (adapters off)
+            ref = reference_role(sections["train_engine"], actor) or start("ref", "train_engine", "train_engine")
         critic = start("critic", "train_engine", "train_engine") if self.algorithm.needs_critic else None
         declared = declared_roles(plan)
         engines = {role: start(role.name, "train_engine", "train_engine", engine_role=role.serves_as)
