@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[3]  # our distributions install from its folders (not on PyPI yet)
 from rlloom.cli import build_parser
 from rlloom.plugins.registry import get_registry
 
@@ -37,4 +39,4 @@ def test_without_the_distribution_a_command_says_what_to_install(name):
     result = subprocess.run([str(RLLOOM), name, "runs/x"], env=env, capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stderr) == (
         2, f"rlloom: error: rlloom {name} comes with the rlloom-trainer distribution, which is not installed: "
-        "pip install rlloom-trainer\n")
+        f"pip install -e {CHECKOUT}/plugins/trainer\n")
