@@ -12,7 +12,9 @@ from rlloom_serverkit.config import ServerRolloutConfig
 
 @dataclass
 class SGLangRolloutConfig(Limited):
-    """- ``url``: attach to a running SGLang server instead of launching one (then the launch
+    """Generation by an SGLang server the run launches or attaches to, or SGLang in process (``rollout=sglang``).
+
+    - ``url``: attach to a running SGLang server instead of launching one (then the launch
       settings below are unused; the server must hold the run's model).
     - ``offline``: run SGLang in this process (``sglang.Engine``, no HTTP) instead of a server;
       weights are then updated from tensors directly.
