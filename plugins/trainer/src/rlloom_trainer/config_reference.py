@@ -129,6 +129,8 @@ def summary(schema: type) -> str:
     """The first paragraph of ``schema``'s own docstring, or of its module's when the class's points there (``see
     the module doc``), on one line ("" when there is none)."""
     doc = schema.__dict__.get("__doc__") or ""
+    if doc.startswith(f"{schema.__name__}("):  # what @dataclass writes for a class without a docstring
+        doc = ""
     if "module doc" in doc:
         doc = getattr(inspect.getmodule(schema), "__doc__", None) or doc
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())

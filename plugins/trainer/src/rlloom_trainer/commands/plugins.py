@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from rlloom.config import ConfigError
 from rlloom.plugins.registry import KINDS, Component, PluginStatus, get_registry
+from rlloom.suggest import did_you_mean
 
 
 DESCRIPTION_CHARS = 80
@@ -82,7 +83,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         if text is None:
             names = sorted({name for components in get_registry().components.values() for name in components})
             raise ConfigError(f"no installed plugin registers anything called {args.name!r}; the names are: "
-                              f"{', '.join(names)}")
+                              f"{', '.join(names)}." + did_you_mean(args.name, names))
         print(text)
     elif args.json:
         print(json.dumps(plugin_rows(), indent=1))

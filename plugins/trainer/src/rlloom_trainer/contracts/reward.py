@@ -15,10 +15,11 @@ characters, a huge number, unbalanced brackets and quotes, strings that parse as
 
 
 class RewardContract(PluginContract):
-    """``reward=<name>`` scores: one finite score per row for ``rows`` ((response text, ground truth) pairs
-    it should score, each row's ``extra`` (:class:`rlloom.data.PromptRecord`) the class's ``extra``), and the same for rows a verifier chokes on (:data:`HOSTILE_RESPONSES` against each
-    ground truth of ``rows``, and a ground truth of None), where a failure is counted in
-    ``num_errors`` (or ``num_timeouts``) and scored, never raised (:class:`rlloom.protocols.RewardFn`)."""
+    """``reward=<name>`` scores: one finite score per row for ``rows`` ((response text, ground truth) pairs it
+    should score; every row's ``extra``, the :class:`rlloom.data.PromptRecord` dict, is the class's ``extra``),
+    and the same for rows a verifier chokes on (:data:`HOSTILE_RESPONSES` against each ground truth of
+    ``rows``, and a ground truth of None), where a failure is counted in ``num_errors`` (or ``num_timeouts``)
+    and scored, never raised (:class:`rlloom.protocols.RewardFn`)."""
 
     kind: ClassVar[str] = "reward"
     rows: ClassVar[list[tuple[str, Any]]] = []
