@@ -163,6 +163,22 @@ def _check(cfg: FilesDataConfig) -> None:
     for key in ("train_files", "val_files"):
         for path in getattr(cfg, key):
             check_path(path, f"data.{key}")
+            if path.endswith(".jsonl") and not cfg.skip_invalid:
+                _check_first_row(path, key, cfg)
+
+
+def _check_first_row(path: str, key: str, cfg: FilesDataConfig) -> None:
+    """ValueError, as reading the data would raise it, when the first row of the JSONL file ``path`` cannot be
+    a record (a mistyped column name): caught when the config is composed, before any run folder is made."""
+    first = next(read_rows(path, "", f"data.{key}"), None)
+    try:
+        if first is not None:
+            if first.error:
+                raise InvalidRow(first.error)
+            to_record(first.value, cfg)
+    except InvalidRow as exc:
+        raise ValueError(f"data=files: {first.location}: {exc} (set data.skip_invalid=true to skip such rows)"
+                         ) from None
 
 
 def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:
