@@ -30,11 +30,12 @@ class RewardContract(PluginContract):
     @classmethod
     def reward(cls, registry):
         assert cls.rows, f"{cls.__name__}: set rows, (response text, ground truth) pairs to score"
+        from rlloom.protocols import Closable
+
         reward = cls.build(registry)
         yield reward
-        close = getattr(reward, "close", None)
-        if close is not None:
-            close()
+        if isinstance(reward, Closable):
+            reward.close()
 
     @classmethod
     def build(cls, registry):
