@@ -94,6 +94,7 @@ class TrainerConfig(Limited):
     max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
     async_mode: str = "sync"  # sync; one_step_off or fully_async: generation overlaps training (docs/async.md)
     max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
+    partial_rollout: bool = False  # fully_async: a weight update interrupts the generation in flight (docs/async.md)
 
     def __post_init__(self) -> None:
         super().__post_init__()

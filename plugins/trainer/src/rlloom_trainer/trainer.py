@@ -175,7 +175,7 @@ class Trainer:
         self.pipeline = None if self.config.async_mode == SYNC else RolloutPipeline(
             self.config.async_mode, self.roles.rollout, self.next_training_prompts,
             lambda: (self.data.state(), self.draws), self.sampling, self.config.seed, self.config.total_steps,
-            self.config.max_staleness, version=self.roles.weight_version)
+            self.config.max_staleness, version=self.roles.weight_version, partial=self.config.partial_rollout)
 
     def _rollout_starts_with_other_weights(self) -> bool:
         """Whether the rollout engine may not hold the run's starting weights (a server started
