@@ -95,3 +95,18 @@ def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollo
     assert out["weight_version"].tolist() == [4] * 4 and out["weight_version_max"].tolist() == [5] * 4
     assert out.meta["metrics"] == {"async/interrupted": 4.0, "async/resumed": 4.0}
     assert after["weight_version"].tolist() == [5] * 4 and after["responses"][:, 0].tolist() == [0] * 4
+
+
+def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refused_naming_the_key():
+    import queue
+
+    from rlloom_trainer.rollout_process import Worker
+
+    class Plain:  # generate_requests without the interrupted flags
+        def generate_requests(self, prompts, sampling, cancelled=None): ...
+
+    replies = queue.Queue()
+    Worker(Plain(), replies).run((7, "partial_rollouts", (0,), {}))
+    call_id, value, error, _span = replies.get_nowait()
+    assert call_id == 7 and value is None and isinstance(error, TypeError)
+    assert "trainer.partial_rollout=true" in str(error) and "Plain" in str(error)

@@ -64,6 +64,8 @@ class HFRolloutEngine:
     ``decode_steps``: model calls made by the decoding loops so far (each chunk's response length).
     """
 
+    flags_interrupted_rows = True  # rlloom_enginekit.partial.Interruptible: generate_requests flags withdrawn rows
+
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
         self.device = rank_device(role_device(cfg.device, spec.device, "rollout.device"))

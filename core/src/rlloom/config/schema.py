@@ -14,16 +14,8 @@ from rlloom.choices import check_device_name
 from rlloom.config.limits import Limited
 
 DEFAULT_CHOICES: dict[str, str] = {  # the config groups of a run and the option each selects by default
-    "algorithm": "grpo",
-    "rollout": "hf",
-    "train_engine": "fsdp",
-    "resharder": "in_process",
-    "reward": "arithmetic",
-    "data": "arithmetic",
-    "model": "smollm2-135m",
-    "launcher": "local",
-    "trainer": "default",
-    "agent": "single_turn",
+    "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process", "reward": "arithmetic",
+    "data": "arithmetic", "model": "smollm2-135m", "launcher": "local", "trainer": "default", "agent": "single_turn",
 }
 
 

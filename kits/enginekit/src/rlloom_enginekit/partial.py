@@ -39,7 +39,10 @@ VERSION_FIELD, VERSION_MAX_FIELD = "weight_version", "weight_version_max"
 class Interruptible(Protocol):
     """A rollout engine whose ``generate_requests(prompts, sampling, cancelled)`` (the
     :class:`rlloom.protocols.BatchesRequests` contract) also returns :data:`INTERRUPTED_FIELD`: the rows
-    ``cancelled`` withdrew before they emitted a stop id or reached ``max_new_tokens``."""
+    ``cancelled`` withdrew before they emitted a stop id or reached ``max_new_tokens``; it says so with
+    ``flags_interrupted_rows = True``."""
+
+    flags_interrupted_rows: bool
 
     def generate_requests(self, prompts: Batch, sampling: SamplingParams,
                           cancelled: Optional[torch.Tensor] = None) -> Batch: ...

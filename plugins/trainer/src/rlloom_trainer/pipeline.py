@@ -14,6 +14,11 @@ generates with the weights of the last sync submitted before it: its ``version``
   sync — so finished batches wait in a buffer while the trainer is busy. A step ``i`` trains at version
   ``i - 1`` on samples of version ``>= i - 1 - K``: the staleness bound holds by construction, and no sample is
   ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
+- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local``): the rollout process runs each weight
+  update as it arrives, interrupting the job in flight, which resumes under the new weights
+  (:class:`~rlloom_trainer.rollout_process.Worker`); the pipeline labels each sync's weights with its step, and
+  a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
+  sampled their tokens, as the process recorded them.
 
 The algorithm's step is unchanged: :class:`PipelinedContext` hands its ``ctx.generate(prompts, n)`` the job's
 batch. The first step's call teaches the pipeline the call (``n``, sampling, stage) that later jobs repeat;

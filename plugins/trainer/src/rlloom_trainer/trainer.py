@@ -415,7 +415,8 @@ class Trainer:
             prompts = self.pipeline.prompts(self.step) if self.pipeline else self.next_training_prompts()
             metrics = self.algorithm.step(ctx, prompts)
             metrics["timing_s/step"] = time.perf_counter() - start
-            metrics["training/epoch"] = float(self.data.epoch)
+            trained_data = self.pipeline.trained_position[0] if self.pipeline else self.data.state()
+            metrics["training/epoch"] = float(trained_data["epoch"])  # of the step's prompts, not those drawn ahead
             metrics["data/prompts_dropped"] = float(self.prompts_dropped)
             metrics["data/invalid_rows"] = float(self.invalid_rows)
             metrics["perf/cpu_memory_peak_gb"] = peak_rss_gb()
