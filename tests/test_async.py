@@ -59,7 +59,7 @@ def test_no_trained_sample_is_older_than_the_bound(tmp_path, mode, staleness, ex
         assert all(sample["weight_version_max"] <= step - 1 for sample in resumed)  # never newer than the trainer
     for step in range(1, 7):
         assert {row["uid"].split("-")[0] for row in dumped(str(tmp_path), step)} == {f"draw{step}"}
-    # the epoch of the trained prompts, as sync logs it (5 draws of 4 fit in digits' training set), not of
+    # the epoch of the trained prompts, as sync logs it (digits' 20 training prompts: 5 draws of 4), not of
     # the prompts drawn ahead (fully_async K=2 has drawn step 6's by step 3)
     assert [row["training/epoch"] for row in training_rows(rows)] == [0, 0, 0, 0, 0, 1]
     if extra:  # some generation was interrupted by a weight update and resumed
