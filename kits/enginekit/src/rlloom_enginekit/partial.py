@@ -92,11 +92,9 @@ def generate_partial(engine: Interruptible, prompts: Batch, sampling: SamplingPa
     n, budget = sampling.n, sampling.max_new_tokens
     rows = len(prompts) * n
     state = _Rows([[] for _ in range(rows)], [[] for _ in range(rows)], [None] * rows, [None] * rows)
-    out, pending = None, list(range(rows))
-    call_prompts, call_sampling = prompts, sampling
-    while pending:
-        part = _run(engine, call_prompts, call_sampling, gate)
-        out = part if out is None else out
+    out = part = _run(engine, prompts, sampling, gate)
+    pending = list(range(rows))
+    while True:
         lengths = part["response_mask"].sum(dim=1).tolist()
         for index, row in enumerate(pending):
             take = min(lengths[index], budget - len(state.tokens[row]))
@@ -104,12 +102,12 @@ def generate_partial(engine: Interruptible, prompts: Batch, sampling: SamplingPa
                          part["rollout_log_probs"][index, :take].tolist(), gate.version)
         cut = part[INTERRUPTED_FIELD].tolist()
         pending = [row for index, row in enumerate(pending) if cut[index] and len(state.tokens[row]) < budget]
-        if pending:
-            state.interrupted.update(pending)
-            state.resumed += len(pending)
-            gate.swap()
-            call_prompts, call_sampling = _resumption(prompts, sampling, pending, state)
-    return _assembled(out, state, gate.version, int(out.meta.get("pad_token_id", 0)))
+        if not pending:
+            return _assembled(out, state, gate.version, int(out.meta.get("pad_token_id", 0)))
+        state.interrupted.update(pending)
+        state.resumed += len(pending)
+        gate.swap()
+        part = _run(engine, *_resumption(prompts, sampling, pending, state), gate)
 
 
 def _run(engine: Interruptible, prompts: Batch, sampling: SamplingParams, gate: WeightGate) -> Batch:
