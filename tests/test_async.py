@@ -106,6 +106,7 @@ REFUSED = [
     (["trainer.async_mode=one_step_off", "launcher=ray"], "launcher.mapping.rollout=global is the actor's pool"),
     (["trainer.async_mode=one_step_off", "trainer.partial_rollout=true"],
      "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local"),
+    (["trainer.partial_rollout=true"], "(not trainer.async_mode=sync, launcher=local)"),
 ]
 
 

@@ -60,6 +60,9 @@ def check_async(resolved: ResolvedConfig) -> None:
     engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool,
     ``trainer.partial_rollout`` outside ``fully_async`` under ``launcher=local``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
+    if sections["trainer"].partial_rollout and (mode != FULLY_ASYNC or choices["launcher"] != "local"):
+        raise ConfigError(f"trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local "
+                          f"(not trainer.async_mode={mode}, launcher={choices['launcher']}); set it false")
     if mode == SYNC:
         return
     prefix = f"trainer.async_mode={mode}"
@@ -74,9 +77,6 @@ def check_async(resolved: ResolvedConfig) -> None:
     if sections["trainer"].offload_train_engines:
         raise ConfigError(f"{prefix}: trainer.offload_train_engines=true offloads the train engines for "
                           "generation, which now runs while they train; set it false")
-    if sections["trainer"].partial_rollout and (mode != FULLY_ASYNC or choices["launcher"] != "local"):
-        raise ConfigError(f"trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local "
-                          f"(not {prefix}, launcher={choices['launcher']}); set it false")
     if choices["launcher"] == "ray":
         launcher = sections["launcher"]
         if launcher.pool_of("rollout") == launcher.pool_of("actor"):
