@@ -182,11 +182,7 @@ class Worker:
             while not self._waiting:
                 self._arrived.wait()
             first = self._weights_at() if self.partial else None
-            if first is None:
-                return self._waiting.popleft()
-            request = self._waiting[first]
-            del self._waiting[first]
-            return request
+            return self._pop(0 if first is None else first)
 
     def run(self, request: tuple) -> None:
         """Run ``request`` and put its reply."""
@@ -204,7 +200,7 @@ class Worker:
         if method == PARTIAL_ROLLOUTS:
             if not isinstance(self.engine, Interruptible):
                 raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
-                                "cannot withdraw rows mid-generation (no generate_requests); set it false")
+                                "cannot withdraw rows mid-generation and flag them; set it false")
             self.partial, self.version = True, args[0]
             return None
         if method == "update_weights":
@@ -230,9 +226,14 @@ class Worker:
                 first = self._weights_at()
                 if first is None:
                     return
-                request = self._waiting[first]
-                del self._waiting[first]
+                request = self._pop(first)
             self.run(request)
+
+    def _pop(self, place: int) -> tuple | None:
+        """The waiting request at ``place``, taken out of the line (call under the lock)."""
+        request = self._waiting[place]
+        del self._waiting[place]
+        return request
 
     def _weights_at(self) -> int | None:
         """The place of the first waiting weight update, if any (call under the lock)."""
