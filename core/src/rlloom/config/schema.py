@@ -14,16 +14,8 @@ from rlloom.choices import check_device_name
 from rlloom.config.limits import Limited
 
 DEFAULT_CHOICES: dict[str, str] = {  # the config groups of a run and the option each selects by default
-    "algorithm": "grpo",
-    "rollout": "hf",
-    "train_engine": "fsdp",
-    "resharder": "in_process",
-    "reward": "arithmetic",
-    "data": "arithmetic",
-    "model": "smollm2-135m",
-    "launcher": "local",
-    "trainer": "default",
-    "agent": "single_turn",
+    "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process", "reward": "arithmetic",
+    "data": "arithmetic", "model": "smollm2-135m", "launcher": "local", "trainer": "default", "agent": "single_turn",
 }
 
 
@@ -94,6 +86,7 @@ class TrainerConfig(Limited):
     max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
     async_mode: str = "sync"  # sync; one_step_off or fully_async: generation overlaps training (docs/async.md)
     max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
+    partial_rollout: bool = False  # fully_async: a weight update interrupts the generation in flight (docs/async.md)
 
     def __post_init__(self) -> None:
         super().__post_init__()
