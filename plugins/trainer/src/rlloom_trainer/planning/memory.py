@@ -22,10 +22,20 @@ tokens it decodes at once, K divided over T.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 HEAD_CHUNK_BYTES = 2 * 64 * 2**20
 """The chunked LM head's float32 logits and probabilities of one chunk (``rlloom_fsdp.head``)."""
+
+NAMED_SHAPES = {
+    "qwen2.5-0.5b": {"num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+                     "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+    "qwen2.5-7b": {"num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False},
+}
+"""The sizes in Qwen/Qwen2.5-0.5B-Instruct's and Qwen/Qwen2.5-7B-Instruct's ``config.json``."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,26 @@ class ModelShape:
         return cls(text["num_hidden_layers"], text["hidden_size"], text["intermediate_size"],
                    text["num_attention_heads"], text.get("num_key_value_heads", text["num_attention_heads"]),
                    text["vocab_size"], bool(config.get("tie_word_embeddings", False)))
+
+    @classmethod
+    def from_folder(cls, folder: str) -> ModelShape:
+        """From the ``config.json`` of a Hugging Face model folder."""
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            return cls.from_config(json.load(handle))
+
+    @classmethod
+    def named(cls, name: str) -> ModelShape:
+        """A shape of :data:`NAMED_SHAPES` or a ``config.json`` (or the folder that holds one); a
+        ValueError names the known shapes."""
+        if name in NAMED_SHAPES:
+            return cls.from_config(NAMED_SHAPES[name])
+        if os.path.isdir(name):
+            return cls.from_folder(name)
+        if name.endswith(".json") and os.path.isfile(name):
+            with open(name, encoding="utf-8") as handle:
+                return cls.from_config(json.load(handle))
+        raise ValueError(f"--shape {name}: not a known shape ({', '.join(NAMED_SHAPES)}), a config.json or a model "
+                         "folder")
 
     @property
     def head_dim(self) -> int:
