@@ -17,7 +17,7 @@ from rlloom_trainer.planning.memory import (
     rollout_bytes_per_device,
     train_bytes_per_device,
 )
-from rlloom_trainer.planning.profile import fit, fitted_rates, measured_workload, stage_samples
+from rlloom_trainer.planning.profile import fit, fitted_rates, measured_workload, quickest, stage_samples
 from rlloom_trainer.planning.rates import plan_workload
 from rlloom_trainer.planning.steptime import Placement, Rates, StageCost, Workload, memory_per_device, predict
 
@@ -106,6 +106,8 @@ def test_profile_fits_each_stage_from_the_logged_timings():
         for stage, values in stage_samples(run, rows).items():
             samples.setdefault(stage, []).extend(values)
     assert len(samples["gen"]) == 6  # step 1 (warm-up) left out, 3 steps a run
+    quick = quickest(stage_samples(run, 16))
+    assert quick["gen"] == [min(samples["gen"][3:], key=lambda sample: sample[1])] and len(quick["train"]) == 1
     rates = fitted_rates(samples, devices=2)
     for stage in ("gen", "train", "log_prob"):
         cost = getattr(rates, stage)

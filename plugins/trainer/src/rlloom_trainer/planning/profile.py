@@ -10,8 +10,9 @@ Per step after the first (warm-up) and per stage, (units, seconds):
     sync      timing_s/update_weights  perf/weight_sync_bytes
     other     timing_s/step − the stages above (reward, advantages, the controller)
 
-Each stage's samples from both sizes are fitted by least squares as seconds = fixed_s + slope · units
-(:func:`fit`); ``device_s`` = slope × the devices the profile ran on (the actor's pool under
+Of each run, each stage keeps its quickest sample (:func:`quickest`: on a shared machine other processes
+only ever add time, and the quickest step is the one they disturbed least); the two runs' samples are
+fitted by least squares as seconds = fixed_s + slope · units (:func:`fit`); ``device_s`` = slope × the devices the profile ran on (the actor's pool under
 ``launcher=ray``, 1 process otherwise), so the rates are device-seconds, to be shared by other pool
 sizes (:mod:`.steptime`). ``rows`` = ``trainer.train_batch_size`` × ``algorithm.n``.
 """
@@ -36,8 +37,8 @@ TRAIN_STAGES = ("update_actor", "update_critic")
 class Profile:
     """What ``rlloom plan --profile`` measured: the ``device`` kind (``cpu`` or the CUDA device's name)
     and how many (``devices``) the actor's pool had, the model's ``shape``, the ``workload`` of its
-    larger run, the fitted ``rates`` and the median measured step time of each run (``step_s`` by
-    train batch size)."""
+    larger run, the fitted ``rates`` and the quickest step time of each run after its first (``step_s``
+    by train batch size)."""
 
     device: str
     devices: int
@@ -81,6 +82,11 @@ def stage_samples(rows: list[dict], n_rows: int) -> dict[str, list[tuple[float, 
             samples[stage].append((units, seconds))
         samples["other"].append((1.0, row["timing_s/step"] - sum(seconds for _, _, seconds in timed)))
     return samples
+
+
+def quickest(samples: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """Each stage's sample of the fewest seconds (none for a stage without samples)."""
+    return {stage: [min(values, key=lambda sample: sample[1])] if values else [] for stage, values in samples.items()}
 
 
 def fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
@@ -157,10 +163,9 @@ def run_profile(overrides: list[str], steps: int) -> Profile:
             fit_run(compose_config(profile_overrides(overrides, size, steps, run_dir)))
             rows = read_metrics(run_dir)
             shape = ModelShape.from_folder(os.path.join(run_dir, "final_model"))
-        for stage, values in stage_samples(rows, size * n).items():
+        for stage, values in quickest(stage_samples(rows, size * n)).items():
             samples.setdefault(stage, []).extend(values)
-        step_s[size] = statistics.median(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2
-                                         and "timing_s/step" in row)
+        step_s[size] = min(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2 and "timing_s/step" in row)
     workload = measured_workload(rows, batch, n, max_new)
     devices = actor_devices(resolved)
     rates = fitted_rates(samples, devices)
