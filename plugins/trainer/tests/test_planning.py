@@ -148,6 +148,7 @@ def test_colocated_serializes_and_async_split_overlaps():
     two = predict(Placement(2), shape, WORKLOAD, RATES, cluster)
     fsdp = 8 * shape.params() / 2 / 1e9  # one micro-batch's gathers and reduce-scatter over 2 shards
     assert two.stages["train"] == pytest.approx(max(0.2 + 4e-3 * tokens / 2, fsdp))
+    assert two.stages["sync"] == pytest.approx(0.05 + 1e-3 + 1e6 / 2 / 1e9)  # the other rank's half gathered
     split = Placement(1, 1)
     sync = 0.05 + 1e-3 + 1e6 / 1e9  # the link between the pools
     serial = predict(split, shape, WORKLOAD, RATES, cluster)

@@ -54,7 +54,8 @@ def plan_report(resolved, keys: set[str], cluster: Cluster, shape: ModelShape, p
              f"each); model: {shape.params() / 1e9:.3g}B parameters; step: {workload.rows} rows of "
              f"{workload.prompt_tokens:.0f} + {workload.response_tokens:.0f} tokens; async_mode={async_mode}",
              f"rates: {rates.source}", f"{len(fits)} placements fit, {len(excluded)} excluded"]
-    reasons = Counter(re.sub(r"\d+(\.\d+)?", "N", prediction.excluded) for prediction in excluded)
+    reasons = Counter(re.sub(r" needs [\d.]+ GB per device, over .*", " over its memory", prediction.excluded)
+                      for prediction in excluded)
     lines += [f"  excluded {count}x: {reason}" for reason, count in reasons.most_common(3)]
     for index, prediction in enumerate(distinct_layouts(fits)[:top], start=1):
         lines += explain(index, prediction, device.memory_bytes)

@@ -12,8 +12,8 @@ devices (TP_r × DP_r), T tokens a step (prompt + response, every row), R respon
                 all-to-alls (:func:`sequence_parallel_bytes`); m micro-batches per rank of at most the
                 micro-batch budget, each gathering bf16 weights forward and backward and reduce-scattering
                 float32 gradients over the S = W shards at the link bandwidth bw, overlapped with compute)
-    sync      = sync.fixed + sync.device_s · B  (+ B / bw between pools, + B·(S−1)/S / bw gathering the
-                shards), B the bytes of one weight copy
+    sync      = sync.fixed + sync.device_s · B + B·(S−1)/S / bw (gathering the shards) (+ B / bw between
+                pools), B the bytes of one weight copy
     offload   = 2 · 16·P/S / HOST_BANDWIDTH (train state out before generating and back after)
 
 Colocated (one pool: every stage takes its turn) and split pools in ``trainer.async_mode=sync``:
@@ -251,10 +251,10 @@ def stage_seconds(placement: Placement, shape: ModelShape, workload: Workload, r
     micro_batches = math.ceil(workload.tokens / train_dp / placement.micro_batch_tokens)
     communication = micro_batches * 8 * shape.params() * (shards - 1) / shards / bandwidth
     compute += sequence_parallel_bytes(placement, shape, workload.tokens / train_dp) / bandwidth
-    sync = rates.sync.seconds(workload.sync_bytes, 1)
+    sync = rates.sync.seconds(workload.sync_bytes, 1) + workload.sync_bytes * (shards - 1) / shards / bandwidth
     if not placement.colocated:
         between = cluster.network_bandwidth if placement.devices > cluster.devices_per_node else bandwidth
-        sync += workload.sync_bytes / between + workload.sync_bytes * (shards - 1) / shards / bandwidth
+        sync += workload.sync_bytes / between
     offload = 2 * 16 * shape.params() / shards / HOST_BANDWIDTH if placement.offload else 0.0
     stages = {"gen": gen, "log_prob": log_prob, "train": workload.trains * max(compute, communication),
               "sync": sync, "offload": offload, "other": rates.other_s}
