@@ -15,11 +15,6 @@ from collections.abc import Callable
 
 from rlloom.errors import ConfigError
 
-PLACEMENT_KEYS = ("launcher", "+launcher", "resharder", "train_engine.sequence_parallel_size",
-                  "train_engine.tensor_parallel_size", "rollout.tp_size", "train_engine.max_tokens_per_micro_batch",
-                  "train_engine.gradient_checkpointing", "trainer.offload_train_engines")
-
-
 def split_cluster(arguments: list[str]) -> tuple[str | None, list[str]]:
     """(the value of a ``cluster=…`` argument, the other arguments: the config's overrides)."""
     cluster = [item.split("=", 1)[1] for item in arguments if item.startswith("cluster=")]
@@ -36,13 +31,13 @@ def config_keys(resolved) -> set[str]:
             for key in dataclasses.fields(section)}
 
 
-def kept_overrides(overrides: list[str]) -> list[str]:
-    """The user's overrides without those a plan sets (the launcher, its pools, the placement keys)."""
+def kept_overrides(overrides: list[str], plan: list[str]) -> list[str]:
+    """The user's overrides without those the ``plan`` sets: its keys, the launcher and its pools, the resharder."""
     def key(item: str) -> str:
         return item.split("=", 1)[0].lstrip("+~")
 
-    return [item for item in overrides if not any(key(item) == name.lstrip("+") or key(item).startswith(
-        name.lstrip("+") + ".") for name in PLACEMENT_KEYS)]
+    planned = {key(item) for item in plan}
+    return [item for item in overrides if key(item) not in planned and key(item).split(".")[0] != "launcher"]
 
 
 def cmd_profile(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -87,7 +82,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     text, winner = plan_report(resolved, config_keys(resolved), cluster, shape, profile, args.prompt_tokens,
                                args.top)
     print(text)
-    print("rlloom train " + " ".join(kept_overrides(overrides) + winner))
+    print("rlloom train " + " ".join(kept_overrides(overrides, winner) + winner))
     return 0
 
 
