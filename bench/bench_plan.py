@@ -5,7 +5,7 @@
    (a broadcast of 64 MiB, the best of 3) as its link bandwidth; written to ``<out>/cluster.yaml``.
 2. A profile of one configuration (``rlloom plan --profile``'s :func:`run_profile`): GRPO with the reference
    on (``algorithm.use_kl_loss=true``), ``--profile-batch`` prompts (and half of them), colocated on one Ray
-   worker.
+   worker; written to ``<out>/profile.json``.
 3. Another configuration, ``--batch`` prompts, predicted from that profile (:func:`predict`) and run for
    ``--steps`` steps in every placement that fits here: colocated on 1 and on 2 workers, split 1 + 1
    (``resharder=broadcast``), sync; the quickest ``timing_s/step`` after the first step is the measurement
@@ -112,6 +112,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         profile = run_profile([*CONFIG, "launcher=ray", "launcher.num_cpus=2", f"model.cache_dir={cache}",
                                f"trainer.train_batch_size={args.profile_batch}"], args.steps)
+        with open(os.path.join(args.out, "profile.json"), "w", encoding="utf-8") as handle:
+            json.dump(profile.to_json(), handle, indent=1)
         resolved = compose_config([*CONFIG, f"trainer.train_batch_size={args.batch}"])
         keys = config_keys(resolved)
         workload = plan_workload(resolved, profile.shape, profile, prompt_tokens=0)

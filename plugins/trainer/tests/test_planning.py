@@ -199,7 +199,7 @@ def test_8xh100_plans_fit_and_their_overrides_compose(name):
     assert text.splitlines()[1] == "rates: roofline on H100 (train MFU 0.4, generation 0.3)"
     assert [line[:3] for line in text.splitlines() if line[1:3] == ". "] == ["1. ", "2. ", "3. "]
     assert winner[:3] == ["launcher=ray", "+launcher.resource_pools.global=8", "launcher.gpus_per_worker=1"]
-    composed = compose_config(kept_overrides(WORKLOAD_OVERRIDES, winner) + winner)  # rlloom train takes them as they are
+    composed = compose_config(kept_overrides(WORKLOAD_OVERRIDES, winner) + winner)  # as rlloom train takes them
     sections = composed.sections
     placement = Placement(sections["launcher"].resource_pools["global"],
                           sequence_parallel=sections["train_engine"].sequence_parallel_size,

@@ -41,8 +41,9 @@ def check_one_process(resolved: ResolvedConfig) -> None:
     for key, one in cfg.single_process_overrides.items():
         value = getattr(cfg, key)
         if value != one:
-            raise ConfigError(f"train_engine.{key}={value} needs a train engine of {value} processes or a multiple; "
-                              f"launcher=local runs it in one: use launcher=ray +launcher.resource_pools.global={value}")
+            raise ConfigError(f"train_engine.{key}={value} needs a train engine of {value} processes or a "
+                              "multiple; launcher=local runs it in one: use launcher=ray "
+                              f"+launcher.resource_pools.global={value}")
 
 
 class RewardRole:

@@ -12,9 +12,10 @@ Per step after the first (warm-up) and per stage, (units, seconds):
 
 Of each run, each stage keeps its quickest sample (:func:`quickest`: on a shared machine other processes
 only ever add time, and the quickest step is the one they disturbed least); the two runs' samples are
-fitted by least squares as seconds = fixed_s + slope · units (:func:`fit`); ``device_s`` = slope × the devices the profile ran on (the actor's pool under
-``launcher=ray``, 1 process otherwise), so the rates are device-seconds, to be shared by other pool
-sizes (:mod:`.steptime`). ``rows`` = ``trainer.train_batch_size`` × ``algorithm.n``.
+fitted by least squares as seconds = fixed_s + slope · units (:func:`fit`); ``device_s`` = slope × the
+devices the profile ran on (the actor's pool under ``launcher=ray``, 1 process otherwise), so the rates
+are device-seconds, to be shared by other pool sizes (:mod:`.steptime`). ``rows`` =
+``trainer.train_batch_size`` × ``algorithm.n``.
 """
 
 from __future__ import annotations

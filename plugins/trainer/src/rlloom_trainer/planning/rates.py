@@ -65,9 +65,10 @@ def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_t
     max_new = sections["sampling"].max_new_tokens
     if profile is not None:
         measured = profile.workload
-        return Workload(prompts, n, measured.prompt_tokens, measured.response_tokens * max_new / measured.max_new_tokens,
-                        max_new, measured.log_prob_passes, measured.trains, measured.reference,
-                        measured.sync_bytes * shape.params() / profile.shape.params())
+        response = measured.response_tokens * max_new / measured.max_new_tokens
+        sync_bytes = measured.sync_bytes * shape.params() / profile.shape.params()
+        return Workload(prompts, n, measured.prompt_tokens, response, max_new, measured.log_prob_passes,
+                        measured.trains, measured.reference, sync_bytes)
     passes, trains, reference = algorithm_passes(resolved, prompts)
     return Workload(prompts, n, prompt_tokens, max_new, max_new, passes, trains, reference, 2.0 * shape.params())
 
