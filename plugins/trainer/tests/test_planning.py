@@ -19,6 +19,7 @@ from rlloom_trainer.planning.memory import (
 )
 from rlloom_trainer.planning.profile import fit, fitted_rates, measured_workload, quickest, stage_samples
 from rlloom_trainer.planning.rates import plan_workload
+from rlloom_trainer.planning.search import candidates
 from rlloom_trainer.planning.steptime import Placement, Rates, StageCost, Workload, memory_per_device, predict
 
 
@@ -173,6 +174,14 @@ def test_layouts_that_cannot_run_say_why():
     assert small.excluded == "colocated pool needs 14.3 GB per device, over 90% of 8 GB"  # 16·P + 4·P alone: 9.9 GB
 
 
+def test_offload_is_tried_on_accelerators_only():
+    shape = ModelShape.named("qwen2.5-0.5b")
+    keys = {"trainer.offload_train_engines"}
+    assert not any(placement.offload for placement in candidates(cpu_cluster(), shape, keys, "sync"))
+    on_h100 = list(candidates(parse_cluster("2xH100"), shape, keys, "sync"))
+    assert {placement.colocated for placement in on_h100 if placement.offload} == {True}
+
+
 def test_memory_per_device_adds_the_colocated_roles_and_offload_keeps_the_larger_phase():
     shape = ModelShape.named("qwen2.5-0.5b")
     tokens = 4000  # a rank's share of the 8,000 tokens of the step: under the budget of 4,096
@@ -196,6 +205,8 @@ def test_8xh100_plans_fit_and_their_overrides_compose(name):
     keys = config_keys(resolved)
     shape, cluster = ModelShape.named(name), parse_cluster("8xH100")
     text, winner = plan_report(resolved, keys, cluster, shape, None, prompt_tokens=256, top=3)
+    size = {"qwen2.5-0.5b": "494M", "qwen2.5-7b": "7.62B"}[name]
+    assert text.splitlines()[0].startswith(f"cluster: 1x8xH100 (80 GB each); model: {size} parameters; step: 512 rows")
     assert text.splitlines()[1] == "rates: roofline on H100 (train MFU 0.4, generation 0.3)"
     assert [line[:3] for line in text.splitlines() if line[1:3] == ". "] == ["1. ", "2. ", "3. "]
     assert winner[:3] == ["launcher=ray", "+launcher.resource_pools.global=8", "launcher.gpus_per_worker=1"]

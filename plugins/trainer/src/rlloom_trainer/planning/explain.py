@@ -12,7 +12,7 @@ from rlloom_trainer.planning.hardware import Cluster
 from rlloom_trainer.planning.memory import ModelShape
 from rlloom_trainer.planning.profile import Profile
 from rlloom_trainer.planning.rates import plan_rates, plan_workload
-from rlloom_trainer.planning.search import nothing_fits_message, overrides, rank
+from rlloom_trainer.planning.search import nothing_fits_message, on_gpu, overrides, rank
 from rlloom_trainer.planning.steptime import Prediction
 
 
@@ -23,6 +23,14 @@ def explain(index: int, prediction: Prediction, device_bytes: float) -> list[str
                        for pool, used in prediction.memory.items())
     return [f"{index}. {prediction.step_s:.3g} s/step  {prediction.placement.describe()}",
             f"   stages: {stages}", f"   memory per device: {memory}", f"   binds: {prediction.binds}"]
+
+
+def parameters(count: int) -> str:
+    """``7.62B parameters``, ``494M parameters``, ``98,816 parameters``."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix} parameters"
+    return f"{count:,} parameters"
 
 
 def distinct_layouts(fits: list[Prediction]) -> list[Prediction]:
@@ -51,7 +59,7 @@ def plan_report(resolved, keys: set[str], cluster: Cluster, shape: ModelShape, p
         raise ConfigError(nothing_fits_message(excluded, shape, workload, cluster))
     device = cluster.device
     lines = [f"cluster: {cluster.nodes}x{cluster.devices_per_node}x{device.name} ({device.memory_bytes / 1e9:.0f} GB "
-             f"each); model: {shape.params() / 1e9:.3g}B parameters; step: {workload.rows} rows of "
+             f"each); model: {parameters(shape.params())}; step: {workload.rows} rows of "
              f"{workload.prompt_tokens:.0f} + {workload.response_tokens:.0f} tokens; async_mode={async_mode}",
              f"rates: {rates.source}", f"{len(fits)} placements fit, {len(excluded)} excluded"]
     reasons = Counter(re.sub(r" needs [\d.]+ GB per device, over .*", " over its memory", prediction.excluded)
@@ -59,4 +67,4 @@ def plan_report(resolved, keys: set[str], cluster: Cluster, shape: ModelShape, p
     lines += [f"  excluded {count}x: {reason}" for reason, count in reasons.most_common(3)]
     for index, prediction in enumerate(distinct_layouts(fits)[:top], start=1):
         lines += explain(index, prediction, device.memory_bytes)
-    return "\n".join(lines), overrides(fits[0].placement, keys, gpu=device.name.lower() != "cpu")
+    return "\n".join(lines), overrides(fits[0].placement, keys, gpu=on_gpu(cluster))

@@ -5,10 +5,9 @@ devices (W + G ≤ D), W and G each a power of two or D itself; per pool every S
 the heads, for the engines that have the key (``train_engine.sequence_parallel_size``,
 ``train_engine.tensor_parallel_size``, ``rollout.tp_size``; else 1); the micro-batch token budgets of
 :data:`MICRO_BATCH_TOKENS`; gradient checkpointing when the engine has the key; offload for colocated
-pools in ``trainer.async_mode=sync``. The async mode is the config's: the plan never changes what the
-algorithm trains on. Ranked by predicted step time, then fewer devices, smaller SP and TP, no offload, no checkpointing,
-larger micro-batches.
-"""
+pools in ``trainer.async_mode=sync`` on accelerators. The async mode is the config's: the plan never
+changes what the algorithm trains on. Ranked by predicted step time, then fewer devices, smaller SP and
+TP, no offload, no checkpointing, larger micro-batches."""
 
 from __future__ import annotations
 
@@ -46,6 +45,11 @@ def divisors(size: int, heads: int, kv_heads: int) -> list[int]:
     return [k for k in range(1, size + 1) if size % k == 0 and heads % k == 0 and kv_heads % k == 0]
 
 
+def on_gpu(cluster: Cluster) -> bool:
+    """Whether the cluster's devices are accelerators (a ``cpu`` device has no host memory to offload to)."""
+    return cluster.device.name.lower() != "cpu"
+
+
 def candidates(cluster: Cluster, shape: ModelShape, keys: set[str], async_mode: str) -> Iterator[Placement]:
     """Every placement of the module docstring; ``keys``: the config's dotted keys (what the engines have)."""
     sizes = pool_sizes(cluster.devices)
@@ -58,7 +62,7 @@ def candidates(cluster: Cluster, shape: ModelShape, keys: set[str], async_mode: 
         sp_sizes = divisors(train, shape.heads, shape.kv_heads) if has("train_engine.sequence_parallel_size") else [1]
         tp_sizes = divisors(train, shape.heads, shape.kv_heads) if has("train_engine.tensor_parallel_size") else [1]
         rollout_tp = divisors(gen or train, shape.heads, shape.kv_heads) if has("rollout.tp_size") else [1]
-        offload = (False, True) if gen == 0 and async_mode == "sync" else (False,)
+        offload = (False, True) if gen == 0 and async_mode == "sync" and on_gpu(cluster) else (False,)
         for sp, tp, rtp, budget, ckpt, off in itertools.product(sp_sizes, tp_sizes, rollout_tp, budgets,
                                                                checkpointing, offload):
             if train % (sp * tp) == 0:
