@@ -14,7 +14,8 @@
    (the least predicted) and the fastest measured, with ``uptime``'s load; writes
    ``<out>/results.json``.
 
-    python bench/bench_plan.py            # about 4 minutes here
+    python bench/bench_plan.py                  # about 5 minutes here
+    python bench/bench_plan.py --hidden 512     # a model whose per-token work outweighs the fixed costs
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ from rlloom_trainer.planning.rates import plan_rates, plan_workload
 from rlloom_trainer.planning.search import overrides
 from rlloom_trainer.planning.steptime import Placement, predict
 
-CONFIG = ["preset=tiny", "model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
-          "model.intermediate_size=768", "sampling.max_new_tokens=24", "algorithm.use_kl_loss=true",
-          "train_engine.max_tokens_per_micro_batch=4096"]
+CONFIG = ["preset=tiny", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
+          "sampling.max_new_tokens=24", "algorithm.use_kl_loss=true", "train_engine.max_tokens_per_micro_batch=4096"]
 PLACEMENTS = {"colocated 1": Placement(1), "colocated 2": Placement(2), "split 1+1": Placement(1, 1)}
 BROADCAST_BYTES = 64 * 2**20
 
@@ -103,8 +103,10 @@ def main() -> None:
     parser.add_argument("--profile-batch", type=int, default=8)
     parser.add_argument("--batch", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=256, help="the tiny model's width (its MLP: 3x)")
     parser.add_argument("--out", default="bench-plan")
     args = parser.parse_args()
+    CONFIG.extend([f"model.hidden_size={args.hidden}", f"model.intermediate_size={3 * args.hidden}"])
     os.makedirs(args.out, exist_ok=True)
     cluster_path = os.path.join(args.out, "cluster.yaml")
     write_cluster(cluster_path)

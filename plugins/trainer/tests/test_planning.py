@@ -4,6 +4,7 @@ step-time model and the search, against hand values; the plan's overrides compos
 from __future__ import annotations
 
 import pytest
+from rlloom.cli import main
 from rlloom.config import compose_config
 from rlloom.errors import ConfigError
 
@@ -249,3 +250,15 @@ def test_kept_overrides_drop_what_the_plan_sets():
     assert compose_config(kept_overrides(given, plan) + plan).sections["launcher"].resource_pools == {"global": 1,
                                                                                                     "gen": 1}
     assert split_cluster(["cluster=8xH100", "preset=tiny"]) == ("8xH100", ["preset=tiny"])
+
+
+def test_the_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes: 1\ndevice: H100\nnetwork_bandwidth: 5.0e10\n")
+    assert main(["plan", "--shape", "qwen2.5-0.5b", f"cluster={path}", "preset=tiny"]) == 2
+    assert capsys.readouterr().err == (f"rlloom: error: cluster file {path}: missing field 'devices_per_node' "
+                                       "(fields: nodes, devices_per_node, device, network_bandwidth)\n")
+    assert main(["plan", "--shape", "qwen2.5-0.5b", "preset=tiny"]) == 2
+    assert capsys.readouterr().err.startswith("rlloom: error: rlloom plan: name the target cluster: cluster=8xH100")
+    assert main(["plan", "cluster=8xH100", "preset=tiny"]) == 2  # model=tiny has no config.json to read
+    assert "give the model's shape: --shape" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from rlloom.errors import ConfigError
 
+
 def split_cluster(arguments: list[str]) -> tuple[str | None, list[str]]:
     """(the value of a ``cluster=…`` argument, the other arguments: the config's overrides)."""
     cluster = [item.split("=", 1)[1] for item in arguments if item.startswith("cluster=")]
@@ -51,13 +52,27 @@ def cmd_profile(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def plan_shape(name: str | None, profile, resolved):
+    """The model's shape: ``--shape``, else the profile's, else the ``config.json`` of ``model.path``."""
+    from rlloom_trainer.planning.memory import ModelShape
+
+    if name:
+        return ModelShape.named(name)
+    if profile is not None:
+        return profile.shape
+    path = getattr(resolved.sections["model"], "path", None)
+    if not path:
+        raise ValueError("rlloom plan: give the model's shape: --shape qwen2.5-0.5b|qwen2.5-7b|<config.json>, or "
+                         "--from a profile")
+    return ModelShape.named(path)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``--profile``, or rank the placements of the config on ``cluster=`` and print the winner."""
     from rlloom.config import compose_config
 
     from rlloom_trainer.planning.explain import plan_report
     from rlloom_trainer.planning.hardware import parse_cluster
-    from rlloom_trainer.planning.memory import ModelShape
     from rlloom_trainer.planning.profile import read_profile
 
     cluster_text, overrides = split_cluster(args.arguments)
@@ -70,15 +85,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         cluster = parse_cluster(cluster_text)
         profile = read_profile(args.from_profile) if args.from_profile else None
-        shape = ModelShape.named(args.shape) if args.shape else (profile.shape if profile else None)
+        shape = plan_shape(args.shape, profile, resolved)
     except (ValueError, OSError) as error:
         raise ConfigError(str(error)) from None
-    if shape is None:
-        path = getattr(resolved.sections["model"], "path", None)
-        if not path:
-            raise ConfigError("rlloom plan: give the model's shape: --shape qwen2.5-0.5b|qwen2.5-7b|<config.json>, "
-                              "or --from a profile")
-        shape = ModelShape.named(path)
     text, winner = plan_report(resolved, config_keys(resolved), cluster, shape, profile, args.prompt_tokens,
                                args.top)
     print(text)
