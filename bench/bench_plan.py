@@ -8,11 +8,12 @@
    worker; written to ``<out>/profile.json``.
 3. Another configuration, ``--batch`` prompts, predicted from that profile (:func:`predict`) and run for
    ``--steps`` steps in every placement that fits here: colocated on 1 and on 2 workers, split 1 + 1
-   (``resharder=broadcast``), sync; the quickest ``timing_s/step`` after the first step is the measurement
+   (``resharder=broadcast``), sync, and split 1 + 1 with ``trainer.async_mode=one_step_off`` (generation
+   overlapping training); the quickest ``timing_s/step`` after the first step is the measurement
    (the profile keeps the quickest sample of each stage alike: other processes only ever add time).
-4. Prints each placement's predicted and measured step time, the error, the placement the model picks
-   (the least predicted) and the fastest measured, with ``uptime``'s load; writes
-   ``<out>/results.json``.
+4. Prints each placement's predicted and measured step time, the error, the sync placement the model
+   picks (the least predicted; a plan keeps the config's async mode) and the fastest measured, with
+   ``uptime``'s load; writes ``<out>/results.json``.
 
     python bench/bench_plan.py                  # about 5 minutes here
     python bench/bench_plan.py --hidden 512     # a model whose per-token work outweighs the fixed costs
@@ -42,7 +43,8 @@ from rlloom_trainer.planning.steptime import Placement, predict
 
 CONFIG = ["preset=tiny", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
           "sampling.max_new_tokens=24", "algorithm.use_kl_loss=true", "train_engine.max_tokens_per_micro_batch=4096"]
-PLACEMENTS = {"colocated 1": Placement(1), "colocated 2": Placement(2), "split 1+1": Placement(1, 1)}
+PLACEMENTS = {"colocated 1": (Placement(1), "sync"), "colocated 2": (Placement(2), "sync"),
+              "split 1+1": (Placement(1, 1), "sync"), "split 1+1 async": (Placement(1, 1), "one_step_off")}
 BROADCAST_BYTES = 64 * 2**20
 
 
@@ -85,14 +87,15 @@ def write_cluster(path: str) -> None:
         yaml.safe_dump(cluster, handle)
 
 
-def measure(placement: Placement, keys: set[str], batch: int, steps: int, cache: str) -> float:
+def measure(placement: Placement, async_mode: str, keys: set[str], batch: int, steps: int, cache: str) -> float:
     """The quickest ``timing_s/step`` after the first of ``steps`` steps of the config in ``placement`` (the
     step other processes disturbed least, as the profile takes its samples)."""
     with tempfile.TemporaryDirectory() as run_dir:
         rlloom_trainer.train([*CONFIG, *overrides(placement, keys, gpu=False), "launcher.num_cpus=2",
                               f"trainer.train_batch_size={batch}", f"trainer.total_steps={steps}",
                               f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}", "trainer.trackers=[jsonl]",
-                              "trainer.val_before_train=false", "trainer.test_freq=0"])
+                              "trainer.val_before_train=false", "trainer.test_freq=0",
+                              f"trainer.async_mode={async_mode}"])
         with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as handle:
             rows = [json.loads(line) for line in handle]
     return min(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2 and "timing_s/step" in row)
@@ -121,22 +124,23 @@ def main() -> None:
         workload = plan_workload(resolved, profile.shape, profile, prompt_tokens=0)
         rates = plan_rates(profile.shape, cluster, profile)
         results = {}
-        for name, placement in PLACEMENTS.items():
-            predicted = predict(placement, profile.shape, workload, rates, cluster).step_s
-            measured = measure(placement, keys, args.batch, args.steps, cache)
+        for name, (placement, async_mode) in PLACEMENTS.items():
+            predicted = predict(placement, profile.shape, workload, rates, cluster, async_mode).step_s
+            measured = measure(placement, async_mode, keys, args.batch, args.steps, cache)
             results[name] = {"predicted_s": predicted, "measured_s": measured, "error": predicted / measured - 1}
-    chosen = min(results, key=lambda name: results[name]["predicted_s"])
-    fastest = min(results, key=lambda name: results[name]["measured_s"])
+    synchronous = [name for name, (_, async_mode) in PLACEMENTS.items() if async_mode == "sync"]
+    chosen = min(synchronous, key=lambda name: results[name]["predicted_s"])
+    fastest = min(synchronous, key=lambda name: results[name]["measured_s"])
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     summary = {"cluster": open(cluster_path, encoding="utf-8").read(), "profile_step_s": profile.step_s,
                "rates": profile.to_json()["rates"], "placements": results, "plan_picks": chosen,
                "fastest_measured": fastest, "uptime": load}
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1)
-    print(f"{'placement':<12} {'predicted':>10} {'measured':>10} {'error':>7}")
+    print(f"{'placement':<16} {'predicted':>10} {'measured':>10} {'error':>7}")
     for name, row in results.items():
-        print(f"{name:<12} {row['predicted_s']:>9.3f}s {row['measured_s']:>9.3f}s {row['error']:>+7.1%}")
-    print(f"the model picks: {chosen}; fastest measured: {fastest}")
+        print(f"{name:<16} {row['predicted_s']:>9.3f}s {row['measured_s']:>9.3f}s {row['error']:>+7.1%}")
+    print(f"of the sync placements (the config's mode) the model picks: {chosen}; fastest measured: {fastest}")
     print(f"uptime: {load}")
 
 

@@ -248,7 +248,7 @@ def stage_seconds(placement: Placement, shape: ModelShape, workload: Workload, r
     compute_factor = 4 / 3 if placement.checkpointing else 1.0
     compute = rates.train.fixed_s + compute_factor * rates.train.device_s * workload.tokens / shards
     train_dp = shards // (placement.sequence_parallel * placement.train_tensor_parallel)
-    micro_batches = math.ceil(workload.tokens / train_dp / placement.micro_batch_tokens)
+    micro_batches = math.ceil(workload.tokens / train_dp / micro_batch_tokens(placement, workload))
     communication = micro_batches * 8 * shape.params() * (shards - 1) / shards / bandwidth
     compute += sequence_parallel_bytes(placement, shape, workload.tokens / train_dp) / bandwidth
     sync = rates.sync.seconds(workload.sync_bytes, 1) + workload.sync_bytes * (shards - 1) / shards / bandwidth
