@@ -211,7 +211,7 @@ def test_8xh100_plans_fit_and_their_overrides_compose(name):
     assert text.splitlines()[1] == "rates: roofline on H100 (train MFU 0.4, generation 0.3)"
     assert [line[:3] for line in text.splitlines() if line[1:3] == ". "] == ["1. ", "2. ", "3. "]
     assert winner[:3] == ["launcher=ray", "+launcher.resource_pools.global=8", "launcher.gpus_per_worker=1"]
-    composed = compose_config(kept_overrides(WORKLOAD_OVERRIDES, winner) + winner)  # as rlloom train takes them
+    composed = compose_config(kept_overrides(WORKLOAD_OVERRIDES, winner, "local") + winner)  # as rlloom train takes them
     sections = composed.sections
     placement = Placement(sections["launcher"].resource_pools["global"],
                           sequence_parallel=sections["train_engine"].sequence_parallel_size,
@@ -246,9 +246,11 @@ def test_kept_overrides_drop_what_the_plan_sets():
              "resharder=broadcast", "train_engine.sequence_parallel_size=2", "train_engine.lr=1e-3"]
     plan = ["launcher=ray", "+launcher.resource_pools.global=1", "+launcher.resource_pools.gen=1",
             "+launcher.mapping.rollout=gen", "resharder=broadcast", "train_engine.sequence_parallel_size=1"]
-    assert kept_overrides(given, plan) == ["preset=tiny", "train_engine.lr=1e-3"]
-    assert compose_config(kept_overrides(given, plan) + plan).sections["launcher"].resource_pools == {"global": 1,
-                                                                                                    "gen": 1}
+    assert kept_overrides(given, plan, "ray") == ["preset=tiny", "launcher.num_cpus=4", "train_engine.lr=1e-3"]
+    launcher = compose_config(kept_overrides(given, plan, "ray") + plan).sections["launcher"]
+    assert (launcher.resource_pools, launcher.num_cpus) == ({"global": 1, "gen": 1}, 4)
+    local = ["preset=tiny", "launcher.num_threads=1", "train_engine.lr=1e-3"]  # launcher=local's key
+    assert kept_overrides(local, plan, "local") == ["preset=tiny", "train_engine.lr=1e-3"]
     assert split_cluster(["cluster=8xH100", "preset=tiny"]) == ("8xH100", ["preset=tiny"])
 
 

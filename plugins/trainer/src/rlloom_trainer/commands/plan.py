@@ -32,13 +32,18 @@ def config_keys(resolved) -> set[str]:
             for key in dataclasses.fields(section)}
 
 
-def kept_overrides(overrides: list[str], plan: list[str]) -> list[str]:
-    """The user's overrides without those the ``plan`` sets: its keys, the launcher and its pools, the resharder."""
+def kept_overrides(overrides: list[str], plan: list[str], launcher: str) -> list[str]:
+    """The user's overrides without those the ``plan`` sets (its keys; the pools and the mapping, which it
+    lays out), and without the user's other ``launcher.*`` keys when the config's ``launcher`` is not the
+    plan's (they are another launcher's)."""
     def key(item: str) -> str:
         return item.split("=", 1)[0].lstrip("+~")
 
     planned = {key(item) for item in plan}
-    return [item for item in overrides if key(item) not in planned and key(item).split(".")[0] != "launcher"]
+    same_launcher = f"launcher={launcher}" in plan
+    laid_out = ("launcher.resource_pools", "launcher.mapping")
+    return [item for item in overrides if key(item) not in planned and not key(item).startswith(laid_out)
+            and (same_launcher or key(item).split(".")[0] != "launcher")]
 
 
 def cmd_profile(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -91,7 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     text, winner = plan_report(resolved, config_keys(resolved), cluster, shape, profile, args.prompt_tokens,
                                args.top)
     print(text)
-    print("rlloom train " + " ".join(kept_overrides(overrides, winner) + winner))
+    print("rlloom train " + " ".join(kept_overrides(overrides, winner, resolved.choices["launcher"]) + winner))
     return 0
 
 
