@@ -1,5 +1,5 @@
-"""The memory a placement needs on each device, from the model's shape (a first, analytical model; the
-measured profile of ``rlloom plan --profile`` is to calibrate it).
+"""The memory a placement needs on each device, from the model's shape (an analytical model: the profile
+measures times, not memory; ``perf/max_memory_allocated_gb`` on a GPU would be the check).
 
 For a decoder-only transformer with L layers, hidden size h, MLP size I, H attention and K key/value
 heads of size d = h / H, vocabulary V:
