@@ -16,6 +16,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rlloom import Batch, EngineSpec
 from rlloom_enginekit.dispatch import DataParallelSplit, TokenBalancedSplit
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
+from rlloom_fsdp.config import check_sequence_parallel
 from rlloom_fsdp.scoring import model_input, split_sequence
 from rlloom_fsdp.sequence_parallel import SequenceGroups
 from test_fsdp_engine import (  # the shared fixtures and helpers
@@ -273,17 +274,17 @@ def test_invalid_sequence_parallel_settings_name_the_key(overrides, message):
     assert str(error.value) == message
 
 
-def test_heads_and_world_size_are_checked_before_weights_load(tmp_path, model_dir):
-    """``check_model`` (``launcher=local``: world size 1) and the engine itself (any world): SP must
-    divide the attention and key/value heads and the world size."""
-    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_key_value_heads": 2}))
+def test_heads_and_world_size_are_checked_before_weights_load(model_dir):
+    """The engine checks at start (any world; ``launcher=local`` refuses SP > 1 when the config is composed,
+    :func:`rlloom_trainer.local.check_one_process`): SP must divide the attention and key/value heads and
+    the world size."""
     with pytest.raises(ValueError, match=r"sequence_parallel_size=3 must divide the model's num_key_value_heads \(2\)"):
-        FSDPConfig(sequence_parallel_size=3).check_model(str(tmp_path), "cpu")
+        check_sequence_parallel(3, 6, 2, 3)
     with pytest.raises(ValueError, match=r"sequence_parallel_size=4 must divide the model's num_attention_heads \(6\)"):
-        FSDPConfig(sequence_parallel_size=4).check_model(str(tmp_path), "cpu")
+        check_sequence_parallel(4, 6, 2, 4)
     with pytest.raises(ValueError, match=r"sequence_parallel_size=2 must divide the train engine's world size \(1;"
                                          r".*launcher=ray \+launcher.resource_pools.global=2"):
-        FSDPConfig(sequence_parallel_size=2).check_model(str(tmp_path), "cpu")
+        check_sequence_parallel(2, 6, 2, 1)
     with pytest.raises(ValueError, match=r"sequence_parallel_size=2 must divide the train engine's world size \(1;"):
         FSDPTrainEngine(FSDPConfig(sequence_parallel_size=2), EngineSpec(model_dir, "actor", total_train_steps=10))
 

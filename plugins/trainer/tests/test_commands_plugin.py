@@ -23,6 +23,7 @@ HELP = {
     "export": "write a checkpoint's policy as a Hugging Face folder",
     "generate": "sample responses (text, token ids, log-probs) from a checkpoint or model",
     "plot": "write PNG charts of runs' metrics",
+    "plan": "choose a placement of the roles on a cluster (or --profile the config)",
 }
 
 

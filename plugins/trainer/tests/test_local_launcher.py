@@ -36,3 +36,16 @@ def test_local_launcher_sizes_the_pool_to_the_cores_or_the_request():
 def test_a_negative_thread_count_is_refused_naming_the_key():
     with pytest.raises(ValueError, match=r"^launcher\.num_threads=-1: must be >= 0$"):
         LocalLauncherConfig(num_threads=-1)
+
+
+def test_a_train_engine_layout_of_several_processes_is_refused_before_the_run_folder(tmp_path):
+    from rlloom.errors import ConfigError
+    from rlloom_trainer import train
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        train(["preset=tiny", "train_engine.sequence_parallel_size=2", f"trainer.run_dir={run_dir}"])
+    assert str(error.value) == ("train_engine.sequence_parallel_size=2 needs a train engine of 2 processes or a "
+                                "multiple; launcher=local runs it in one: use launcher=ray "
+                                "+launcher.resource_pools.global=2")
+    assert not run_dir.exists()

@@ -117,9 +117,6 @@ class FSDPConfig(TrainEngineConfig):
         ``config.json`` asks for an attention implementation that cannot take its per-sequence mask
         (e.g. ``flash_attention_2``; ``attention=flex`` replaces the model's attention, whatever it asks),
         when ``attention=flex`` would train on the CPU (:func:`check_attention`), or when
-        ``sequence_parallel_size`` does not fit the model's heads or the world size
-        (:func:`check_sequence_parallel`; the trainer calls this under ``launcher=local`` only, whose
-        engines run in its one process: world size 1), or when
         ``lora.target_modules`` names a module the model has no linear layer for
         (:func:`rlloom_fsdp.lora.check_lora_targets`, on the model built without weights)."""
         if self.lora.enabled:
@@ -131,9 +128,6 @@ class FSDPConfig(TrainEngineConfig):
 
             check_attention(self.attention, role_device(self.device, run_device, "train_engine.device").type, True)
         config = read_model_config(model_path)
-        text = config.get("text_config") or config
-        heads = text.get("num_attention_heads")
-        check_sequence_parallel(self.sequence_parallel_size, heads, text.get("num_key_value_heads", heads), 1)
         asked = asked_attention(config)
         dense = self.sequence_layout != "padded" and self.attention == "sdpa"
         if dense and asked is not None and asked not in PACKED_ATTENTION:

@@ -10,9 +10,10 @@ from typing import Any, ClassVar
 
 from rlloom.config.limits import Limited
 from rlloom.controller.roles import build_role
-from rlloom.errors import RoleFailedError
+from rlloom.config.compose import ResolvedConfig
+from rlloom.errors import ConfigError, RoleFailedError
 from rlloom.plugins.registry import Registry
-from rlloom.protocols import Closable
+from rlloom.protocols import Closable, LoadsInOneProcess
 from rlloom.types import RoleSpec
 from rlloom_enginekit.threads import available_cores, threads_for, use_threads
 
@@ -28,6 +29,21 @@ class LocalLauncherConfig(Limited):
     limits: ClassVar[dict[str, str]] = {"num_threads": ">= 0"}
 
     num_threads: int = 0  # torch threads of this process; 0: OMP_NUM_THREADS, else every allowed core
+
+
+def check_one_process(resolved: ResolvedConfig) -> None:
+    """Under ``launcher=local`` the train engine runs in one process: a ConfigError naming the key when its
+    config sets a layout one process cannot run (a key of its ``single_process_overrides``,
+    :class:`~rlloom.protocols.LoadsInOneProcess`, at another value: ``train_engine.sequence_parallel_size=2``)."""
+    cfg = resolved.sections["train_engine"]
+    if resolved.choices["launcher"] != "local" or not isinstance(cfg, LoadsInOneProcess):
+        return
+    for key, one in cfg.single_process_overrides.items():
+        value = getattr(cfg, key)
+        if value != one:
+            raise ConfigError(f"train_engine.{key}={value} needs a train engine of {value} processes or a "
+                              "multiple; launcher=local runs it in one: use launcher=ray "
+                              f"+launcher.resource_pools.global={value}")
 
 
 class RewardRole:

@@ -1,6 +1,6 @@
 """Entry point ``trainer`` (group ``rlloom``): ``preset=tiny``; ``launcher=local``, the default
-(:mod:`rlloom_trainer.local`); the commands ``rlloom train``, ``eval``, ``generate``, ``chat``, ``export`` and
-``plot`` (:mod:`rlloom_trainer.commands`); every in-tree tracker (:mod:`rlloom_trainer.trackers`): ``console`` and
+(:mod:`rlloom_trainer.local`); the commands ``rlloom train``, ``eval``, ``generate``, ``chat``, ``export``,
+``plot`` and ``plan`` (:mod:`rlloom_trainer.commands`); every in-tree tracker (:mod:`rlloom_trainer.trackers`): ``console`` and
 ``jsonl`` (a run's default), ``tensorboard``, ``wandb`` and ``mlflow`` (their libraries are the extras of the same
 names).
 
@@ -23,6 +23,7 @@ COMMANDS = {
     "export": "rlloom_trainer.commands.export:command",
     "plot": "rlloom_trainer.commands.plot:command",
     "plugins": "rlloom_trainer.commands.plugins:command",
+    "plan": "rlloom_trainer.commands.plan:command",
 }
 TRACKERS = {
     "console": "rlloom_trainer.trackers.console:ConsoleTracker",

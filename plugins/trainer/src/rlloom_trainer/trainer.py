@@ -48,7 +48,7 @@ from rlloom_trainer.dumps import dump_rollouts
 from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
 from rlloom_trainer.interrupt import RunInterrupted
-from rlloom_trainer.local import LocalLauncher
+from rlloom_trainer.local import LocalLauncher, check_one_process
 from rlloom_trainer.pipeline import SYNC, PipelinedContext, RolloutPipeline, check_async
 from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator, check_context
@@ -468,6 +468,7 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     trainer = None
     multi_turn(resolved)  # a launcher that cannot run the agent loop is refused before the folder is made
     check_async(resolved)  # so is an async mode the rest of the config cannot run
+    check_one_process(resolved)  # and a train-engine layout of several processes under launcher=local
     with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
         try:
             finished = finished_run(resolved)
