@@ -108,7 +108,7 @@ def test_plugins_json_lists_core_builtins():
     trainer_rows = sorted((r["kind"], r["name"]) for r in rows if r["distribution"] == "rlloom-trainer")
     assert trainer_rows == sorted([("launcher", "local"),
                                    *(("command", name) for name in ("train", "eval", "generate", "chat", "export", "plot",
-                                                                    "plugins")),
+                                                                    "plugins", "plan")),
                                    *(("tracker", name) for name in ("console", "jsonl", "tensorboard", "wandb", "mlflow"))])
 
 
