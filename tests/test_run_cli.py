@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import rlloom
 import yaml
-from lifecycle_helpers import RLLOOM, run_env
+from lifecycle_helpers import RLLOOM, default_sigint, run_env
 from rlloom.config import ConfigError
 from rlloom_trainer import testing
 from rlloom_trainer.checkpoint import CheckpointManager
@@ -131,7 +131,7 @@ def interrupted(cwd: Path, args: list[str], signum: int, after_step: int) -> tup
     """``rlloom train *args`` in ``cwd``, sent ``signum`` once ``metrics.jsonl`` holds the training row of
     ``after_step`` (the run is then inside the next step or the checkpoint after it): its exit status and stderr."""
     process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=cwd, env=run_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     metrics = cwd / RUN / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
