@@ -1,6 +1,7 @@
-"""``trainer.async_mode`` on one variable-length workload, in one invocation: ``sync``, ``one_step_off`` and
-``fully_async``, each a fresh ``rlloom train`` subprocess on the same work, then their samples/s and the
-ratios to sync, and how idle the generator and the trainer were.
+"""``trainer.async_mode`` on one variable-length workload, in one invocation: ``sync``, ``one_step_off``,
+``fully_async`` and ``fully_async_partial`` (``fully_async`` with ``trainer.partial_rollout=true``), each a fresh
+``rlloom train`` subprocess on the same work, then their samples/s and the ratios to sync, how idle the
+generator and the trainer were, and how many rows weight updates interrupted.
 
 The workload is ``bench_vs_trl.py``'s ``varlen`` shape: a tiny random Phi (hidden 256, 4 layers) whose EOS
 has probability 1/64 at every step, so response lengths are geometric from 1 to the 256-token cap; here with
@@ -31,7 +32,8 @@ import tempfile
 
 from bench_vs_trl import VARLEN_TOKENS, varlen_folder
 
-MODES = ("sync", "one_step_off", "fully_async")
+MODES = ("sync", "one_step_off", "fully_async", "fully_async_partial")
+PARTIAL = "_partial"
 PROMPTS, N = 8, 8
 
 
@@ -47,8 +49,9 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
         f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
         "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
         "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
-        f"launcher.num_threads={threads}", f"trainer.async_mode={mode}",
-        f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
+        f"launcher.num_threads={threads}", f"trainer.async_mode={mode.removesuffix(PARTIAL)}",
+        f"trainer.partial_rollout={str(mode.endswith(PARTIAL)).lower()}", f"trainer.max_staleness={args.max_staleness}",
+        *args.rlloom,
     ]
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", cli, "train", *overrides], check=True, stdout=subprocess.DEVNULL)
@@ -63,7 +66,8 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
     lengths = [row["response_length/mean"] for row in steps]
     return dict(samples_per_s=len(timed) * PROMPTS * N / wall, trainer_idle=trainer_idle,
                 generator_idle=generator_idle, response_len=sum(lengths) / len(lengths),
-                staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps))
+                staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps),
+                interrupted=sum(row.get("async/interrupted", 0.0) for row in steps))
 
 
 def main() -> None:
@@ -89,11 +93,12 @@ def main() -> None:
         results[name] = run_mode(mode, model, args, threads)
         print(f"{name}: {json.dumps(results[name])}", flush=True)
     base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
-    print(f"\n{'mode':<19}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}")
+    print(f"\n{'mode':<27}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}"
+          f"{'interrupted':>13}")
     for name, result in results.items():
         ratio = f"{result['samples_per_s'] / base:.2f}" if base else "-"
-        print(f"{name:<19}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
-              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}")
+        print(f"{name:<27}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
+              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}{result['interrupted']:>13.0f}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump({"args": vars(args), "results": results}, handle, indent=1)

@@ -18,6 +18,7 @@ DUMP = f"trainer.dump_rollouts={ROWS}"
 # pi_prox / pi_behav, masked above 5
 DECOUPLED = ["algorithm.rollout_is=token", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=5",
              "algorithm.rollout_is_threshold_lower=0"]
+PARTIAL = ["trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true"]
 
 
 def dumped(run_dir: str, step: int) -> list[dict]:
@@ -37,18 +38,32 @@ def test_fully_async_without_staleness_trains_on_the_trajectories_of_sync(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, staleness", [("one_step_off", 1), ("fully_async", 2)])
-def test_no_trained_sample_is_older_than_the_bound(tmp_path, mode, staleness):
+@pytest.mark.parametrize("mode, staleness, extra", [
+    ("one_step_off", 1, []),
+    # partial rollouts, responses long enough (64 tokens) for weight updates to land mid-generation
+    ("fully_async", 2, PARTIAL),
+])
+def test_no_trained_sample_is_older_than_the_bound(tmp_path, mode, staleness, extra):
     rows = train_tiny(tmp_path, "trainer.total_steps=6", "trainer.trackers=[jsonl]", DUMP, "launcher.num_threads=2",
-                      f"trainer.async_mode={mode}", f"trainer.max_staleness={staleness}")
-    ages = {step: {step - 1 - row["weight_version"] for row in dumped(str(tmp_path), step)} for step in range(1, 7)}
+                      f"trainer.async_mode={mode}", f"trainer.max_staleness={staleness}", *extra)
+    dumps = {step: dumped(str(tmp_path), step) for step in range(1, 7)}
+    ages = {step: {step - 1 - row["weight_version"] for row in dumps[step]} for step in dumps}
     assert all(0 <= age <= staleness for step in ages for age in ages[step]), ages
-    assert max(max(found) for found in ages.values()) == staleness  # generation did run ahead
+    oldest = max(max(found) for found in ages.values())  # generation did run ahead (partial: resumed ones freshen)
+    assert oldest == staleness if not extra else 1 <= oldest <= staleness
     for step, row in enumerate(training_rows(rows), start=1):
         assert row["async/staleness/max"] == max(ages[step])
         assert 0.0 <= row["async/trainer_idle_frac"] <= 1.0 and 0.0 <= row["async/generator_idle_frac"] <= 1.0
+        resumed = [sample for sample in dumps[step] if (sample["weight_version_max"] or 0) > sample["weight_version"]]
+        assert row.get("async/interrupted", 0.0) >= len(resumed)
+        assert all(sample["weight_version_max"] <= step - 1 for sample in resumed)  # never newer than the trainer
     for step in range(1, 7):
         assert {row["uid"].split("-")[0] for row in dumped(str(tmp_path), step)} == {f"draw{step}"}
+    # the epoch of the trained prompts, as sync logs it (digits' 20 training prompts: 5 draws of 4), not of
+    # the prompts drawn ahead (fully_async K=2 has drawn step 6's by step 3)
+    assert [row["training/epoch"] for row in training_rows(rows)] == [0, 0, 0, 0, 0, 1]
+    if extra:  # some generation was interrupted by a weight update and resumed
+        assert any(row["async/interrupted"] > 0 and row["async/resumed"] > 0 for row in training_rows(rows))
 
 
 @pytest.mark.slow
@@ -89,6 +104,9 @@ REFUSED = [
     (["trainer.async_mode=fully_async", "trainer.offload_train_engines=true"], "trainer.offload_train_engines=true"),
     (["trainer.async_mode=fully_async", "agent=tools"], "agent=tools needs trainer.async_mode=sync"),
     (["trainer.async_mode=one_step_off", "launcher=ray"], "launcher.mapping.rollout=global is the actor's pool"),
+    (["trainer.async_mode=one_step_off", "trainer.partial_rollout=true"],
+     "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local"),
+    (["trainer.partial_rollout=true"], "(not trainer.async_mode=sync, launcher=local)"),
 ]
 
 

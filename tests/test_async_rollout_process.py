@@ -4,7 +4,9 @@ as errors naming what happened."""
 
 from __future__ import annotations
 
+import math
 import os
+import time
 import signal
 
 import pytest
@@ -39,21 +41,6 @@ def test_the_process_generates_what_the_engine_generates_in_process(tiny_model_p
     assert torch.equal(theirs["rollout_log_probs"], ours["rollout_log_probs"])
 
 
-def test_a_weight_update_takes_effect_after_the_generation_submitted_before_it(tiny_model_path):
-    sampling = SamplingParams(max_new_tokens=5, n=1, seed=11, temperature=0.0)
-    engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(tiny_model_path, "rollout", seed=3))
-    zeroed = [(name, torch.zeros_like(tensor)) for name, tensor in engine.model.named_parameters()]
-    apart = RolloutProcess(spec(tiny_model_path), threads=1)
-    try:
-        before = apart.submit_call("generate", (prompts(), sampling), {})
-        apart.update_weights(zeroed)
-        after = apart.generate(prompts(), sampling)
-        assert torch.equal(before.result()["responses"], engine.generate(prompts(), sampling)["responses"])
-        assert not torch.equal(after["responses"], before.result()["responses"])  # the zero model's argmax
-    finally:
-        apart.close()
-
-
 def test_an_engine_that_fails_to_build_raises_its_error_in_the_trainer(tmp_path):
     with pytest.raises(Exception, match="no-model"):
         RolloutProcess(spec(str(tmp_path / "no-model")), threads=1)
@@ -65,3 +52,61 @@ def test_a_killed_rollout_process_is_named_not_waited_for(tiny_model_path):
     with pytest.raises(RuntimeError, match=r"the rollout process exited \(code -9\)"):
         apart.generate(prompts(), SamplingParams(max_new_tokens=2))
     apart.close()
+
+
+
+def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollouts_are_on(tmp_path):
+    """Without partial rollouts, zeroed weights submitted after a greedy generation take effect after it. With
+    them on (at version 4), a greedy generation of up to 3,000 tokens (seconds), and 1 s into it zeroed
+    weights labelled 5: the update does not wait, the rows resume under the zero model, whose argmax, token 0,
+    is a stop id here, so each ends with one more token, of log-prob -log(vocabulary) (uniform), within its
+    budget, one log-prob per token; versions 4 to 5, counted as interrupted and resumed. The next generation
+    is version 5 throughout."""
+    from rlloom_models.config import TinyModelConfig
+    from rlloom_models.tiny import tiny_model_path
+
+    path = tiny_model_path(TinyModelConfig(cache_dir=str(tmp_path), max_position_embeddings=4096))
+    short = SamplingParams(max_new_tokens=5, n=1, seed=11, temperature=0.0)
+    sampling = SamplingParams(max_new_tokens=3000, n=2, temperature=0.0, ignore_eos=True, stop_token_ids=(0,))
+    engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(path, "rollout", seed=3))
+    zeroed = [(name, torch.zeros_like(tensor)) for name, tensor in engine.model.named_parameters()]
+    apart = RolloutProcess(spec(path), threads=1)
+    try:
+        before = apart.submit_call("generate", (prompts(), short), {})
+        apart.update_weights(zeroed)
+        assert torch.equal(before.result()["responses"], engine.generate(prompts(), short)["responses"])
+        apart.update_weights(list(engine.model.named_parameters()))
+        apart.submit_call("partial_rollouts", (4,), {}).result()
+        running = apart.submit_call("generate", (prompts(), sampling), {})
+        time.sleep(1.0)
+        apart.weight_version = 5
+        apart.update_weights(zeroed)
+        out = running.result()
+        after = apart.generate(prompts(), sampling)
+    finally:
+        apart.close()
+    lengths = out["response_mask"].sum(dim=1)
+    assert 1 < int(lengths.min()) and int(lengths.max()) < 3000
+    assert torch.equal(out["response_mask"].bool(), out["rollout_log_probs"] < 0)
+    last = out["responses"].gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)
+    uniform = -math.log(engine.model.config.vocab_size)
+    assert last.tolist() == [0] * 4 and torch.allclose(out["rollout_log_probs"].gather(
+        1, (lengths - 1).unsqueeze(1)), torch.full((4, 1), uniform))
+    assert out["weight_version"].tolist() == [4] * 4 and out["weight_version_max"].tolist() == [5] * 4
+    assert out.meta["metrics"] == {"async/interrupted": 4.0, "async/resumed": 4.0}
+    assert after["weight_version"].tolist() == [5] * 4 and after["responses"][:, 0].tolist() == [0] * 4
+
+
+def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refused_naming_the_key():
+    import queue
+
+    from rlloom_trainer.rollout_process import Worker
+
+    class Plain:  # generate_requests without the interrupted flags
+        def generate_requests(self, prompts, sampling, cancelled=None): ...
+
+    replies = queue.Queue()
+    Worker(Plain(), replies).run((7, "partial_rollouts", (0,), {}))
+    call_id, value, error, _span = replies.get_nowait()
+    assert call_id == 7 and value is None and isinstance(error, TypeError)
+    assert "trainer.partial_rollout=true" in str(error) and "Plain" in str(error)

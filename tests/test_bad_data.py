@@ -79,6 +79,16 @@ def test_a_bad_file_is_one_paragraph_naming_it(kind, tmp_path, capsys):
     assert not cache.exists() or not any(cache.iterdir()), "a model was built before the data error"
 
 
+@pytest.mark.parametrize("kind", ["wrong columns", "arrays as rows"])
+def test_a_bad_first_row_of_a_jsonl_file_is_refused_before_the_run_folder_is_made(kind, tmp_path, capsys):
+    path, named = write(tmp_path, kind)
+    status = main(["train", "preset=tiny", "data=files", f"data.train_files=[{path}]", "data.val_fraction=0.25",
+                   f"model.cache_dir={tmp_path / 'models'}", f"trainer.run_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert status == 2 and named in err and "set data.skip_invalid=true" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name], "something was left beside the data file"
+
+
 @pytest.mark.parametrize("kind", ["malformed line", "nulls in parquet", "torn last line", "non-UTF-8 line"])
 def test_bad_rows_are_skipped_and_counted(kind, tmp_path):
     path, _ = write(tmp_path, kind)

@@ -3,7 +3,12 @@ register: an error about a name that is not installed must send the user to the 
 
 from __future__ import annotations
 
-from rlloom.plugins.registry import Registry, catalogue, provider_of, unknown_name_message
+import tomllib
+from pathlib import Path
+
+from rlloom.plugins.registry import Registry, catalogue, install_command, provider_of, unknown_name_message
+
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def test_every_name_an_in_tree_plugin_registers_has_its_distribution_in_the_catalogue():
@@ -20,5 +25,15 @@ def test_every_name_an_in_tree_plugin_registers_has_its_distribution_in_the_cata
 
 def test_a_name_that_is_not_installed_names_its_package():
     message = unknown_name_message("rollout", "sglang", ["hf"])
-    assert message.endswith("It is provided by the package rlloom-sglang: pip install rlloom-sglang")
+    assert message.endswith(f"It is provided by the package rlloom-sglang: pip install -e {CHECKOUT}/backends/sglang")
     assert "It is provided" not in unknown_name_message("rollout", "nothing_like_it", ["hf"])
+
+
+def test_every_install_hint_names_a_folder_of_this_checkout_holding_that_package():
+    """The distributions are not on PyPI: the hint an error gives must install the package when followed."""
+    for package in sorted(set(catalogue().values())):
+        command = install_command(package)
+        assert command.startswith(f"pip install -e {CHECKOUT}/"), command
+        project = tomllib.loads((Path(command.removeprefix("pip install -e ")) / "pyproject.toml").read_text())
+        assert project["project"]["name"] == package
+    assert install_command("rlloom-not-in-this-checkout") == "pip install rlloom-not-in-this-checkout"

@@ -113,3 +113,14 @@ def test_toy_reinforce_loss_by_hand(template_src):
     assert metrics == {"pg_loss": pytest.approx(-2.5 / 3)}
     loss.backward()
     assert torch.allclose(log_probs.grad, torch.tensor([[-1 / 3, -1 / 3], [2 / 3, 0.0]]))
+
+
+@pytest.mark.slow
+def test_the_installed_template_passes_its_contract_tests(installed_template, tmp_path):
+    """The template's own suite, run as its author would (the plugin installed, pytest in its folder)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "RLLOOM_PLUGINS"}, "PYTHONPATH": str(installed_template)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TEMPLATE / "tests"),
+                           f"--rootdir={tmp_path}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "7 passed" in done.stdout, done.stdout[-1000:]  # 3 for the algorithm, 4 for the reward

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # our distributions install from its folders (not on PyPI yet)
+
 RLLOOM = Path(sys.executable).parent / "rlloom"
 
 DEFAULTS_PLUGIN = """
@@ -165,14 +167,14 @@ def test_misspelt_key_is_a_usage_error_naming_it(defaults_only):
 def test_uninstalled_launcher_says_what_to_install(defaults_only):
     result = run_rlloom("train", "launcher=ray", env=defaults_only)
     assert result.returncode == 2
-    assert result.stderr.strip().endswith("pip install rlloom-ray")
+    assert result.stderr.strip().endswith(f"pip install -e {CHECKOUT}/plugins/ray")
     assert "Traceback" not in result.stderr
 
 
 def test_a_plugin_command_that_is_not_installed_says_what_to_install(defaults_only):
     result = run_rlloom("serve", "rollout=hf", env=defaults_only)
     assert result.returncode == 2
-    assert result.stderr.strip().endswith("pip install rlloom-server")
+    assert result.stderr.strip().endswith(f"pip install -e {CHECKOUT}/backends/server")
     assert "Traceback" not in result.stderr
 
 
@@ -180,7 +182,7 @@ def test_train_without_the_trainer_plugin_says_what_to_install(defaults_only):
     result = run_rlloom("train", "preset=tiny", env={**defaults_only, "RLLOOM_PLUGINS": "cli_defaults"})
     assert result.returncode == 2
     assert result.stderr == ("rlloom: error: rlloom train comes with the rlloom-trainer distribution, which is not "
-                             "installed: pip install rlloom-trainer\n")
+                             f"installed: pip install -e {CHECKOUT}/plugins/trainer\n")
 
 
 def test_plugin_commands_are_listed_in_the_help_the_main_job_first():

@@ -11,10 +11,13 @@ import importlib.metadata
 import re
 import sys
 import textwrap
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # our distributions install from its folders (not on PyPI yet)
 from omegaconf import OmegaConf
 from rlloom.config import ConfigError, compose_config
 from rlloom.config.compose import check_registered_names, run_sections
@@ -205,8 +208,8 @@ def test_unknown_group_option_lists_installed_choices(registry):
 def test_known_but_uninstalled_option_names_the_package(registry):
     message = error_for(["rollout=vllm"], registry)
     assert message.startswith("rollout=vllm: no installed plugin provides rollout 'vllm'.")
-    assert "Installed choices: hf." in message and message.endswith("pip install rlloom-vllm")
-    assert error_for(["launcher=ray"], registry).endswith("pip install rlloom-ray")
+    assert "Installed choices: hf." in message and message.endswith(f"pip install -e {CHECKOUT}/backends/vllm")
+    assert error_for(["launcher=ray"], registry).endswith(f"pip install -e {CHECKOUT}/plugins/ray")
 
 
 # ------------------------------------------------------------------------------ keys and types
@@ -404,7 +407,7 @@ def test_estimator_and_policy_loss_keys_name_registered_functions(registry):
         check_registered_names({"algorithm": SharedMathConfig(adv_estimator="rloo")}, registry)
     assert str(info.value) == (
         "algorithm.adv_estimator=rloo: no installed plugin provides advantage_estimator 'rloo'. Installed choices: "
-        "grpo. It is provided by the package rlloom-grpo: pip install rlloom-grpo")
+        f"grpo. It is provided by the package rlloom-grpo: pip install -e {CHECKOUT}/algorithms/grpo")
     with pytest.raises(ConfigError) as info:
         check_registered_names({"algorithm": SharedMathConfig(policy_loss="vanila")}, registry)
     assert str(info.value) == (

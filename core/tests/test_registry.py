@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # our distributions install from its folders (not on PyPI yet)
 from rlloom.plugins.registry import Registry, UnknownPluginError, _selected_entry_points
 
 CORE = importlib.metadata.EntryPoint(name="core", value="rlloom.builtins", group="rlloom")
@@ -154,7 +156,7 @@ def test_unknown_names_list_choices_and_known_packages(plugins):
     with pytest.raises(UnknownPluginError) as info:
         registry.get("rollout", "vllm")
     assert "rollout=vllm" in str(info.value) and "Installed choices: none." in str(info.value)
-    assert str(info.value).endswith("pip install rlloom-vllm")
+    assert str(info.value).endswith(f"pip install -e {CHECKOUT}/backends/vllm")
     with pytest.raises(UnknownPluginError, match="tracker 'wandb'.*Installed choices: none."):
         registry.get("tracker", "wandb")
     with pytest.raises(UnknownPluginError, match="unknown plugin kind 'widgets'"):

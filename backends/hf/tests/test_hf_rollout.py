@@ -701,3 +701,79 @@ def test_requests_differing_only_in_seed_share_one_call(model_dirs):
     for ids, p, answer in zip(prompts, params, answers):
         assert asyncio.run(engine.generate_one(ids, p)).token_ids == answer.token_ids
     engine.close()
+
+
+# ---------------------------------------------------------------------------------- partial rollouts
+class UpdateAfterCalls:
+    """The host of a partial generation (:class:`rlloom_enginekit.partial.WeightGate`) for these tests: the
+    weights ``updates[i][1]`` arrive once the engine has made ``updates[i][0]`` model calls (prefill and
+    decode steps, counted by a forward hook), as an update reaches the rollout process mid-generation."""
+
+    def __init__(self, engine: HFRolloutEngine, updates: list[tuple[int, list]]) -> None:
+        self.engine, self.updates, self.version, self.calls, self.watched = engine, list(updates), 0, 0, None
+        engine.model.register_forward_hook(self._count)
+
+    def _count(self, *_) -> None:
+        self.calls += 1
+        self.watch(self.watched)
+
+    def watch(self, cancelled) -> None:
+        self.watched = cancelled
+        if cancelled is not None and self.updates and self.calls >= self.updates[0][0]:
+            cancelled.fill_(True)
+
+    def swap(self) -> None:
+        self.engine.update_weights(self.updates.pop(0)[1])
+        self.version += 1
+
+
+def weights_of(path: str) -> list[tuple[str, torch.Tensor]]:
+    return list(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict().items())
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_generation_interrupted_twice_by_the_same_weights_resumes_to_the_uninterrupted_output(model_dirs, decode):
+    """Greedy, 12 tokens, updates (of the weights it has) after model calls 4 and 9: every row resumes from
+    its prompt and tokens so far, twice, and ends as the uninterrupted call: the same tokens (none repeated,
+    none lost), log-probs as long, versions 0 to 2, counted in ``async/interrupted|resumed``."""
+    from rlloom_enginekit.partial import generate_partial
+
+    engine = make_engine(model_dirs["main"], decode=decode)
+    sampling = SamplingParams(n=2, temperature=0.0, max_new_tokens=12, ignore_eos=True)
+    full = engine.generate(left_padded(PROMPTS[:3]), sampling)
+    same = weights_of(model_dirs["main"])
+    gate = UpdateAfterCalls(engine, [(4, same), (9, same)])
+    out = generate_partial(engine, left_padded(PROMPTS[:3]), sampling, gate)
+    assert gate.version == 2 and not gate.updates
+    assert torch.equal(out["responses"], full["responses"]) and torch.equal(out["response_mask"], full["response_mask"])
+    assert torch.allclose(out["rollout_log_probs"], full["rollout_log_probs"], atol=1e-4)
+    assert out["weight_version"].tolist() == [0] * 6 and out["weight_version_max"].tolist() == [2] * 6
+    assert out.meta["metrics"] == {"async/interrupted": 6.0, "async/resumed": 12.0}
+    assert "interrupted" not in out
+
+
+def test_tokens_after_an_update_are_the_new_weights_and_the_budget_holds(model_dirs, reference):
+    """Sampled (seeded) responses of up to 10 tokens, the ``other`` model's weights arriving after 5 model
+    calls: each response holds at most 10 tokens, one log-prob per token; an interrupted row's log-probs are
+    the ``main`` model's (teacher-forced) up to the swap and the ``other`` model's after it (so no token was
+    repeated or lost at the seam), and its versions are 0 and 1; a row that stopped before is version 0."""
+    from rlloom_enginekit.partial import generate_partial
+
+    other = AutoModelForCausalLM.from_pretrained(model_dirs["other"], dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    engine = make_engine(model_dirs["main"], decode="eager")
+    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=7)
+    out = generate_partial(engine, left_padded(PROMPTS), sampling,
+                           UpdateAfterCalls(engine, [(5, weights_of(model_dirs["other"]))]))
+    lengths = out["response_mask"].sum(dim=1)
+    assert int(lengths.max()) <= 10 and torch.equal(out["response_mask"].bool(), out["rollout_log_probs"] < 0)
+    swapped = out["weight_version_max"] == 1
+    assert swapped.any() and out.meta["metrics"]["async/interrupted"] == float(swapped.sum())
+    for row in range(len(out)):
+        prompt, response = PROMPTS[row // 3], real_response(out, row)
+        got = out["rollout_log_probs"][row, : len(response)].double()
+        old = (got - teacher_forced(reference, prompt, response, 1.0)).abs() < 1e-3
+        new = (got - teacher_forced(other, prompt, response, 1.0)).abs() < 1e-3
+        seam = int(old.long().cumprod(dim=0).sum())  # the tokens the main model's weights sampled
+        assert out["weight_version"][row] == 0 and (seam == len(response)) == (not swapped[row])
+        assert seam >= 1 and bool(new[seam:].all())

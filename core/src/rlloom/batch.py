@@ -26,7 +26,8 @@ field                  shape      dtype   meaning
 ``returns``            [B, R]     float32 value targets
 ``rollout_is_weights`` [B, R]    float32 rollout correction's per-token loss weights (0 where the mask is 0)
 ``prompt_index``       [B]        int64   optional rollout input: keys each row's randomness
-``weight_version``     [B]        int64   the policy that sampled the row: the actor after step k (0: start)
+``weight_version``     [B]        int64   the policy that sampled the row: the actor after step k (0: start);
+                                          partial rollouts: the oldest, ``weight_version_max`` [B] the newest
 =====================  =========  ======  ==========================================================
 
 Object fields: ``prompt_text``, ``response_text``, ``ground_truth``, ``data_source``, ``uid`` (the

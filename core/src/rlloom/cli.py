@@ -13,7 +13,7 @@ import os
 import sys
 
 from rlloom.errors import ConfigError, RoleFailedError, RoleStartError, RunFailedError
-from rlloom.plugins.registry import UnknownPluginError, get_registry, provider_of
+from rlloom.plugins.registry import UnknownPluginError, get_registry, install_command, provider_of
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
@@ -55,7 +55,7 @@ def missing_command(argv: list[str]) -> str | None:
     package = provider_of("command", name) if name else None
     if package is None or name in get_registry().components["command"]:
         return None
-    return f"rlloom {name} comes with the {package} distribution, which is not installed: pip install {package}"
+    return f"rlloom {name} comes with the {package} distribution, which is not installed: {install_command(package)}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -483,6 +483,15 @@ class ChecksBeforeRun(Protocol):
 
 
 @runtime_checkable
+class ChecksOtherSections(Protocol):
+    """Optional ability of a config section: checks against the run's other sections (by group) when the config
+    is composed (``reward=python``'s function against ``data.extra_columns``); a ValueError naming the keys is a
+    config error."""
+
+    def check_other_sections(self, sections: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
 class PlansOptimizerSteps(Protocol):
     """Optional ability of an algorithm config (without it, a step takes one optimizer step per trained engine)."""
 

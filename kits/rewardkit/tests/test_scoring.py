@@ -136,3 +136,19 @@ def test_a_row_reward_takes_its_rows_from_the_batch_fields():
     with pytest.raises(BatchError, match="ground_truth"):
         reward(Batch(objects={"response_text": ["a"], "extra": [{}]}))
     reward.close()
+
+
+def test_each_new_error_message_is_printed_once_up_to_the_limit(capsys, monkeypatch):
+    from rlloom_rewardkit import runner
+    from rlloom_rewardkit.outcome import ERROR, OK, Outcome
+
+    monkeypatch.setattr(runner, "_printed", set())
+    scorer = RowScorer(ExecutionConfig(error_score=-1.0))
+    messages = ["TypeError: a", "TypeError: a", "KeyError: b", "ValueError: c", "OSError: d"]
+    scorer.result([Outcome(OK, Verdict(1.0))] + [Outcome(ERROR, message=m) for m in messages[:2]])
+    scorer.result([Outcome(ERROR, message=m) for m in messages])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["reward: a row scored -1 as an error, counted in reward/errors: TypeError: a",
+                     "reward: a row scored -1 as an error, counted in reward/errors: KeyError: b",
+                     "reward: a row scored -1 as an error, counted in reward/errors: ValueError: c "
+                     "(later new errors are counted, not printed)"]

@@ -135,3 +135,24 @@ def test_rlloom_train_refuses_a_wrong_function_before_anything_starts(function, 
     err = capsys.readouterr().err
     assert status == 2 and named in err and "Traceback" not in err, err
     assert sorted(os.listdir(tmp_path)) == [], "nothing is left behind"
+
+
+@pytest.mark.parametrize(("columns", "function", "refused"), [
+    ("[]", "trl_needs_a_missing_column", True),  # answer_key: no batch carries it
+    ("[answer_key]", "trl_needs_a_missing_column", False),
+    ("[]", "trl_named_only", False),  # prompts, completions, completion_ids: every batch has them
+    ("[]", "by_prefix", False),  # the row form takes extra as a dict: nothing to check
+])
+def test_a_trl_form_function_needing_an_unlisted_column_is_refused_when_composed(columns, function, refused, tmp_path):
+    from rlloom.config import ConfigError, compose_config
+
+    data = tmp_path / "task.jsonl"
+    data.write_text('{"prompt": "p", "ground_truth": "g", "answer_key": "a"}\n' * 4)
+    overrides = ["preset=tiny", "data=files", f"data.train_files={data}", f"data.extra_columns={columns}",
+                 "reward=python", f"reward.function={FNS}:{function}"]
+    if not refused:
+        compose_config(overrides)
+        return
+    with pytest.raises(ConfigError, match=r"needs \['answer_key'\], which no batch will carry.*"
+                                          r"data.extra_columns=\[answer_key\]"):
+        compose_config(overrides)

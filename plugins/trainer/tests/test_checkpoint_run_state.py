@@ -103,7 +103,7 @@ def test_rollout_dump_writes_the_first_rows_with_per_token_advantages(tmp_path):
         {"response_mask": torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]]),
          "advantages": torch.tensor([[0.5, 0.5, 0.0], [-1.0, 0.0, 0.0], [2.0, 2.0, 2.0]]),
          "scores": torch.tensor([1.0, 0.0, 0.25]), "weight_version": torch.tensor([4, 4, 4]),
-         "agent_turns": torch.tensor([2, 1, 3])},
+         "weight_version_max": torch.tensor([4, 5, 4]), "agent_turns": torch.tensor([2, 1, 3])},
         {"uid": ["u0", "u0", "u1"], "prompt_text": ["p0", "p0", "p1"], "response_text": ["ab", "c", "def"],
          "data_source": ["d"] * 3, "ground_truth": [3, 3, None], "agent_finish_reason": ["answer", "length", "x"]},
     )
@@ -112,7 +112,7 @@ def test_rollout_dump_writes_the_first_rows_with_per_token_advantages(tmp_path):
     rows = [json.loads(line) for line in open(path)]
     assert rows == [
         {"uid": "u0", "data_source": "d", "prompt": "p0", "response": "ab", "ground_truth": 3, "reward": 1.0,
-         "weight_version": 4, "agent_turns": 2, "agent_finish_reason": "answer", "advantages": [0.5, 0.5]},
+         "weight_version": 4, "weight_version_max": 4, "agent_turns": 2, "agent_finish_reason": "answer", "advantages": [0.5, 0.5]},
         {"uid": "u0", "data_source": "d", "prompt": "p0", "response": "c", "ground_truth": 3, "reward": 0.0,
-         "weight_version": 4, "agent_turns": 1, "agent_finish_reason": "length", "advantages": [-1.0]},
+         "weight_version": 4, "weight_version_max": 5, "agent_turns": 1, "agent_finish_reason": "length", "advantages": [-1.0]},
     ]

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[3]  # our distributions install from its folders (not on PyPI yet)
 from rlloom.cli import build_parser
 from rlloom.plugins.registry import get_registry
 
@@ -37,4 +39,14 @@ def test_without_the_distribution_a_command_says_what_to_install(name):
     result = subprocess.run([str(RLLOOM), name, "runs/x"], env=env, capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stderr) == (
         2, f"rlloom: error: rlloom {name} comes with the rlloom-trainer distribution, which is not installed: "
-        "pip install rlloom-trainer\n")
+        f"pip install -e {CHECKOUT}/plugins/trainer\n")
+
+
+def test_the_table_says_in_one_line_what_each_component_is():
+    from rlloom_trainer.commands.plugins import DESCRIPTION_CHARS, plugin_rows
+
+    what = {(row["kind"], row["name"]): row["what"] for row in plugin_rows()}
+    assert what["train_engine", "fsdp"] == "The FSDP2 train engine"  # the summary's first clause
+    assert what["reward", "arithmetic"] == "is the last integer of the response the ground-truth integer?"
+    assert what["rollout", "sglang"].endswith("…") and len(what["rollout", "sglang"]) == DESCRIPTION_CHARS
+    assert not [text for text in what.values() if "``" in text or ":class:" in text or len(text) > DESCRIPTION_CHARS]

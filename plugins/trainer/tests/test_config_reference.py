@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlloom.cli import main
 from rlloom.plugins.registry import get_registry
-from rlloom_trainer.config_reference import Key, keys, option_text, reference_markdown
+from rlloom_trainer.config_reference import Key, docstring_keys, keys, option_text, reference_markdown
 
 REFERENCE = Path(__file__).parents[3] / "docs" / "config-reference.md"
 
@@ -72,3 +72,24 @@ def test_an_unknown_name_is_a_usage_error_listing_the_names(capsys):
     assert main(["plugins", "pythn"]) == 2
     err = capsys.readouterr().err
     assert "'pythn'" in err and "python" in err and err.count("\n") == 1
+
+
+class Documented:
+    """Settings.
+
+    - ``timeout_s``, ``connect_timeout_s``: how long to wait, seconds. More about it.
+    - ``retries`` (a count): sends again, e.g. ``3`` times; ``backoff_s``: the first wait. Doubled after.
+    - not a key: no colon here
+    """
+
+
+def test_keys_are_read_from_docstring_bullets_when_the_field_has_no_comment():
+    assert docstring_keys(Documented) == {
+        "timeout_s": "how long to wait, seconds.", "connect_timeout_s": "how long to wait, seconds.",
+        "retries": "sends again, e.g. ``3`` times", "backoff_s": "the first wait."}
+
+
+def test_every_key_of_every_in_tree_option_is_described():
+    undescribed = sorted({line.split("|")[1].strip() for line in REFERENCE.read_text().splitlines()
+                          if line.startswith("| `") and line.rstrip().endswith("|  |")})
+    assert undescribed == [], f"keys without a comment after the field or a docstring bullet: {undescribed}"

@@ -39,3 +39,25 @@ def test_a_full_disk_leaves_no_temporary_folder_and_the_old_model(tmp_path):
     assert "nothing was left half-written" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "final_model"]
     assert (out / "model.safetensors").read_bytes() == b"the previous model"
+
+
+def test_the_written_weights_have_the_permissions_of_every_other_file(tmp_path):
+    """safetensors' own writer makes 0600 files; an exported folder's files all get 0666 less the umask."""
+    import os
+    import stat
+
+    import torch
+    from rlloom_trainer.export import save_hf_folder
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    out = save_hf_folder([("w", torch.zeros(4))], str(base), str(tmp_path / "final_model"))
+    umask = os.umask(0o027)
+    try:
+        save_hf_folder([("w", torch.zeros(4))], str(base), str(tmp_path / "other"))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "final_model" / "model.safetensors").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "other" / "model.safetensors").stat().st_mode) == 0o640
+    assert out == str(tmp_path / "final_model")

@@ -113,3 +113,33 @@ def test_metrics_are_the_staleness_of_the_batch_and_the_admitted_samples():
 def test_the_rollout_must_live_outside_the_trainers_process():
     with pytest.raises(ConfigError, match="needs the rollout role outside the trainer's process"):
         RolloutPipeline(ONE_STEP_OFF, object(), lambda: None, lambda: ({}, 0), SamplingParams(), 0, 3, 1)
+
+
+class LabellingRollout(RecordingRollout):
+    """A rollout process with partial rollouts: answers ``partial_rollouts`` (or refuses it with the process's
+    TypeError), and keeps the ``weight_version`` label the pipeline sets before each sync."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse, self.weight_version, self.turned_on_at = refuse, None, None
+
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Completed:
+        if method != "partial_rollouts":
+            return super().submit_call(method, args, kwargs)
+        if self.refuse:
+            raise TypeError("trainer.partial_rollout=true: the rollout engine Plain cannot withdraw rows")
+        self.turned_on_at = args[0]
+        return Completed(None, 0.0, 0.0)
+
+
+def test_partial_rollouts_turn_on_at_the_pipelines_version_and_each_sync_is_labelled_with_its_step():
+    rollout = LabellingRollout()
+    pipeline = RolloutPipeline(FULLY_ASYNC, rollout, lambda: Batch(objects={"uid": ["draw-0"]}), lambda: ({}, 0),
+                               SamplingParams(), 0, 6, 2, version=3, partial=True)
+    rollout.pipeline = pipeline
+    assert rollout.turned_on_at == 3 and rollout.weight_version is None
+    pipeline.syncing(4)
+    assert rollout.weight_version == 4
+    with pytest.raises(ConfigError, match="trainer.partial_rollout=true: the rollout engine Plain"):
+        RolloutPipeline(FULLY_ASYNC, LabellingRollout(refuse=True), lambda: None, lambda: ({}, 0), SamplingParams(),
+                        0, 6, 2, partial=True)

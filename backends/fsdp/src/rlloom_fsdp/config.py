@@ -95,10 +95,10 @@ class FSDPConfig(TrainEngineConfig):
     single_process_overrides: ClassVar[dict] = {"sequence_parallel_size": 1}
     lora_refusal: ClassVar[str] = ""
 
-    reshard_after_forward: bool = True
-    sequence_layout: str = "shared_prompt"
-    attention: str = "sdpa"
-    head_chunk_rows: int = 0
+    reshard_after_forward: bool = True  # free each layer's gathered weights after forward (ZeRO-3); False: ZeRO-2
+    sequence_layout: str = "shared_prompt"  # shared_prompt (each prompt once per group), packed, padded: same numbers
+    attention: str = "sdpa"  # packed layouts' attention: sdpa (dense mask) or flex (block mask; trains on CUDA)
+    head_chunk_rows: int = 0  # response tokens per LM-head chunk for log-probs/entropy; 0: automatic
     sequence_parallel_size: int = 1  # ranks sharing each micro-batch by its tokens (Ulysses); divides world and heads
 
     def __post_init__(self) -> None:

@@ -152,14 +152,14 @@ def write_adapter_folder(tensors: dict[str, torch.Tensor], lora: LoraConfig, bas
     at the end; returns ``out_dir``."""
     import shutil
 
-    from safetensors.torch import save_file
+    from rlloom_enginekit.safetensors_dir import save_tensors
 
     tmp_dir = out_dir + ".tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     peft_config(lora, base_model).save_pretrained(tmp_dir)
-    save_file({peft_key(name): tensor.cpu().contiguous() for name, tensor in tensors.items()},
-              os.path.join(tmp_dir, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    save_tensors({peft_key(name): tensor.cpu().contiguous() for name, tensor in tensors.items()},
+                 os.path.join(tmp_dir, ADAPTER_WEIGHTS))
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp_dir, out_dir)
     return out_dir

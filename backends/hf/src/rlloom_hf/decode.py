@@ -28,12 +28,14 @@ class DecodedChunk:
     """Responses of one chunk of N rows, T = the longest response in the chunk.
 
     ``tokens`` [N, T] int64 right-padded with the pad id, ``mask`` [N, T] int64 (1 on generated
-    tokens, the stop token included), ``log_probs`` [N, T] float32 (0 where ``mask`` is 0).
+    tokens, the stop token included), ``log_probs`` [N, T] float32 (0 where ``mask`` is 0), ``cut``
+    [N] bool: the row was withdrawn (cancelled) before it stopped on its own.
     """
 
     tokens: torch.Tensor
     mask: torch.Tensor
     log_probs: torch.Tensor
+    cut: torch.Tensor
 
 
 FIRST_WIDTH = 64  # columns of the response buffers before they first grow
@@ -63,6 +65,7 @@ class ResponseSlots:
         self.mask = torch.zeros((rows, width), dtype=torch.long, device=device)
         self.log_probs = torch.zeros((rows, width), dtype=torch.float32, device=device)
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.cut = torch.zeros(rows, dtype=torch.bool, device=device)
 
     def _room_for(self, step: int) -> None:
         self.tokens = grown(self.tokens, step + 1, self.max_new, self.pad_id)
@@ -91,12 +94,14 @@ class ResponseSlots:
 
     def withdraw(self, rows: torch.Tensor) -> None:
         """Stop the rows flagged True in ``rows`` [N] bool (any device): they count as finished from
-        now on, the tokens they have stay."""
-        self.finished |= rows.to(self.finished.device, non_blocking=True)
+        now on, the tokens they have stay; those still running are ``cut``."""
+        rows = rows.to(self.finished.device, non_blocking=True)
+        self.cut |= rows & ~self.finished
+        self.finished |= rows
 
     def chunk(self, length: int) -> DecodedChunk:
         """The first ``length`` tokens of every row."""
-        return DecodedChunk(self.tokens[:, :length], self.mask[:, :length], self.log_probs[:, :length])
+        return DecodedChunk(self.tokens[:, :length], self.mask[:, :length], self.log_probs[:, :length], self.cut)
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
+from rlloom_enginekit.partial import INTERRUPTED_FIELD
 from rlloom_enginekit.prompts import (check_left_padded, pad_token_id, prompt_indices, row_seeds, stop_ids_for,
                                       stop_token_ids)
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -62,6 +63,8 @@ class HFRolloutEngine:
     ``sampling.seed``. The decoding loop is ``cfg.decode`` (see :class:`HFRolloutConfig`).
     ``decode_steps``: model calls made by the decoding loops so far (each chunk's response length).
     """
+
+    flags_interrupted_rows = True  # rlloom_enginekit.partial.Interruptible: generate_requests flags withdrawn rows
 
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
@@ -125,6 +128,9 @@ class HFRolloutEngine:
         chunks = self._decode_chunks(model, prompts, sampling, row_seeds(prompts, seed), cancelled)
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
+        if cancelled is not None:
+            out[INTERRUPTED_FIELD] = torch.cat([chunk.cut.cpu() for chunk in chunks]) if chunks else (
+                torch.zeros(0, dtype=torch.bool))
         out.meta["temperature"] = sampling.policy_temperature
         out.meta["pad_token_id"] = self.pad_id
         return out
@@ -144,7 +150,7 @@ class HFRolloutEngine:
             owners = rows // sampling.n
             if cancelled is not None and bool(cancelled[owners].all()):
                 none = torch.zeros((len(rows), 0), dtype=torch.long)
-                chunks.append(DecodedChunk(none, none, none.float()))
+                chunks.append(DecodedChunk(none, none, none.float(), torch.ones(len(rows), dtype=torch.bool)))
                 continue
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
             streams = None if sampling.greedy else stream_type(

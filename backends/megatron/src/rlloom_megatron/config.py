@@ -29,8 +29,8 @@ class MegatronConfig(TrainEngineConfig):
     """
 
     limits: ClassVar[dict] = {"tensor_parallel_size": ">= 1"}
-    tensor_parallel_size: int = 1
-    use_distributed_optimizer: bool = True
+    tensor_parallel_size: int = 1  # ranks each layer's weights are split over (Megatron TP); divides the world
+    use_distributed_optimizer: bool = True  # shard optimizer state over data-parallel replicas (megatron-core's)
 
     lora_refusal: ClassVar[str] = (
         "train_engine=megatron cannot take LoRA: megatron-core has no LoRA layers of its own (NVIDIA's live in "

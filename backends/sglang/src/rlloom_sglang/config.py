@@ -12,7 +12,9 @@ from rlloom_serverkit.config import ServerRolloutConfig
 
 @dataclass
 class SGLangRolloutConfig(Limited):
-    """- ``url``: attach to a running SGLang server instead of launching one (then the launch
+    """Generation by an SGLang server the run launches or attaches to, or SGLang in process (``rollout=sglang``).
+
+    - ``url``: attach to a running SGLang server instead of launching one (then the launch
       settings below are unused; the server must hold the run's model).
     - ``offline``: run SGLang in this process (``sglang.Engine``, no HTTP) instead of a server;
       weights are then updated from tensors directly.
@@ -31,18 +33,18 @@ class SGLangRolloutConfig(Limited):
 
     url: Optional[str] = None
     offline: bool = False
-    host: str = "127.0.0.1"
-    port: int = 0
-    tp_size: int = 1
-    mem_fraction_static: float = 0.5
-    dtype: str = "auto"
-    startup_timeout_s: float = 600.0
-    extra_args: list[str] = field(default_factory=list)
-    timeout_s: float = 600.0
-    retries: int = 2
-    backoff_s: float = 0.5
-    max_in_flight: int = 256
-    sleep_servers: bool = True
+    host: str = "127.0.0.1"  # launched server: its address
+    port: int = 0  # launched server: its port; 0: a free one
+    tp_size: int = 1  # launched server: GPUs per model (tensor parallel)
+    mem_fraction_static: float = 0.5  # launched server: GPU share for weights and KV cache
+    dtype: str = "auto"  # launched server: weight dtype (auto: the model's)
+    startup_timeout_s: float = 600.0  # longest wait for the launched server's /health
+    extra_args: list[str] = field(default_factory=list)  # more launch flags, passed as given
+    timeout_s: float = 600.0  # longest wait for one request's answer, seconds
+    retries: int = 2  # times a failed request is sent again
+    backoff_s: float = 0.5  # wait before the first retry (doubled for each next)
+    max_in_flight: int = 256  # most requests outstanding from this client
+    sleep_servers: bool = True  # sleep() releases the server's GPU memory (--enable-memory-saver)
     weights_dir: Optional[str] = None
 
     def __post_init__(self) -> None:

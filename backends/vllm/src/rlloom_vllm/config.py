@@ -94,7 +94,7 @@ class VLLMRolloutConfig(Limited):
     max_model_len: int | None = None
     max_num_seqs: int = 256
     omp_threads_bind: str = "nobind"
-    reserved_cpus: int = 0
+    reserved_cpus: int = 0  # CPUs vLLM's CPU backend leaves free (VLLM_CPU_NUM_OF_RESERVED_CPU)
     enforce_eager: bool | None = None
     dtype: str = "auto"
     enable_prefix_caching: bool = True

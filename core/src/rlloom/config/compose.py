@@ -23,7 +23,7 @@ from rlloom.config.run_name import name_run
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig, run_schema
 from rlloom.errors import ConfigError
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
-from rlloom.protocols import ChecksInstalled, ChecksRoles, PlansOptimizerSteps
+from rlloom.protocols import ChecksInstalled, ChecksOtherSections, ChecksRoles, PlansOptimizerSteps
 from rlloom.suggest import did_you_mean
 
 Options = dict[str, dict[str, Any]]
@@ -301,8 +301,9 @@ def check_registered_names(sections: dict[str, Any], registry: Registry) -> None
 
 def check_sections(resolved: ResolvedConfig, registry: Registry) -> None:
     """The checks sections make with more than themselves: against the installed plugins
-    (:class:`~rlloom.protocols.ChecksInstalled`: an agent config's tools) and the roles a run of the chosen
-    algorithm may have (:class:`~rlloom.protocols.ChecksRoles`); their ValueError is a ConfigError."""
+    (:class:`~rlloom.protocols.ChecksInstalled`: an agent config's tools), the roles a run of the chosen
+    algorithm may have (:class:`~rlloom.protocols.ChecksRoles`) and the other sections
+    (:class:`~rlloom.protocols.ChecksOtherSections`); their ValueError is a ConfigError."""
     roles = run_role_names(resolved.sections["algorithm"])
     for section in resolved.sections.values():
         try:
@@ -310,5 +311,7 @@ def check_sections(resolved: ResolvedConfig, registry: Registry) -> None:
                 section.check_installed(registry)
             if isinstance(section, ChecksRoles):
                 section.check_roles(roles)
+            if isinstance(section, ChecksOtherSections):
+                section.check_other_sections(resolved.sections)
         except ValueError as error:
             raise ConfigError(str(error)) from None

@@ -14,16 +14,8 @@ from rlloom.choices import check_device_name
 from rlloom.config.limits import Limited
 
 DEFAULT_CHOICES: dict[str, str] = {  # the config groups of a run and the option each selects by default
-    "algorithm": "grpo",
-    "rollout": "hf",
-    "train_engine": "fsdp",
-    "resharder": "in_process",
-    "reward": "arithmetic",
-    "data": "arithmetic",
-    "model": "smollm2-135m",
-    "launcher": "local",
-    "trainer": "default",
-    "agent": "single_turn",
+    "algorithm": "grpo", "rollout": "hf", "train_engine": "fsdp", "resharder": "in_process", "reward": "arithmetic",
+    "data": "arithmetic", "model": "smollm2-135m", "launcher": "local", "trainer": "default", "agent": "single_turn",
 }
 
 
@@ -44,10 +36,10 @@ class SamplingConfig(Limited):
     section: ClassVar[str] = "sampling"
     limits: ClassVar[dict[str, str]] = {"temperature": "in [0, inf)", "top_p": "in (0, 1]", "max_new_tokens": ">= 1"}
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 16
+    temperature: float = 1.0  # sampling T; 0: greedy (top_p/top_k ignored)
+    top_p: float = 1.0  # nucleus: keep the most likely tokens up to this mass; 1.0: off
+    top_k: int = -1  # keep the k most likely tokens; -1: off
+    max_new_tokens: int = 16  # response tokens per sample, at most (EOS included)
     ignore_eos: bool = False  # every response runs to max_new_tokens (throughput benchmarks)
 
     def __post_init__(self) -> None:
@@ -70,16 +62,16 @@ class TrainerConfig(Limited):
         "async_mode": ("sync", "one_step_off", "fully_async"),
     }
 
-    total_steps: int = 15
+    total_steps: int = 15  # training steps (one batch of train_batch_size prompts each)
     train_batch_size: int = 4  # prompts per step; responses per step = train_batch_size * algorithm.n
-    seed: int = 0
+    seed: int = 0  # the run's randomness: data order and sampling (one seed, one run)
     device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:N; every role follows unless its config sets device
     offload_train_engines: bool = False  # move train engines' weights and optimizer state to host memory while generating
     max_prompt_length: int = 256  # prompts with more tokens are dropped (counted in data/prompts_dropped)
-    val_before_train: bool = True
+    val_before_train: bool = True  # validate before the first step (step 0 of metrics.jsonl)
     test_freq: int = 5  # validate every k steps (0: only before and after training)
     val_n: int = 4  # sampled responses per validation prompt (mean@k, pass@k)
-    val_temperature: float = 1.0
+    val_temperature: float = 1.0  # sampling T of validation when not greedy
     val_greedy: bool = True  # also report greedy accuracy
     val_max_prompts: int = 0  # 0: every validation prompt
     run_name: Optional[str] = None  # default: <algorithm>-<data>-<model> (grpo-digits-tiny)
@@ -94,6 +86,7 @@ class TrainerConfig(Limited):
     max_nonfinite_steps: int = 5  # abort after this many steps in a row with a skipped update (0: never)
     async_mode: str = "sync"  # sync; one_step_off or fully_async: generation overlaps training (docs/async.md)
     max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
+    partial_rollout: bool = False  # fully_async: a weight update interrupts the generation in flight (docs/async.md)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -12,6 +12,7 @@ import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -37,6 +38,16 @@ def catalogue() -> dict[str, str]:
     extra = re.compile(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']")
     provided = (extra.fullmatch(requirement.strip()) for requirement in requirements)
     return {match.group(2): match.group(1) for match in provided if match}
+
+
+def install_command(package: str) -> str:
+    """How to install our distribution ``package``. They are not on PyPI yet: when this rlloom runs from a
+    checkout that holds the package's folder, ``pip install -e <folder>``; else ``pip install <package>``."""
+    checkout = Path(__file__).resolve().parents[4]  # <checkout>/core/src/rlloom/plugins/registry.py
+    for project in sorted(checkout.glob("*/*/pyproject.toml")):
+        if re.search(rf'^name = "{re.escape(package)}"$', project.read_text(encoding="utf-8"), re.M):
+            return f"pip install -e {project.parent}"
+    return f"pip install {package}"
 
 
 def provider_of(kind: str, name: str) -> str | None:
@@ -268,7 +279,7 @@ def unknown_name_message(kind: str, name: str, installed: list[str], hint: bool 
                f"{', '.join(installed) or 'none'}." + did_you_mean(name, installed))
     package = provider_of(kind, name) if hint else None
     if package:
-        message += f" It is provided by the package {package}: pip install {package}"
+        message += f" It is provided by the package {package}: {install_command(package)}"
     return message
 
 

@@ -53,15 +53,15 @@ class PPOConfig(PolicyLossConfig, MiniBatchSchedule):
     }
 
     n: int = 1
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: float = 1.0  # discount of GAE's returns over response tokens
+    lam: float = 1.0  # GAE's lambda (1: Monte-Carlo returns minus the value)
     cliprange_value: float = 0.5
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0
     critic_warmup: int = 0
     use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    kl_penalty: str = "kl"  # the KL estimator in the reward: k1 (kl), abs, k2 (mse), k3 (low_var_kl)
     kl_coef: float = 0.001
     kl_ctrl_type: str = "fixed"
-    kl_target: float = 0.1
-    kl_horizon: int = 10000
+    kl_target: float = 0.1  # adaptive KL control: the KL per token aimed at
+    kl_horizon: int = 10000  # adaptive KL control: responses over which beta moves toward kl_target

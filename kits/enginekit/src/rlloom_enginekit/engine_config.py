@@ -66,21 +66,21 @@ class TrainEngineConfig(Limited):
     lora_refusal: ClassVar[str] = "this train engine has no LoRA support"
 
     lr: float = 1e-5  # verl uses 1e-6 for >= 0.5B models; small models on CPU learn faster with 1e-5
-    critic_lr: float | None = None
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-    warmup_steps: int = 0
-    lr_schedule: str = "constant"
-    min_lr_ratio: float = 0.0
-    micro_batch_size: int = 16
-    log_prob_micro_batch_size: int | None = None
-    max_tokens_per_micro_batch: int | None = None
-    train_entropy: bool = True
-    gradient_checkpointing: bool = False
-    device: str | None = None
-    dtype: str = "auto"
+    critic_lr: float | None = None  # the critic's base LR; None: lr (both follow one schedule)
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's (beta1, beta2)
+    eps: float = 1e-8  # AdamW's epsilon
+    grad_clip: float = 1.0  # max global L2 norm of the gradients; 0: no clipping (the norm is still logged)
+    warmup_steps: int = 0  # optimizer steps of linear LR warm-up
+    lr_schedule: str = "constant"  # after warm-up: constant, or cosine decay to min_lr_ratio * lr over the run
+    min_lr_ratio: float = 0.0  # the cosine schedule's floor, as a fraction of lr
+    micro_batch_size: int = 16  # rows (responses) per forward/backward in train_step, per rank
+    log_prob_micro_batch_size: int | None = None  # rows per log-prob/value forward; None: micro_batch_size
+    max_tokens_per_micro_batch: int | None = None  # set: cut micro-batches by tokens, not rows (per rank)
+    train_entropy: bool = True  # hand the loss outputs["entropy"] with grad (costs memory in backward)
+    gradient_checkpointing: bool = False  # recompute each decoder layer in backward: less memory, ~1 more forward
+    device: str | None = None  # cpu, cuda, cuda:N, auto; None: trainer.device
+    dtype: str = "auto"  # compute dtype: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:

@@ -19,6 +19,15 @@ from safetensors.torch import save_file
 SHARD_PATTERN = "model-{:05d}.safetensors"
 
 
+def save_tensors(tensors: dict[str, torch.Tensor], path: str) -> None:
+    """``safetensors``' ``save_file`` (format ``pt``), with the file's permissions those of any other file
+    the process creates (0o666 less the umask: 0644 by default) instead of the library's 0600."""
+    save_file(tensors, path, metadata={"format": "pt"})
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], max_bytes: int
                    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Consecutive runs of ``named_tensors`` of at most ``max_bytes`` each (a larger single tensor
@@ -54,7 +63,7 @@ def write_safetensors_dir(named_tensors: Iterable[tuple[str, torch.Tensor]], dir
             shard[name] = tensor
             num_tensors += 1
             num_bytes += tensor.numel() * tensor.element_size()
-        save_file(shard, os.path.join(directory, SHARD_PATTERN.format(files)), metadata={"format": "pt"})
+        save_tensors(shard, os.path.join(directory, SHARD_PATTERN.format(files)))
     return num_tensors, num_bytes
 
 

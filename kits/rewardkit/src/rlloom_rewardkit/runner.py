@@ -21,8 +21,10 @@ whose verifier raises :class:`~rlloom_rewardkit.outcome.SampleTimeout`) is a **t
 Components are the declared names and every name a scored verdict carries, in sorted order; a row that lacks
 a name (an error, a timeout, or a verdict that does not carry it) gets 0.0 there. ``info`` holds
 per row ``status`` (``"ok"``, ``"error"``, ``"timeout"``) and ``error`` (the message, ``""`` when
-ok). Scores do not depend on ``num_workers`` (for verifiers that do not themselves depend on the
-process they run in).
+ok). The first row of each distinct error message is also printed to stderr, for up to
+:data:`PRINTED_ERRORS` messages per process (:func:`print_new_errors`): a reward that fails on every row
+says why on the console, not only as a count. Scores do not depend on ``num_workers`` (for verifiers
+that do not themselves depend on the process they run in).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +95,23 @@ def call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Outcome:
         return Outcome(TIMEOUT, message=f"no result within timeout_s={timeout_s}")
 
 
+PRINTED_ERRORS = 3
+"""Distinct error messages a process prints (each once); later new ones are only counted."""
+_printed: set[str] = set()
+
+
+def print_new_errors(messages: Sequence[str], error_score: float) -> None:
+    """Print each of ``messages`` (rows scored as errors) not printed before in this process, up to
+    :data:`PRINTED_ERRORS` in all, as one stderr line each."""
+    for message in dict.fromkeys(messages):
+        if message in _printed or len(_printed) >= PRINTED_ERRORS:
+            continue
+        _printed.add(message)
+        last = " (later new errors are counted, not printed)" if len(_printed) == PRINTED_ERRORS else ""
+        print(f"reward: a row scored {error_score:g} as an error, counted in reward/errors: {message}{last}",
+              file=sys.stderr, flush=True)
+
+
 class RowScorer:
     """Runs a verifier over rows as :class:`ExecutionConfig` says; see the module doc.
 
@@ -125,6 +145,8 @@ class RowScorer:
         from rlloom import RewardResult
 
         rows = [self._checked(outcome) for outcome in outcomes]
+        errors = [outcome.message for outcome, _, _ in rows if outcome.status == ERROR]
+        print_new_errors(errors, self.config.error_score)
         found = {name for outcome, _, components in rows if outcome.status == OK for name in components}
         names = sorted(found.union(self.components))
         scores = [score for _, score, _ in rows]

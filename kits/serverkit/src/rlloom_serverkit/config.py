@@ -11,7 +11,9 @@ from rlloom.config.limits import Limited
 
 @dataclass
 class ServerRolloutConfig(Limited):
-    """- ``urls``: the servers, e.g. ``[http://127.0.0.1:30000]``.
+    """Generation by running ``rlloom serve`` (or SGLang) servers over HTTP (``rollout=server``).
+
+    - ``urls``: the servers, e.g. ``[http://127.0.0.1:30000]``.
     - ``timeout_s``: longest wait for one request's answer; ``connect_timeout_s``: for a connection.
     - ``retries``: how many times a failed request is sent again (to another server when there is
       one); ``backoff_s``: the wait before the first retry, doubled for each next one.

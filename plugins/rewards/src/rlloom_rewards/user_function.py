@@ -80,6 +80,13 @@ def takes_batches(function: Callable[..., Any]) -> bool:
     return "completions" in inspect.signature(function).parameters
 
 
+def required_arguments(function: Callable[..., Any]) -> list[str]:
+    """The names of ``function``'s parameters that have no default (``*args`` / ``**kwargs`` aside)."""
+    parameters = inspect.signature(function).parameters.values()
+    return [parameter.name for parameter in parameters if parameter.default is parameter.empty
+            and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+
+
 @dataclass(frozen=True)
 class BatchedUserFunction:
     """A picklable call of the TRL-form function ``spec`` on a whole batch's keyword arguments.
@@ -96,9 +103,7 @@ class BatchedUserFunction:
         if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
             names = {parameter.name for parameter in parameters}
             arguments = {name: value for name, value in arguments.items() if name in names}
-        required = [parameter.name for parameter in parameters if parameter.default is parameter.empty
-                    and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
-        missing = [name for name in required if name not in arguments]
+        missing = [name for name in required_arguments(function) if name not in arguments]
         if missing:
             raise TypeError(f"the reward function needs {missing}, which the batch does not have (it has "
                             f"{sorted(arguments)}; a dataset column arrives by its name when data.extra_columns "

@@ -54,12 +54,37 @@ def field_comments(cls: type) -> dict[str, str]:
     return comments
 
 
+KEYS_COLON = re.compile(r"(?:^|(?<=; )|(?<=\. ))((?:``\w+``(?:, | / | and | or |/)?)+)(?: \([^)]*\))?: ")
+"""Where a docstring bullet documents keys: ``- ``lr``, ``critic_lr``: ...; ``eps``: ...`` (a key list, colon)."""
+
+
+@functools.cache
+def docstring_keys(cls: type) -> dict[str, str]:
+    """The first sentence documenting each key in ``cls``'s own docstring bullets (``- ``key``: text``, also
+    ``; ``key``: text`` further in a bullet), by key (a list of keys documents each)."""
+    described: dict[str, str] = {}
+    for bullet in re.split(r"\n(?=- )", inspect.cleandoc(cls.__dict__.get("__doc__") or "")):
+        text = " ".join(bullet.split("\n\n")[0].split())
+        if not text.startswith("- "):
+            continue
+        found = list(KEYS_COLON.finditer(text[2:]))
+        for match, following in zip(found, [*found[1:], None]):
+            body = text[2:][match.end():following.start() if following else None].rstrip("; ")
+            first_sentence = re.split(r"(?<=[^.]\.)(?<!e\.g\.)(?<!i\.e\.) (?=[A-Z`(])", body)[0]
+            described.update(dict.fromkeys(re.findall(r"``(\w+)``", match.group(1)), first_sentence))
+    return described
+
+
 def _comment(cls: type, name: str) -> str:
-    """The comment of field ``name`` from the class in ``cls``'s MRO that declares it."""
+    """The comment of field ``name`` from the class in ``cls``'s MRO that declares it, else the bullet of a
+    docstring in the MRO that documents it (:func:`docstring_keys`)."""
     for owner in cls.__mro__:
         if name in getattr(owner, "__annotations__", {}):
-            return field_comments(owner).get(name, "")
-    return ""
+            comment = field_comments(owner).get(name, "")
+            if comment:
+                return comment
+            break
+    return next((docstring_keys(owner)[name] for owner in cls.__mro__ if name in docstring_keys(owner)), "")
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -104,13 +129,15 @@ def summary(schema: type) -> str:
     """The first paragraph of ``schema``'s own docstring, or of its module's when the class's points there (``see
     the module doc``), on one line ("" when there is none)."""
     doc = schema.__dict__.get("__doc__") or ""
+    if doc.startswith(f"{schema.__name__}("):  # what @dataclass writes for a class without a docstring
+        doc = ""
     if "module doc" in doc:
         doc = getattr(inspect.getmodule(schema), "__doc__", None) or doc
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return text.replace("|", "\\|").replace("\n", "\\n")
 
 
 def key_table(rows: list[Key], section: str) -> list[str]:

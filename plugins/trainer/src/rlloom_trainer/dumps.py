@@ -12,7 +12,8 @@ from rlloom.batch import Batch
 
 def rollout_rows(batch: Batch, n: int) -> list[dict]:
     """The first ``n`` rows of a trained batch: ``uid``, ``data_source``, ``prompt``, ``response``,
-    ``ground_truth``, ``reward`` (the sequence score), ``weight_version`` (the policy that sampled it),
+    ``ground_truth``, ``reward`` (the sequence score), ``weight_version`` (the policy that sampled it; with
+    partial rollouts the oldest of them, ``weight_version_max`` the newest),
     an agent's ``agent_turns`` and ``agent_finish_reason``, and ``advantages`` (one value per response
     token; absent when the batch has none). A field the batch lacks is None."""
     rows = []
@@ -26,7 +27,7 @@ def rollout_rows(batch: Batch, n: int) -> list[dict]:
             "ground_truth": batch["ground_truth"][i] if "ground_truth" in batch else None,
             "reward": float(batch["scores"][i]) if "scores" in batch else None,
             **{name: _plain(batch[name][i]) if name in batch else None
-               for name in ("weight_version", "agent_turns", "agent_finish_reason")},
+               for name in ("weight_version", "weight_version_max", "agent_turns", "agent_finish_reason")},
         }
         if "advantages" in batch:
             row["advantages"] = batch["advantages"][i][mask[i]].tolist()

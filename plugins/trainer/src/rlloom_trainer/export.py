@@ -21,7 +21,7 @@ def save_hf_folder(named_weights: Iterable[tuple[str, torch.Tensor]], base_model
     and renamed, so ``out_dir`` is either absent or complete; a write that fails (a full disk) removes
     the temporary folder and raises :class:`~rlloom.errors.RunFailedError` naming ``out_dir`` and the
     cause (chained), with a previous ``out_dir`` left as it was."""
-    from safetensors.torch import save_file
+    from rlloom_enginekit.safetensors_dir import save_tensors
 
     tmp_dir = out_dir + ".tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -32,7 +32,7 @@ def save_hf_folder(named_weights: Iterable[tuple[str, torch.Tensor]], base_model
             if os.path.isfile(source) and not name.endswith(WEIGHT_SUFFIXES) and name not in WEIGHT_INDEXES:
                 shutil.copy2(source, os.path.join(tmp_dir, name))
         tensors = {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in named_weights}
-        save_file(tensors, os.path.join(tmp_dir, "model.safetensors"), metadata={"format": "pt"})
+        save_tensors(tensors, os.path.join(tmp_dir, "model.safetensors"))
     except Exception as error:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         first_line = (str(error).strip().splitlines() or [""])[0]

@@ -27,7 +27,7 @@ class LocalLauncherConfig(Limited):
     section: ClassVar[str] = "launcher"
     limits: ClassVar[dict[str, str]] = {"num_threads": ">= 0"}
 
-    num_threads: int = 0
+    num_threads: int = 0  # torch threads of this process; 0: OMP_NUM_THREADS, else every allowed core
 
 
 class RewardRole:

@@ -14,6 +14,11 @@ generates with the weights of the last sync submitted before it: its ``version``
   sync — so finished batches wait in a buffer while the trainer is busy. A step ``i`` trains at version
   ``i - 1`` on samples of version ``>= i - 1 - K``: the staleness bound holds by construction, and no sample is
   ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
+- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local``): the rollout process runs each weight
+  update as it arrives, interrupting the job in flight, which resumes under the new weights
+  (:class:`~rlloom_trainer.rollout_process.Worker`); the pipeline labels each sync's weights with its step, and
+  a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
+  sampled their tokens, as the process recorded them.
 
 The algorithm's step is unchanged: :class:`PipelinedContext` hands its ``ctx.generate(prompts, n)`` the job's
 batch. The first step's call teaches the pipeline the call (``n``, sampling, stage) that later jobs repeat;
@@ -31,12 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from rlloom.batch import Batch
 from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.controller.futures import submit
 from rlloom.controller.step import StepContext, derive_seed
 from rlloom.protocols import Future, RemoteHandle
 from rlloom.types import SamplingParams
+from rlloom_enginekit.partial import VERSION_FIELD
+
+from rlloom_trainer.rollout_process import PARTIAL_ROLLOUTS
 
 SYNC = "sync"
 ONE_STEP_OFF = "one_step_off"
@@ -48,8 +57,12 @@ def check_async(resolved: ResolvedConfig) -> None:
     """ConfigError, naming the keys, when ``trainer.async_mode`` cannot run with the rest of the config:
     a multi-turn agent (its loop drives an in-process engine), ``resharder=shared`` (one copy of the
     weights cannot be trained and generated with at once), ``trainer.offload_train_engines`` (the train
-    engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool."""
+    engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool,
+    ``trainer.partial_rollout`` outside ``fully_async`` under ``launcher=local``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
+    if sections["trainer"].partial_rollout and (mode != FULLY_ASYNC or choices["launcher"] != "local"):
+        raise ConfigError(f"trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local "
+                          f"(not trainer.async_mode={mode}, launcher={choices['launcher']}); set it false")
     if mode == SYNC:
         return
     prefix = f"trainer.async_mode={mode}"
@@ -83,6 +96,7 @@ class Job:
     params: SamplingParams | None = None
     version: int = 0
     future: Future | None = None
+    oldest: torch.Tensor | None = None  # partial rollouts: each sample's oldest version, as the rollout recorded it
 
 
 @dataclass
@@ -99,6 +113,7 @@ class RolloutPipeline:
     total_steps: int
     max_staleness: int
     version: int = 0
+    partial: bool = False
     trained_position: tuple[dict, int] | None = None
     jobs: dict[int, Job] = field(default_factory=dict)
     call: tuple[int, SamplingParams | None, str] | None = None
@@ -112,6 +127,11 @@ class RolloutPipeline:
             raise ConfigError(f"trainer.async_mode={self.mode} needs the rollout role outside the trainer's "
                               "process; this launcher builds it in-process (use launcher=local or launcher=ray)")
         self.trained_position = self.position()
+        if self.partial:
+            try:
+                submit(self.rollout, PARTIAL_ROLLOUTS, self.version).result()
+            except TypeError as error:
+                raise ConfigError(str(error)) from None
 
     def prompts(self, step: int) -> Batch:
         """Step ``step``'s prompts: its job's (drawn when the job was admitted), or drawn now."""
@@ -141,11 +161,18 @@ class RolloutPipeline:
         start = time.time()
         self.started = self.started or start
         batch = job.future.result()
+        job.oldest = batch.get(VERSION_FIELD)
         self.waited_s += time.time() - start
         begin, end = job.future.span()
         self.generated_s += end - begin
         self.generator_span = (self.generator_span[0] if self.generator_span else begin, end)
         return batch
+
+    def syncing(self, step: int) -> None:
+        """The weights after ``step`` are about to be synced: under partial rollouts, the rollout process labels
+        them ``step``."""
+        if self.partial:
+            self.rollout.weight_version = step
 
     def synced(self, step: int) -> None:
         """The weights after ``step`` were submitted to the rollout role: later jobs generate with them."""
@@ -208,10 +235,13 @@ class PipelinedContext(StepContext):
             batch = super().generate(prompts, n, sampling, stage)
         finally:
             roles.agent_rollout, roles.weight_version = held
+        if job.oldest is not None:
+            batch[VERSION_FIELD] = job.oldest
         self.metrics.update(self.pipeline.metrics(self.step, batch))
         return batch
 
     def sync_weights(self) -> None:
+        self.pipeline.syncing(self.step)
         super().sync_weights()
         self.pipeline.synced(self.step)
 

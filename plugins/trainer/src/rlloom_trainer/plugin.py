@@ -51,7 +51,7 @@ def register_presets(register):
             "sampling.max_new_tokens=4",
             "train_engine.lr=1e-2",
         ],
-        "the tiny random-init model learning a format reward in about a minute (tests, smoke runs)",
+        "the tiny random-init model learning a format reward in seconds (tests, smoke runs)",
     )
 
 

@@ -4,16 +4,19 @@ process trains.
 
 :class:`RolloutProcess` is a :class:`~rlloom.protocols.RemoteHandle`: ``submit_call(method, args, kwargs)``
 queues the call and returns a :class:`ProcessFuture` at once; the process runs its calls one at a time, in
-the order submitted, so a weight update submitted after a generation takes effect after it. Tensors cross
+the order submitted, so a weight update submitted after a generation takes effect after it; with partial
+rollouts on (:class:`Worker`) a weight update interrupts the generation in flight instead. Tensors cross
 through shared memory (``torch.multiprocessing``); ``update_weights`` sends copies, so that the trainer may
 go on training while the process still generates with the weights it had.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -25,6 +28,7 @@ from rlloom.types import RoleSpec
 READY = -1  # the call id of the process's first reply: the engine is built (or failed to build)
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
 CLOSE_TIMEOUT_S = 30.0
+PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts on (:class:`Worker`)
 
 
 class ProcessFuture:
@@ -58,6 +62,7 @@ class RolloutProcess:
         self._done: dict[int, tuple[Any, BaseException | None, tuple[float, float]]] = {}
         self._next_id = 0
         self._unchecked: list[ProcessFuture] = []  # calls nobody waits for (weight updates): checked at the next wait
+        self.weight_version: int | None = None  # the version the next update_weights labels its weights with
         self.result_of(READY)
 
     def submit_call(self, method: str, args: tuple, kwargs: dict) -> ProcessFuture:
@@ -91,10 +96,11 @@ class RolloutProcess:
         return self.submit_call("generate", (prompts, sampling), {}).result()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Queue the load of copies of ``named_tensors``; returns without waiting (a failure is raised at the
-        next wait on this process)."""
+        """Queue the load of copies of ``named_tensors``, labelled with :attr:`weight_version` when set;
+        returns without waiting (a failure is raised at the next wait on this process)."""
         copies = [(name, tensor.detach().clone()) for name, tensor in named_tensors]
-        self._unchecked.append(self.submit_call("update_weights", (copies,), {}))
+        label = {} if self.weight_version is None else {"version": self.weight_version}
+        self._unchecked.append(self.submit_call("update_weights", (copies,), label))
 
     def close(self) -> None:
         """Close the engine and end the process (killed if it has not ended within ``CLOSE_TIMEOUT_S``)."""
@@ -108,8 +114,8 @@ class RolloutProcess:
 
 def serve(spec: RoleSpec, threads: int, parent: int, requests: Any, replies: Any) -> None:
     """The process's body: build ``spec``'s role, then run each request ``(id, method, args, kwargs)`` and put
-    ``(id, value, error, (start, end))``, until ``None`` arrives or the parent ``parent`` is gone (killed).
-    Ctrl-C is the trainer's to handle: this process ignores SIGINT."""
+    ``(id, value, error, (start, end))`` (:class:`Worker`), until ``None`` arrives or the parent ``parent`` is
+    gone (killed). Ctrl-C is the trainer's to handle: this process ignores SIGINT."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from rlloom.controller.roles import build_role
     from rlloom.plugins.registry import get_registry
@@ -123,22 +129,119 @@ def serve(spec: RoleSpec, threads: int, parent: int, requests: Any, replies: Any
         replies.put((READY, None, portable(error), (start, time.time())))
         return
     replies.put((READY, None, None, (start, time.time())))
-    while os.getppid() == parent:
-        try:
-            request = requests.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
-        if request is None:
-            break
+    worker = Worker(engine, replies)
+    worker.listen(requests, parent)
+    while (request := worker.next_request()) is not None:
+        worker.run(request)
+    if isinstance(engine, Closable):
+        engine.close()
+
+
+class Worker:
+    """Runs the requests of a rollout process on its ``engine``, in the order they arrive, read from the
+    queue by a thread of their own (:meth:`listen`).
+
+    Partial rollouts (``trainer.partial_rollout``), from the request ``partial_rollouts(version)`` on (the
+    weights the engine holds being ``version``): an ``update_weights`` request runs before any waiting
+    request, and a generation in flight when one arrives is withdrawn, the weights swapped, and the
+    generation resumed (:func:`rlloom_enginekit.partial.generate_partial`, with this worker as its
+    :class:`~rlloom_enginekit.partial.WeightGate`); ``version`` is then the ``version`` an update carries (else
+    one more). Without it a weight update waits for the generation before it."""
+
+    def __init__(self, engine: Any, replies: Any) -> None:
+        self.engine, self.replies = engine, replies
+        self.version, self.partial = 0, False
+        self._waiting: collections.deque = collections.deque()
+        self._arrived = threading.Condition()
+        self._watched: Any = None  # the cancelled flags of the generation in flight (partial rollouts)
+
+    def listen(self, requests: Any, parent: int) -> None:
+        """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
+        process ``parent`` is gone; a weight update that arrives sets the watched flags."""
+
+        def read() -> None:
+            while True:
+                try:
+                    request = requests.get(timeout=POLL_S)
+                except queue.Empty:
+                    if os.getppid() == parent:
+                        continue
+                    request = None
+                with self._arrived:
+                    self._waiting.append(request)
+                    self._flag_if_weights_wait()
+                    self._arrived.notify()
+                if request is None:
+                    return
+
+        threading.Thread(target=read, name="rlloom-rollout-requests", daemon=True).start()
+
+    def next_request(self) -> tuple | None:
+        """The next request to run (a waiting weight update first under partial rollouts); ``None``: stop."""
+        with self._arrived:
+            while not self._waiting:
+                self._arrived.wait()
+            first = self._weights_at() if self.partial else None
+            return self._pop(0 if first is None else first)
+
+    def run(self, request: tuple) -> None:
+        """Run ``request`` and put its reply."""
         call_id, method, args, kwargs = request
         start = time.time()
         try:
-            value, error = getattr(engine, method)(*args, **kwargs), None
+            value, error = self._call(method, args, kwargs), None
         except Exception as caught:  # noqa: BLE001 - the trainer raises it
             value, error = None, portable(caught)
-        replies.put((call_id, value, error, (start, time.time())))
-    if isinstance(engine, Closable):
-        engine.close()
+        self.replies.put((call_id, value, error, (start, time.time())))
+
+    def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        from rlloom_enginekit.partial import Interruptible, generate_partial
+
+        if method == PARTIAL_ROLLOUTS:
+            if not isinstance(self.engine, Interruptible):
+                raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
+                                "cannot withdraw rows mid-generation and flag them; set it false")
+            self.partial, self.version = True, args[0]
+            return None
+        if method == "update_weights":
+            version = kwargs.pop("version", None)
+            self.engine.update_weights(*args, **kwargs)
+            self.version = self.version + 1 if version is None else version
+            return None
+        if method == "generate" and self.partial:
+            return generate_partial(self.engine, *args, gate=self)
+        return getattr(self.engine, method)(*args, **kwargs)
+
+    # ------------------------------------------------------------------ WeightGate (partial rollouts)
+    def watch(self, cancelled: Any) -> None:
+        """Set ``cancelled`` all True as soon as a weight update waits (now, if one does)."""
+        with self._arrived:
+            self._watched = cancelled
+            self._flag_if_weights_wait()
+
+    def swap(self) -> None:
+        """Run the waiting weight updates, in order."""
+        while True:
+            with self._arrived:
+                first = self._weights_at()
+                if first is None:
+                    return
+                request = self._pop(first)
+            self.run(request)
+
+    def _pop(self, place: int) -> tuple | None:
+        """The waiting request at ``place``, taken out of the line (call under the lock)."""
+        request = self._waiting[place]
+        del self._waiting[place]
+        return request
+
+    def _weights_at(self) -> int | None:
+        """The place of the first waiting weight update, if any (call under the lock)."""
+        return next((i for i, request in enumerate(self._waiting) if request and request[1] == "update_weights"), None)
+
+    def _flag_if_weights_wait(self) -> None:
+        if self._watched is not None and self._weights_at() is not None:
+            self._watched.fill_(True)
 
 
 def portable(error: Exception) -> Exception:

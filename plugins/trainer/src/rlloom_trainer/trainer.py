@@ -173,7 +173,7 @@ class Trainer:
         self.pipeline = None if self.config.async_mode == SYNC else RolloutPipeline(
             self.config.async_mode, self.roles.rollout, self.next_training_prompts,
             lambda: (self.data.state(), self.draws), self.sampling, self.config.seed, self.config.total_steps,
-            self.config.max_staleness, version=self.roles.weight_version)
+            self.config.max_staleness, version=self.roles.weight_version, partial=self.config.partial_rollout)
 
     def _rollout_starts_with_other_weights(self) -> bool:
         """Whether the rollout engine may not hold the run's starting weights (a server started
@@ -413,7 +413,8 @@ class Trainer:
             prompts = self.pipeline.prompts(self.step) if self.pipeline else self.next_training_prompts()
             metrics = self.algorithm.step(ctx, prompts)
             metrics["timing_s/step"] = time.perf_counter() - start
-            metrics["training/epoch"] = float(self.data.epoch)
+            trained_data = self.pipeline.trained_position[0] if self.pipeline else self.data.state()
+            metrics["training/epoch"] = float(trained_data["epoch"])  # of the step's prompts, not those drawn ahead
             metrics["data/prompts_dropped"] = float(self.prompts_dropped)
             metrics["data/invalid_rows"] = float(self.invalid_rows)
             metrics["perf/cpu_memory_peak_gb"] = peak_rss_gb()

@@ -36,10 +36,10 @@ class PromptStyle(Enum):
 class HumanEvalDataConfig:
     """Options of ``data=humaneval`` (see the module doc)."""
 
-    num_val: int = 32
+    num_val: int = 32  # validation problems
     num_train: int = 0  # 0: every problem not in val
-    style: PromptStyle = PromptStyle.chat
-    instruction: str = (
+    style: PromptStyle = PromptStyle.chat  # chat (instruction + the prompt in a code fence) or completion
+    instruction: str = (  # chat style: the text before the prompt
         "Complete the following Python function. Reply with the whole function in a ```python code block.\n\n"
     )
 

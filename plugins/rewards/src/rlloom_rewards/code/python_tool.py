@@ -43,7 +43,7 @@ class PythonToolConfig(SandboxConfig, Limited):
         "disk_mb": ">= 1", "max_concurrent": ">= 1",
     }
 
-    max_concurrent: int = 4
+    max_concurrent: int = 4  # programs running at once (one thread each)
 
 
 def signal_name(number: int) -> str:

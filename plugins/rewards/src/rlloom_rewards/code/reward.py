@@ -47,8 +47,8 @@ class CodeRewardConfig(ExecutionConfig, SandboxConfig):
     (:class:`~rlloom_rewards.code.sandbox.SandboxConfig`)."""
 
     timeout_s: float = 5.0  # wall clock per program (and ceil(timeout_s) s of CPU)
-    pass_score: float = 1.0
-    fail_score: float = 0.0
+    pass_score: float = 1.0  # every test passed
+    fail_score: float = 0.0  # a test failed, or the program never answered
 
     def __post_init__(self) -> None:
         super().__post_init__()

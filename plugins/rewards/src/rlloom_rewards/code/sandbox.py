@@ -127,13 +127,13 @@ class SandboxConfig:
     ``allow_unsandboxed`` (without root: run with the weak guard-only sandbox, docs/sandbox.md) and
     ``python`` (the programs' interpreter; "": see :func:`sandbox_python`)."""
 
-    timeout_s: float = 5.0
-    memory_mb: int = 512
-    file_size_mb: int = 16
-    max_processes: int = 16
-    disk_mb: int = 64
-    allow_unsandboxed: bool = False
-    python: str = ""
+    timeout_s: float = 5.0  # wall clock per program, seconds (CPU: ceil of it)
+    memory_mb: int = 512  # address space per program
+    file_size_mb: int = 16  # largest file a program writes (stdout/stderr included)
+    max_processes: int = 16  # processes of the sandbox user (RLIMIT_NPROC)
+    disk_mb: int = 64  # private tmpfs for every file a program writes
+    allow_unsandboxed: bool = False  # without root: run in the weak guard-only sandbox (docs/sandbox.md)
+    python: str = ""  # the programs' interpreter; "": this one (as root: one that nobody may run)
 
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(self.timeout_s, self.memory_mb, self.file_size_mb, self.max_processes, self.disk_mb)

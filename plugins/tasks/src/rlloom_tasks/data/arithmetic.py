@@ -27,11 +27,11 @@ MAX_PROBLEMS = 1_000_000  # the problem set is enumerated and shuffled in memory
 class ArithmeticDataConfig:
     """Options of ``data=arithmetic`` (see the module doc)."""
 
-    digits: int = 1
-    operations: list[str] = field(default_factory=lambda: ["+"])
-    num_val: int = 64
+    digits: int = 1  # digits of each operand
+    operations: list[str] = field(default_factory=lambda: ["+"])  # operators drawn from: +, -, *
+    num_val: int = 64  # validation prompts (disjoint from training)
     num_train: int = 0  # 0: every problem not in val
-    template: str = "What is {a}{op}{b}? Reply with only the number."
+    template: str = "What is {a}{op}{b}? Reply with only the number."  # the question; {a}, {op}, {b} are filled in
 
 
 def _num_problems(cfg: ArithmeticDataConfig) -> int:

@@ -27,7 +27,7 @@ PROMPTS = tuple(f"Q: {verb} {obj}\nA:" for verb in VERBS for obj in OBJECTS)
 class DigitsDataConfig:
     """Options of ``data=digits`` (see the module doc)."""
 
-    num_val: int = 4
+    num_val: int = 4  # validation prompts (disjoint from training)
     num_train: int = 0  # 0: every prompt not in val
 
 

@@ -52,15 +52,15 @@ class FilesDataConfig:
     train_files: Any = field(default_factory=list)  # a list of paths, or one path
     val_files: Any = field(default_factory=list)  # a list of paths, or one path
     val_fraction: float = 0.1  # held out of the training rows when val_files is empty
-    prompt_column: str = "prompt"
+    prompt_column: str = "prompt"  # the column holding the prompt (a string or chat messages)
     ground_truth_column: str = "ground_truth"  # "": no ground truth
     data_source_column: str = ""  # "": every row gets data_source
-    data_source: str = "files"
-    extra_columns: list[str] = field(default_factory=list)
-    string_prompts: StringPrompts = StringPrompts.chat
+    data_source: str = "files"  # the rows' data source: metrics are per source (val-core/<source>/...)
+    extra_columns: list[str] = field(default_factory=list)  # columns kept in each record's extra (reward arguments)
+    string_prompts: StringPrompts = StringPrompts.chat  # a string prompt: chat (a user message) or raw (as it is)
     hf_train_split: str = "train"  # split read from a saved DatasetDict in train_files
     hf_val_split: str = "test"  # split read from a saved DatasetDict in val_files
-    skip_invalid: bool = False
+    skip_invalid: bool = False  # skip malformed rows (counted in data/invalid_rows) instead of failing
 
     def __post_init__(self) -> None:
         _check(self)
@@ -163,6 +163,22 @@ def _check(cfg: FilesDataConfig) -> None:
     for key in ("train_files", "val_files"):
         for path in getattr(cfg, key):
             check_path(path, f"data.{key}")
+            if path.endswith(".jsonl") and not cfg.skip_invalid:
+                _check_first_row(path, key, cfg)
+
+
+def _check_first_row(path: str, key: str, cfg: FilesDataConfig) -> None:
+    """ValueError, as reading the data would raise it, when the first row of the JSONL file ``path`` cannot be
+    a record (a mistyped column name): caught when the config is composed, before any run folder is made."""
+    first = next(read_rows(path, "", f"data.{key}"), None)
+    try:
+        if first is not None:
+            if first.error:
+                raise InvalidRow(first.error)
+            to_record(first.value, cfg)
+    except InvalidRow as exc:
+        raise ValueError(f"data=files: {first.location}: {exc} (set data.skip_invalid=true to skip such rows)"
+                         ) from None
 
 
 def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:

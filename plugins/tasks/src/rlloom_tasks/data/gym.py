@@ -32,11 +32,11 @@ RESERVED_OPTIONS = ("size", "seed")  # set from num_train/num_val and the run's 
 class ReasoningGymDataConfig:
     """Options of ``data=reasoning_gym`` (see the module doc)."""
 
-    task: str = "basic_arithmetic"
-    task_config: dict[str, Any] = field(default_factory=dict)
-    num_train: int = 1000
-    num_val: int = 100
-    instruction: str = "\n\nGive only the final answer, between <answer> and </answer> tags."
+    task: str = "basic_arithmetic"  # the reasoning-gym task (its dataset name)
+    task_config: dict[str, Any] = field(default_factory=dict)  # the task generator's options
+    num_train: int = 1000  # training questions
+    num_val: int = 100  # validation questions (none shared with training)
+    instruction: str = "\n\nGive only the final answer, between <answer> and </answer> tags."  # after each question
 
 
 def _generator_class(task: str) -> tuple[type, type]:

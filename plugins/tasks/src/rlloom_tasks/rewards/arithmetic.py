@@ -21,8 +21,8 @@ from rlloom_rewardkit.extract import last_integer
 class ArithmeticRewardConfig(ExecutionConfig):
     """Options of ``reward=arithmetic`` (see the module doc)."""
 
-    correct_score: float = 1.0
-    incorrect_score: float = 0.0
+    correct_score: float = 1.0  # the response's last integer equals the answer
+    incorrect_score: float = 0.0  # otherwise (also when it has no integer)
 
 
 def verify(cfg: ArithmeticRewardConfig, response: str, ground_truth: int | str) -> Verdict:

@@ -20,7 +20,7 @@ from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
 class ForbiddenDigitsRewardConfig(ExecutionConfig):
     """Options of ``reward=forbidden_digits`` (see the module doc)."""
 
-    digits: str = "01234"
+    digits: str = "01234"  # the forbidden characters: a response using any costs 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,9 +21,9 @@ from rlloom_rewardkit import ExecutionConfig, RowReward, Verdict
 class FormatRewardConfig(ExecutionConfig):
     """Options of ``reward=format`` (see the module doc)."""
 
-    pattern: str = r"\d"
-    match_score: float = 1.0
-    mismatch_score: float = 0.0
+    pattern: str = r"\d"  # re.fullmatch against the stripped response
+    match_score: float = 1.0  # the pattern matches
+    mismatch_score: float = 0.0  # it does not
 
 
 def verify(cfg: FormatRewardConfig, response: str) -> Verdict:
