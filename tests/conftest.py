@@ -8,11 +8,15 @@ import torch
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
-    """A tiny random-init Qwen2 folder with the byte tokenizer, built offline by ``model=tiny``."""
-    from rlloom_models.config import TinyModelConfig
-    from rlloom_models.tiny import tiny_model_path as build_tiny
+    """The model of ``preset=tiny`` (a tiny random-init Qwen2 folder with the byte tokenizer, built offline by
+    ``model=tiny`` with the preset's settings), in a cache of its own: a run of ``preset=tiny`` given
+    ``model.cache_dir=<its parent>`` trains this very folder."""
+    from rlloom.config import compose_config
+    from rlloom.plugins.registry import get_registry
 
-    return build_tiny(TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("rlloom-cache"))))
+    cache = tmp_path_factory.mktemp("rlloom-cache")
+    model = compose_config(["preset=tiny", f"model.cache_dir={cache}"]).sections["model"]
+    return get_registry().build("model", "tiny", model)
 
 
 @pytest.fixture(autouse=True)

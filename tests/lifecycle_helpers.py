@@ -27,8 +27,16 @@ def run_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a run that a test stops with SIGINT: Ctrl-C as a terminal delivers it to a foreground
+    command. A test session started as a background job of a script inherits SIGINT ignored, and Python (like
+    rlloom) leaves an ignored SIGINT alone: the run would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(command, env=env or run_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, env=env or run_env(), capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_sigint)
 
 
 def metric_rows(run_dir: str) -> list[dict]:

@@ -145,25 +145,6 @@ def test_a_longer_schedule_continues_from_the_last_checkpoint(tmp_path, cache_di
     assert rows[:7] == metric_rows(reference)
 
 
-def test_killed_after_its_final_checkpoint_the_run_finishes_its_end(tmp_path, cache_dir, reference):
-    """Killed after the last checkpoint but before final_model/ and final_metrics.json: the re-run
-    writes both, with the last step's real metrics (not {}), and trains nothing more."""
-    run_dir = str(tmp_path / "copy")
-    shutil.copytree(reference, run_dir)
-    shutil.rmtree(os.path.join(run_dir, "final_model"))
-    os.remove(os.path.join(run_dir, "final_metrics.json"))
-    result = run(train_command(run_dir, cache_dir, TRACKERS))
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(os.path.join(run_dir, "final_metrics.json")) as ours, open(
-            os.path.join(reference, "final_metrics.json")) as theirs:
-        assert json.load(ours) == json.load(theirs) != {}
-    assert metric_rows(run_dir) == metric_rows(reference)
-    ours = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
-    theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
-    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
-
-
-
 def flip_8_bytes(path: str, offset: int) -> None:
     with open(path, "r+b") as handle:
         handle.seek(offset)
@@ -240,7 +221,11 @@ def test_eval_and_export_refuse_a_damaged_checkpoint_naming_the_file(reference, 
     assert not os.path.exists(tmp_path / "hf")
 
 
-def test_checkpoints_written_before_checksums_still_resume_and_say_so_once(tmp_path, cache_dir, reference):
+def test_killed_after_its_final_checkpoint_the_run_finishes_its_end_also_from_checkpoints_without_checksums(
+        tmp_path, cache_dir, reference):
+    """Killed after the last checkpoint but before final_model/ and final_metrics.json, with checkpoints written
+    before checkpoints carried checksums: the re-run resumes from the last one (saying once that they are
+    checked by size only), writes both, with the last step's real metrics (not {}), and trains nothing more."""
     run_dir = unfinished_copy(reference, tmp_path)
     for step in (2, 4, 6):
         path = os.path.join(run_dir, "checkpoints", f"global_step_{step}", "manifest.json")
@@ -253,7 +238,13 @@ def test_checkpoints_written_before_checksums_still_resume_and_say_so_once(tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("written before checkpoints carried checksums") == 1
     assert f"rlloom: resumed from {run_dir}/checkpoints/global_step_6 (step 6)" in result.stderr
+    with open(os.path.join(run_dir, "final_metrics.json")) as ours, open(
+            os.path.join(reference, "final_metrics.json")) as theirs:
+        assert json.load(ours) == json.load(theirs) != {}
     assert metric_rows(run_dir) == metric_rows(reference)
+    ours = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
+    theirs = load_file(os.path.join(reference, "final_model", "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in theirs)
 
 # ------------------------------------------------------------------ what the reference run wrote
 def test_tensorboard_events_hold_the_metrics_of_every_step(reference):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -39,7 +41,7 @@ def test_tiny_grpo_learns_on_megatron_in_process(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
-def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
+def test_tiny_run_learns_on_megatron_tp2_over_ray(ray_cluster, tmp_path, algorithm):
     rows = training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, f"algorithm={algorithm}",
                                     cache_dir=tmp_path / "cache"))
     assert_learns_and_syncs(rows)
@@ -63,7 +65,7 @@ def test_tiny_run_learns_on_megatron_tp2_over_ray(tmp_path, algorithm):
 
 
 @pytest.mark.slow
-def test_tp2_trainer_syncs_into_vllm_over_ray(tmp_path):
+def test_tp2_trainer_syncs_into_vllm_over_ray(ray_cluster, tmp_path):
     """Each rank gathers the TP slices into Hugging Face tensors and loads them into its vLLM engine
     (head size 32 and two KV heads: vLLM's CPU kernels and TP = 2 both need them)."""
     vllm = ["rollout=vllm", "model.num_heads=2", "model.num_kv_heads=2", "rollout.max_model_len=256"]
@@ -71,7 +73,7 @@ def test_tp2_trainer_syncs_into_vllm_over_ray(tmp_path):
 
 
 @pytest.mark.slow
-def test_tp2_trainer_syncs_into_a_rollout_on_its_own_pool(tmp_path):
+def test_tp2_trainer_syncs_into_a_rollout_on_its_own_pool(ray_cluster, tmp_path):
     """Split placement: the TP = 2 trainer on two workers, the rollout on a third; the gathered
     weights go from train rank 0 to the rollout over a broadcast group (resharder=broadcast)."""
     split = ["launcher.num_cpus=4", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen",
@@ -79,14 +81,24 @@ def test_tp2_trainer_syncs_into_a_rollout_on_its_own_pool(tmp_path):
     assert_learns_and_syncs(training_rows(train_tiny(tmp_path / "run", *TP2_ON_RAY, *split, cache_dir=tmp_path / "cache")))
 
 
+@pytest.fixture(scope="module")
+def megatron_run(tmp_path_factory) -> tuple[str, str, subprocess.CompletedProcess]:
+    """``rlloom train`` (a real subprocess) on train_engine=megatron, uninterrupted, on the lifecycle schedule
+    (6 steps, checkpoints after steps 2, 4 and 6): its run folder, its model cache and the finished command."""
+    root = tmp_path_factory.mktemp("megatron")
+    run_dir, cache = str(root / "reference"), str(root / "cache")
+    result = run(train_command(run_dir, cache, *MEGATRON))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir, cache, result
+
+
 @pytest.mark.slow
-def test_a_killed_megatron_run_resumes_as_if_never_stopped(tmp_path):
+def test_a_killed_megatron_run_resumes_as_if_never_stopped(megatron_run, tmp_path):
     """SIGKILL after global_step_4 was written (before the ``latest`` pointer moved); the re-run
     resumes from that DCP checkpoint (weights, AdamW moments, RNG and data position) and ends with
     the uninterrupted run's records and final weights, bitwise (CPU, one thread)."""
-    cache = str(tmp_path / "cache")
-    reference, run_dir = str(tmp_path / "reference"), str(tmp_path / "run")
-    assert run(train_command(reference, cache, *MEGATRON)).returncode == 0
+    reference, cache, _ = megatron_run
+    run_dir = str(tmp_path / "run")
     command = train_command(run_dir, cache, *MEGATRON)
     assert run(command, run_env(RLLOOM_TEST_KILL_AT="before_latest:4")).returncode == -9
     result = run(command)
@@ -101,23 +113,24 @@ def test_a_killed_megatron_run_resumes_as_if_never_stopped(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_megatron_run_prints_no_notices_of_megatron_core(tmp_path):
+def test_a_megatron_run_prints_no_notices_of_megatron_core(megatron_run):
     """megatron-core's notices (rlloom_megatron.model.MEGATRON_NOTICES and MEGATRON_LOG_NOTICES: no
     TransformerEngine / apex kernels, deprecations of its own and of the collectives its DDP calls)
-    say nothing about the run; the command's output has no warning at all."""
-    result = run(train_command(str(tmp_path / "run"), str(tmp_path / "cache"), *MEGATRON, "trainer.total_steps=1"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    say nothing about the run; the command's output (training, validation, checkpoints, the final model)
+    has no warning at all."""
+    _, _, result = megatron_run
     assert "Warning" not in result.stderr, result.stderr
 
 
 @pytest.mark.slow
-def test_a_checkpoint_in_the_earlier_per_rank_format_is_refused_in_one_paragraph(tmp_path):
-    """A run dir whose checkpoint holds the per-rank tp<rank>.pt files megatron wrote before its DCP
+def test_a_checkpoint_in_the_earlier_per_rank_format_is_refused_in_one_paragraph(megatron_run, tmp_path):
+    """A run dir whose last checkpoint holds the per-rank tp<rank>.pt files megatron wrote before its DCP
     checkpoints (a complete checkpoint by its manifest): resuming and exporting it end with exit 2 and
     the one-paragraph reason, no traceback."""
-    run_dir, cache = tmp_path / "run", str(tmp_path / "cache")
-    assert run(train_command(str(run_dir), cache, *MEGATRON, "trainer.total_steps=2")).returncode == 0
-    checkpoint = run_dir / "checkpoints" / "global_step_2"
+    reference, cache, _ = megatron_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    checkpoint = run_dir / "checkpoints" / "global_step_6"
     for written in (checkpoint / "actor").glob("*.distcp"):
         written.unlink()
     (checkpoint / "actor" / ".metadata").unlink()
@@ -128,7 +141,7 @@ def test_a_checkpoint_in_the_earlier_per_rank_format_is_refused_in_one_paragraph
             if not name.startswith("actor/") or name == "actor/engine_state.json"}
     manifest["files"] = kept | {"actor/tp0.pt": old_file.stat().st_size}
     (checkpoint / "manifest.json").write_text(json.dumps(manifest))
-    for command in (train_command(str(run_dir), cache, *MEGATRON, "trainer.total_steps=4"),
+    for command in (train_command(str(run_dir), cache, *MEGATRON, "trainer.total_steps=8"),
                     [str(RLLOOM), "export", str(checkpoint), "--out", str(tmp_path / "hf")]):
         result = run(command)
         assert result.returncode == 2, result.stderr[-3000:]

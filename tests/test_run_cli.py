@@ -1,8 +1,9 @@
 """``rlloom train`` as a user runs it, as a real subprocess: a run named after its choices lands in
 ``runs/<run_name>`` and re-running the command resumes it (or says it has finished); the run's
 ``config.yaml`` names every choice and plugin version and, passed to ``--config``, trains the same run
-again; a config file with command-line overrides; Ctrl-C and SIGTERM (real signals); one run per run folder (a second
-``rlloom train`` on a folder in use is refused, a lock left by a killed run is not); ``rlloom --version``."""
+again; a config file with command-line overrides; Ctrl-C and SIGTERM (real signals, the second in the run
+the first one's printed command resumes); one run per run folder (a second ``rlloom train`` on a folder in
+use is refused, a lock left by a killed run is not); ``rlloom --version``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import rlloom
 import yaml
-from lifecycle_helpers import RLLOOM, run_env
+from lifecycle_helpers import RLLOOM, default_sigint, run_env
 from rlloom.config import ConfigError
 from rlloom_trainer import testing
 from rlloom_trainer.checkpoint import CheckpointManager
@@ -126,40 +127,58 @@ def test_rerunning_the_command_resumes_the_run_or_says_it_finished(first_run, ca
                                      f"trainer.total_steps, to start over pass another trainer.run_dir")
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_stops_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir, signum, status):
-    args = ["preset=tiny", "trainer.total_steps=500", "trainer.save_freq=2", "launcher.num_threads=1",
-            f"model.cache_dir={cache_dir}"]
-    process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    metrics = tmp_path / RUN / "metrics.jsonl"
+def interrupted(cwd: Path, args: list[str], signum: int, after_step: int) -> tuple[int, str]:
+    """``rlloom train *args`` in ``cwd``, sent ``signum`` once ``metrics.jsonl`` holds the training row of
+    ``after_step`` (the run is then inside the next step or the checkpoint after it): its exit status and stderr."""
+    process = subprocess.Popen([str(RLLOOM), "train", *args], cwd=cwd, env=run_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    metrics = cwd / RUN / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        if metrics.is_file() and any('"step": 5,' in line and "critic/score/mean" in line
+        if metrics.is_file() and any(f'"step": {after_step},' in line and "critic/score/mean" in line
                                      for line in metrics.read_text().splitlines()):
-            process.send_signal(signum)  # inside step 6 or the checkpoint after it
+            process.send_signal(signum)
             break
         time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == status, stderr[-3000:]
-    assert "Traceback" not in stderr and "[rank0]" not in stderr
-    last = stderr.splitlines()[-1]
-    assert [line for line in stderr.splitlines() if line.startswith("rlloom:")] == [last]
-    latest = CheckpointManager(str(tmp_path / RUN)).latest().step
-    checkpoint = os.path.join(RUN, "checkpoints", f"global_step_{latest}")
-    match = re.fullmatch(rf"rlloom: interrupted in step (\d+)/500 of run {NAME}; last complete checkpoint: "
-                         rf"{re.escape(checkpoint)} \(step {latest}\); to resume from it run: (.*)", last)
-    assert match, last
-    assert int(match.group(1)) >= latest >= 4
-    resume = shlex.split(match.group(2))
-    assert resume == ["rlloom", "train", *args]
+    return process.returncode, stderr
+
+
+def test_ctrl_c_then_sigterm_stop_with_one_line_and_the_printed_command_resumes(tmp_path, cache_dir):
+    """Ctrl-C in a run after its step 5, SIGTERM in the run its printed command resumes (after a step at least two
+    past where the first one logged), and the command printed then finishes the run: each signal stops the run
+    with its exit status (130, 143) and one line naming the last complete checkpoint and the command, which
+    resumes from it."""
+    args = ["preset=tiny", "trainer.total_steps=500", "trainer.save_freq=2", "launcher.num_threads=1",
+            f"model.cache_dir={cache_dir}"]
+    after_step, previous = 5, None
+    for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        returncode, stderr = interrupted(tmp_path, args, signum, after_step)
+        assert returncode == status, stderr[-3000:]
+        assert "Traceback" not in stderr and "[rank0]" not in stderr
+        last = stderr.splitlines()[-1]
+        said = [line for line in stderr.splitlines() if line.startswith("rlloom:")]
+        if previous is None:
+            assert said == [last]
+        else:  # the resumed run's first line, then only the interrupt's
+            assert len(said) == 2 and said[1] == last, said
+            assert said[0].startswith(f"rlloom: resumed from {previous[1]} (step {previous[0]})"), said
+        latest = CheckpointManager(str(tmp_path / RUN)).latest().step
+        checkpoint = os.path.join(RUN, "checkpoints", f"global_step_{latest}")
+        match = re.fullmatch(rf"rlloom: interrupted in step (\d+)/500 of run {NAME}; last complete checkpoint: "
+                             rf"{re.escape(checkpoint)} \(step {latest}\); to resume from it run: (.*)", last)
+        assert match, last
+        assert int(match.group(1)) >= latest >= after_step - 1
+        assert shlex.split(match.group(2)) == ["rlloom", "train", *args]
+        # the next signal after an odd step (the checkpoint before it is then complete) two past every row logged
+        after_step = max(steps(tmp_path / RUN)) + 2
+        after_step, previous = after_step + 1 - after_step % 2, (latest, checkpoint)
 
     end = latest + 2
-    resumed = train(tmp_path, *resume[2:], f"trainer.total_steps={end}")
+    resumed = train(tmp_path, *args, f"trainer.total_steps={end}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"rlloom: resumed from {checkpoint} (step {latest})" in resumed.stderr
     assert steps(tmp_path / RUN) == list(range(end + 1))  # the rows logged after the checkpoint were dropped
-
 
 
 def refused_in_use(result: subprocess.CompletedProcess, run_dir: Path, pid: int) -> bool:

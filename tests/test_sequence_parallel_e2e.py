@@ -19,7 +19,7 @@ SWITCH_AT = 8  # the SP = 1 run's last step and checkpoint
 
 
 @pytest.mark.slow
-def test_tiny_grpo_resumes_an_sp1_checkpoint_at_sp2_and_learns(tmp_path):
+def test_tiny_grpo_resumes_an_sp1_checkpoint_at_sp2_and_learns(ray_cluster, tmp_path):
     run_dir, cache = tmp_path / "run", tmp_path / "cache"
     train_tiny(run_dir, *ON_RAY, f"trainer.total_steps={SWITCH_AT}", f"trainer.save_freq={SWITCH_AT}", cache_dir=cache)
     rows = training_rows(train_tiny(run_dir, *ON_RAY, "train_engine.sequence_parallel_size=2", cache_dir=cache))

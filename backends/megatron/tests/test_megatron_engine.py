@@ -46,6 +46,31 @@ def model_dir(request, tmp_path_factory):
     return tiny_qwen2(tmp_path_factory.mktemp("qwen2"), tie=request.param)
 
 
+# The two-process cases, each spawning two ranks that import megatron-core: TP = 2 on the untied model (its
+# own output layer, cut by vocabulary like the embedding) and DP = 2 on the tied one. TP = 2 with tied
+# embeddings runs end to end in tests/test_megatron_e2e.py (preset=tiny's model is tied: it learns, the
+# rollout's log-probs match the gathered weights, its checkpoint exports exactly and resumes at TP = 1); the
+# box layout of every TP size, tied or not, is test_megatron_checkpoint.py's; DP = 2 is layout-blind.
+TWO_PROCESS = [pytest.param(2, False, id="tp2-untied"), pytest.param(1, True, id="dp2-tied")]
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """``run(tp, tie) -> (model folder, run folder)``: the model and :func:`_two_ranks` spawned on it, once per
+    case for the module (the tests of one case read its ranks' results and checkpoint)."""
+    done = {}
+
+    def run(tp: int, tie: bool) -> tuple[str, str]:
+        if (tp, tie) not in done:
+            folder = tmp_path_factory.mktemp(f"two-ranks-tp{tp}")
+            model_dir = tiny_qwen2(folder / "model", tie)
+            mp.spawn(_two_ranks, args=(str(folder / "store"), model_dir, make_batch(), str(folder), tp), nprocs=2)
+            done[tp, tie] = model_dir, str(folder)
+        return done[tp, tie]
+
+    return run
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
@@ -314,11 +339,11 @@ def _two_ranks(rank: int, store: str, path: str, batch: Batch, out_dir: str, tp:
     report(result, os.path.join(out_dir, f"rank{rank}.pkl"))
 
 
-@pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
-def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
+@pytest.mark.parametrize("tp, tie", TWO_PROCESS)
+def test_two_processes_match_transformers_and_fsdp(two_rank_runs, tp, tie):
     batch = make_batch()
-    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
-    ranks = [pickle.load(open(tmp_path / f"rank{rank}.pkl", "rb")) for rank in (0, 1)]
+    model_dir, folder = two_rank_runs(tp, tie)
+    ranks = [pickle.load(open(os.path.join(folder, f"rank{rank}.pkl"), "rb")) for rank in (0, 1)]
     want_log_probs, want_entropy = reference(model_dir, batch)
     log_probs = torch.cat([r["log_probs"]["log_probs"] for r in ranks])
     entropy = torch.cat([r["log_probs"]["entropy"] for r in ranks])
@@ -342,21 +367,22 @@ def test_two_processes_match_transformers_and_fsdp(model_dir, tmp_path, tp):
         assert_same_critic({**r["critic"], "values": torch.cat([x["critic"]["values"] for x in ranks])}, want_critic)
 
 
-@pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
-def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp):
+@pytest.mark.parametrize("tp, tie", TWO_PROCESS)
+def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, two_rank_runs, tp, tie):
     """TP = 2: parameters and AdamW moments are recut for TP = 1. DP = 2: the moments, each replica
     holding its share of the elements (the distributed optimizer), are joined in the checkpoint.
     Either way one process resuming from it has every parameter's moments and takes the second step
     the two processes took."""
     batch = make_batch()
-    mp.spawn(_two_ranks, args=(str(tmp_path / "store"), model_dir, batch, str(tmp_path), tp), nprocs=2)
-    saved = pickle.load(open(tmp_path / "rank0.pkl", "rb"))
-    stored = dcp.FileSystemReader(str(tmp_path / "checkpoint")).read_metadata().state_dict_metadata
+    model_dir, folder = two_rank_runs(tp, tie)
+    checkpoint = os.path.join(folder, "checkpoint")
+    saved = pickle.load(open(os.path.join(folder, "rank0.pkl"), "rb"))
+    stored = dcp.FileSystemReader(checkpoint).read_metadata().state_dict_metadata
     for key, tensor in stored.items():  # every value written once: its chunks (one per TP box) cover it exactly
         if hasattr(tensor, "chunks"):
             assert sum(math.prod(chunk.sizes) for chunk in tensor.chunks) == math.prod(tensor.size), key
     assert sum(key.endswith(".exp_avg") for key in stored) == saved["params"]  # every parameter's moments
-    dcp_to_torch_save(str(tmp_path / "checkpoint"), str(tmp_path / "whole.pt"))  # torch's own reader joins the boxes
+    dcp_to_torch_save(checkpoint, str(tmp_path / "whole.pt"))  # torch's own reader joins the boxes
     whole = torch.load(tmp_path / "whole.pt", weights_only=True)
     assert torch.equal(whole["model.embedding.word_embeddings.weight"], saved["weights"]["model.embed_tokens.weight"])
     fc1 = whole["model.decoder.layers.1.mlp.linear_fc1.weight"]
@@ -364,7 +390,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, model_dir, tp
     assert torch.equal(fc1[1], saved["weights"]["model.layers.1.mlp.up_proj.weight"])
     engine = megatron_engine(model_dir)
     try:
-        engine.load(str(tmp_path / "checkpoint"))
+        engine.load(checkpoint)
         assert_same_weights(weights_of(engine), saved["weights"], atol=1e-30)
         holdings = engine._adam_holdings
         assert engine.step == 1 and len(holdings) == len(list(engine.model.parameters()))
@@ -398,6 +424,7 @@ def _replicated_state(rank: int, store: str, path: str, batch: Batch, out_dir: s
     report(result, os.path.join(out_dir, f"replicated{rank}.pkl"))
 
 
+@pytest.mark.parametrize("model_dir", [False], ids=["untied"], indirect=True)  # DP = 2 is layout-blind: one model
 def test_dp2_without_the_distributed_optimizer_takes_the_same_step_and_resumes_sharded(tmp_path, model_dir):
     """use_distributed_optimizer=false (megatron-core's plain optimizer, gradients all-reduced): every
     replica holds the whole AdamW state, the step is fsdp's, and its checkpoint (each replica offering
@@ -426,6 +453,7 @@ def _resume_at_tp2(rank: int, store: str, path: str, batch: Batch, checkpoint: s
     report(result, os.path.join(out_dir, f"tp2_rank{rank}.pkl"))
 
 
+@pytest.mark.parametrize("model_dir", [False], ids=["untied"], indirect=True)  # the untied model: its output layer too
 def test_a_one_process_checkpoint_resumes_at_tp2(tmp_path, model_dir):
     """A TP = 1 checkpoint read by a TP = 2 group (each rank reading its boxes of the stored tensors):
     the same second step as the one process took; the stored tensors have the real vocabulary."""

@@ -475,6 +475,14 @@ class ChecksInstalled(Protocol):
 
 
 @runtime_checkable
+class ChecksBeforeRun(Protocol):
+    """Optional ability of a config section: checks what lies outside the config (a Ray cluster answers at
+    ``launcher.address``) when a run starts, before torch loads; a ValueError or ConnectionError is a config error."""
+
+    def check_before_run(self) -> None: ...
+
+
+@runtime_checkable
 class ChecksOtherSections(Protocol):
     """Optional ability of a config section: checks against the run's other sections (by group) when the config
     is composed (``reward=python``'s function against ``data.extra_columns``); a ValueError naming the keys is a

@@ -1,8 +1,9 @@
-"""Shared by the rlloom-ray tests: a short tiny GRPO run, whether a cluster's CPUs are free again, and how long a
-failure took to surface."""
+"""Shared by the rlloom-ray tests: a short tiny GRPO run, its rows compared within fp32 rounding, whether a
+cluster's CPUs are free again, and how long a failure took to surface."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -13,6 +14,15 @@ def run_tiny(run_dir: str, cache_dir: str, *overrides: str, steps: int = 2) -> l
     """``preset=tiny`` for ``steps`` steps, logging to ``metrics.jsonl`` only; returns its rows."""
     return train_tiny(run_dir, f"trainer.total_steps={steps}", "trainer.trackers=[jsonl]", *overrides,
                       cache_dir=cache_dir)
+
+
+def assert_close_rows(rows: list[dict], expected_rows: list[dict]) -> None:
+    """Same steps and keys, values within fp32 reduction-order rounding (relative 1e-4, absolute 1e-6)."""
+    assert len(rows) == len(expected_rows)
+    for row, expected in zip(rows, expected_rows):
+        assert row.keys() == expected.keys()
+        for key, value in expected.items():
+            assert math.isclose(row[key], value, rel_tol=1e-4, abs_tol=1e-6), (row["step"], key, row[key], value)
 
 
 def seconds_since_last_row(run_dir: str) -> float:

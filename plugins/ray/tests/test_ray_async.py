@@ -17,7 +17,7 @@ OWN_POOL = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, ages", [("one_step_off", [0, 1, 1]), ("fully_async", [0, 1, 2])])
-def test_the_rollout_pool_generates_ahead_within_the_bound(cluster, cache, tmp_path, mode, ages):
+def test_the_rollout_pool_generates_ahead_within_the_bound(ray_cluster, cache, tmp_path, mode, ages):
     rows = run_tiny(str(tmp_path), cache, *OWN_POOL, f"trainer.async_mode={mode}", "trainer.max_staleness=2",
                     "trainer.dump_rollouts=32", steps=3)
     trained = [row for row in rows if row["step"] > 0]

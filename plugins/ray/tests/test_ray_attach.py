@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from ray_test_helpers import run_tiny
 from rlloom_trainer.testing import comparable_rows, metric_rows
 
 pytest.importorskip("ray")
@@ -80,11 +79,12 @@ class Head:
             env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
+    def wait_ready(self) -> None:
+        """Until ``ray status`` reaches the head, however long its start-up takes on a loaded machine; a head
+        that exits first is an error (one that never answers runs into pytest's timeout)."""
         while status(self.address, self.env).returncode != 0:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Ray head at {self.address} did not start; see {self.log.name}")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Ray head at {self.address} exited before it answered; see {self.log.name}")
             time.sleep(0.5)
 
     def stop(self) -> None:
@@ -117,23 +117,26 @@ def head():
 
 
 def usage_released(head: Head, wait_s: float = 15.0) -> bool:
-    """Whether the head is up (``ray status`` succeeds) and reports all 2 CPUs free (with a lag)."""
-    deadline = time.monotonic() + wait_s
+    """Whether the head is up (``ray status`` succeeds) and reports all 2 CPUs free within ``wait_s`` seconds of
+    Ray's reporting lag: the time counted is the waits between two asks, not the start-up of each ``ray status``
+    (a new process, seconds on a loaded machine)."""
+    waited = 0.0
     while True:
         result = status(head.address, head.env)
         if result.returncode == 0 and re.search(r"^\s*0\.0/2\.0 CPU\s*$", result.stdout, re.MULTILINE):
             return True
-        if time.monotonic() > deadline:
+        if waited > wait_s:
             return False
         time.sleep(0.5)
+        waited += 0.5
 
 
 @pytest.mark.slow
-def test_run_attaches_to_a_running_cluster_and_leaves_it_running(head, tmp_path):
+def test_run_attaches_to_a_running_cluster_and_leaves_it_running(head, cache, local_rows, tmp_path):
     torch.set_num_threads(1)
     run_dir = tmp_path / "ray"
     overrides = ["preset=tiny", f"trainer.total_steps={STEPS}", f"trainer.run_dir={run_dir}",
-                 f"model.cache_dir={tmp_path / 'cache'}", "trainer.trackers=[jsonl]", "launcher=ray",
+                 f"model.cache_dir={cache}", "trainer.trackers=[jsonl]", "launcher=ray",
                  f"launcher.address={head.address}"]
     driver = subprocess.Popen([sys.executable, "-c", f"import rlloom_trainer; rlloom_trainer.train({overrides!r})"],
                               env=head.env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -149,10 +152,8 @@ def test_run_attaches_to_a_running_cluster_and_leaves_it_running(head, tmp_path)
     assert usage_released(head)
     assert head.process.poll() is None
 
-    # Colocated on one worker process, same seed and one thread: bit-equal to the local launcher
-    # (as test_ray_launcher's colocated run).
-    local = run_tiny(str(tmp_path / "local"), str(tmp_path / "cache"), "launcher=local", "launcher.num_threads=1",
-                     steps=STEPS)
+    # Colocated on one worker process, same seed and one thread: bit-equal to the local launcher's run of
+    # conftest.py (as test_ray_launcher's colocated run).
     rows = metric_rows(str(run_dir))
     assert [row["step"] for row in rows] == list(range(STEPS + 1))
-    assert comparable_rows(rows) == comparable_rows(local)
+    assert comparable_rows(rows) == comparable_rows(local_rows)

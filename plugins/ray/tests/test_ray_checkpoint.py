@@ -35,7 +35,7 @@ SHARD_FILES = {f"__{rank}_0.distcp" for rank in range(WORLD)}  # torch.distribut
 
 
 @pytest.fixture(scope="module")
-def reference(cluster, cache, tmp_path_factory):
+def reference(ray_cluster, cache, tmp_path_factory):
     """An uninterrupted world-size-2 run: its run dir and metrics rows."""
     run_dir = str(tmp_path_factory.mktemp("uninterrupted"))
     return run_dir, run_tiny(run_dir, cache, *FSDP2_SPLIT, steps=STEPS)
@@ -69,7 +69,12 @@ def full_state(actor_dir: str, out: str) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_world_size_2_checkpoints_hold_one_shard_per_rank(reference, tmp_path):
-    run_dir, _ = reference
+    run_dir, rows = reference
+    # Rank 0 gathers the shards and hands the rollout (its own pool) the full weights as safetensors files: every
+    # step's rollout samples with the weights the trainer just updated.
+    trained = [row for row in rows if row["step"] > 0]
+    assert len(trained) == STEPS and all(row["training/rollout_probs_diff_mean"] < 1e-4 for row in trained), trained
+    assert all(row["perf/weight_sync_bytes"] > 0 for row in trained)
     root = os.path.join(run_dir, "checkpoints")
     assert sorted(os.listdir(root)) == ["global_step_2", "global_step_4", "latest"]
     with open(os.path.join(root, "latest")) as handle:

@@ -33,7 +33,7 @@ OWN_POOLS = ["+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_p
 
 
 @pytest.mark.slow
-def test_stages_on_separate_pools_overlap_and_match_local(cluster, cache, tmp_path):
+def test_stages_on_separate_pools_overlap_and_match_local(ray_cluster, cache, tmp_path):
     local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO)
     spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS)
     # Each role in its own process, one thread, fp32: the same numbers as in one process.
@@ -50,7 +50,7 @@ def test_stages_on_separate_pools_overlap_and_match_local(cluster, cache, tmp_pa
 
 
 @pytest.mark.slow
-def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(cluster, cache, tmp_path):
+def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(ray_cluster, cache, tmp_path):
     # Safe-RLHF's extra roles are placed like the others: the cost function in its own worker (as a
     # cost model would be), the cost critic in another; the same numbers as in one process.
     safe = ["algorithm=safe_rlhf", "cost=forbidden_digits", "algorithm.cost_limit=0.1"]
@@ -64,7 +64,7 @@ def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(clu
     assert all("safe/lambda" in row and "cost_critic/vf_loss" in row for row in trained)
 
 
-def test_a_future_passed_to_another_pool_travels_by_reference(cluster, cache):
+def test_a_future_passed_to_another_pool_travels_by_reference(ray_cluster, cache):
     registry = get_registry()
     trained = registry.build("model", "tiny", TinyModelConfig(seed=0, cache_dir=cache))
     other = registry.build("model", "tiny", TinyModelConfig(seed=1, cache_dir=cache))

@@ -101,7 +101,7 @@ def test_a_grpc_server_passes_the_reachability_check_and_http_does_not():
     from concurrent import futures
 
     import grpc
-    from rlloom_ray.launcher import check_reachable
+    from rlloom_ray.config import check_reachable
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
     port = server.add_insecure_port("127.0.0.1:0")

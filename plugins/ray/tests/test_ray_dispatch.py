@@ -26,7 +26,7 @@ def model_path(cache):
 
 
 @pytest.fixture(scope="module")
-def actor(cluster, model_path):
+def actor(ray_cluster, model_path):
     launcher = RayLauncher(RayLauncherConfig(resource_pools={"global": 2}, call_timeout_s=120))
     spec = RoleSpec("actor", "train_engine", "fsdp", FSDPConfig(), EngineSpec(model_path, "actor", 0, 1))
     yield launcher.start_role(spec, get_registry())
@@ -95,7 +95,7 @@ def test_handle_has_exactly_the_engines_methods(actor):
         actor.generate
 
 
-def test_generation_is_split_over_a_rollout_pool_of_two(cluster, model_path):
+def test_generation_is_split_over_a_rollout_pool_of_two(ray_cluster, model_path):
     from rlloom_hf import HFRolloutConfig, HFRolloutEngine
 
     launcher = RayLauncher(RayLauncherConfig(resource_pools={"gen": 2}, mapping={"rollout": "gen"},

@@ -20,7 +20,7 @@ from rlloom_ray import WorkerError  # noqa: E402
 
 
 
-def test_a_raising_worker_names_role_rank_and_remote_traceback(cluster, tmp_path, monkeypatch):
+def test_a_raising_worker_names_role_rank_and_remote_traceback(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "actor:train_step:2:raise")
     with pytest.raises(WorkerError) as caught:
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", steps=3)
@@ -34,7 +34,7 @@ def test_a_raising_worker_names_role_rank_and_remote_traceback(cluster, tmp_path
 
 
 @pytest.mark.slow
-def test_a_hung_worker_times_out(cluster, tmp_path, monkeypatch):
+def test_a_hung_worker_times_out(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:generate:2:hang")
     with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 did not answer within 15 s during generate\(\)"):
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.call_timeout_s=15")

@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.cuda("Ray worker reserving one GPU, NCCL pool group")
 
 
-def test_colocated_on_one_gpu_trains_there(cluster, cache, tmp_path):
+def test_colocated_on_one_gpu_trains_there(ray_cluster, cache, tmp_path):
     rows = run_tiny(str(tmp_path), cache, "launcher=ray", "launcher.gpus_per_worker=1", steps=3)
     steps = [row for row in rows if row["step"] > 0]
     # The actor reports CUDA memory only when it runs on the GPU; sleeping the HF rollout between

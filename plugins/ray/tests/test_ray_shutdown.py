@@ -16,7 +16,7 @@ from rlloom_ray import WorkerError  # noqa: E402
 
 
 @pytest.mark.slow
-def test_a_dead_worker_stops_the_run_and_ray(tmp_path, monkeypatch):
+def test_a_dead_worker_stops_the_run_and_ray(without_ray_cluster, tmp_path, monkeypatch):
     torch.set_num_threads(1)
     assert not ray.is_initialized()  # the launcher starts (and must stop) its own cluster
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "actor:train_step:2:exit")

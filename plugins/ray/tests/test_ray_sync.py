@@ -5,11 +5,10 @@ surfaces as a WorkerError naming the rollout role and rank."""
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
-from ray_test_helpers import cpus_freed, run_tiny, seconds_since_last_row
+from ray_test_helpers import assert_close_rows, cpus_freed, run_tiny, seconds_since_last_row
 from rlloom_trainer.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -20,13 +19,6 @@ from rlloom_ray import WorkerError  # noqa: E402
 SPLIT = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
 
 
-
-
-@pytest.fixture(scope="module")
-def local_rows(tmp_path_factory, cache):
-    return run_tiny(str(tmp_path_factory.mktemp("local")), cache, "launcher=local", "launcher.num_threads=1")
-
-
 def assert_same_sync_bytes(rows: list[dict], local: list[dict]) -> None:
     # The local launcher's in_process resharder counts the same tensors: every step syncs them all.
     synced = [row["perf/weight_sync_bytes"] for row in rows if row["step"] > 0]
@@ -35,7 +27,7 @@ def assert_same_sync_bytes(rows: list[dict], local: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("resharder", ["broadcast", "in_process"])
-def test_split_equals_local(cluster, cache, local_rows, tmp_path, resharder):
+def test_split_equals_local(ray_cluster, cache, local_rows, tmp_path, resharder):
     # Rollout in its own process. broadcast: train rank 0 broadcasts the exact bytes of every tensor
     # over a gloo group of its own; in_process: rank 0's tensors are pickled into the object store
     # and loaded by the rollout process. Either way the rollout gets bit-identical weights, and the
@@ -46,7 +38,7 @@ def test_split_equals_local(cluster, cache, local_rows, tmp_path, resharder):
     assert cpus_freed(4)
 
 
-def test_a_failing_receiver_names_the_rollout_role_and_rank(cluster, cache, tmp_path, monkeypatch):
+def test_a_failing_receiver_names_the_rollout_role_and_rank(ray_cluster, cache, tmp_path, monkeypatch):
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "resharder:receive:2:raise")  # the sync after step 1
     with pytest.raises(WorkerError) as caught:
         run_tiny(str(tmp_path), cache, *SPLIT, "resharder=broadcast", steps=3)
@@ -57,16 +49,11 @@ def test_a_failing_receiver_names_the_rollout_role_and_rank(cluster, cache, tmp_
 
 
 @pytest.mark.slow
-def test_fsdp_world_size_2_with_broadcast_matches_local(cluster, cache, local_rows, tmp_path):
+def test_fsdp_world_size_2_with_broadcast_matches_local(ray_cluster, cache, local_rows, tmp_path):
     # Two actor ranks (gloo, one thread each): both gather the full weights, rank 0 broadcasts them
     # to the rollout pool. Sharded gradients are reduced in another order than one process sums
     # them: equal to fp32 rounding.
     rows = run_tiny(str(tmp_path), cache, *SPLIT, "+launcher.resource_pools.global=2", "resharder=broadcast")
-    expected_rows = comparable_rows(local_rows)
-    assert len(rows) == len(expected_rows)
-    for row, expected in zip(comparable_rows(rows), expected_rows):
-        assert row.keys() == expected.keys()
-        for key, value in expected.items():
-            assert math.isclose(row[key], value, rel_tol=1e-4, abs_tol=1e-6), (row["step"], key, row[key], value)
+    assert_close_rows(comparable_rows(rows), comparable_rows(local_rows))
     assert_same_sync_bytes(rows, local_rows)
     assert cpus_freed(4)

@@ -19,7 +19,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from rlloom.choices import DeviceError
 from rlloom.config.roles import check_role_groups, role_groups, run_role_names
-from rlloom.config.run_name import check_run_dir, name_run, run_dir_of
+from rlloom.config.run_name import name_run
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE, NoRoleConfig, RunConfig, SamplingConfig, run_schema
 from rlloom.errors import ConfigError
 from rlloom.plugins.registry import GROUPS, Registry, get_registry
@@ -248,7 +248,7 @@ def _reject_added_keys(cfg: DictConfig, options: Options, choices: dict[str, str
 
 def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[str, list[str]]) -> None:
     """Checks that span sections or need the registry: tracker names, the algorithm's cut of
-    ``trainer.train_batch_size`` into optimizer steps, the run folder, names of registered functions, sections
+    ``trainer.train_batch_size`` into optimizer steps, names of registered functions, sections
     that check themselves against the installed plugins, the declared ``roles``' groups, the roles sections
     name, and the device on this machine."""
     trainer = resolved.sections["trainer"]
@@ -261,7 +261,6 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[
             algorithm.optimizer_steps_per_step(trainer.train_batch_size)
         except ValueError as error:
             raise ConfigError(str(error)) from None
-    check_run_dir(run_dir_of(trainer))
     check_registered_names(resolved.sections, registry)
     check_role_groups(resolved.choices, roles, registry.choices("reward"))
     check_sections(resolved, registry)
@@ -270,7 +269,10 @@ def check_consistency(resolved: ResolvedConfig, registry: Registry, roles: dict[
 
 
 def check_device_here(name: str) -> None:
-    """ConfigError unless ``trainer.device`` can be used here; the last check, the one that imports torch."""
+    """ConfigError unless ``trainer.device`` can be used here; the last check, the one that imports torch, for a
+    CUDA device only (``auto`` and ``cpu`` can always be used, and the run's own checks come before torch loads)."""
+    if name in ("auto", "cpu"):
+        return
     from rlloom.choices import resolve_device
 
     try:

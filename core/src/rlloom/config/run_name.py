@@ -38,20 +38,6 @@ def name_run(cfg: DictConfig, sections: dict[str, Any], choices: dict[str, str])
     check_run_name(trainer.run_name)
 
 
-def check_run_dir(run_dir: str | None) -> None:
-    """ConfigError unless ``trainer.run_dir`` is a folder or can be made one: its nearest existing
-    ancestor must be a writable folder."""
-    if not run_dir:
-        return
-    path = os.path.abspath(run_dir)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ConfigError(f"trainer.run_dir={run_dir}: {path} is a file, not a folder; choose another trainer.run_dir.")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"trainer.run_dir={run_dir}: the folder {path} is not writable; choose another trainer.run_dir.")
-
-
 def run_dir_of(trainer: Any) -> str:
     """The run's folder: ``trainer.run_dir`` when set, else ``runs/<trainer.run_name>``."""
     return trainer.run_dir or os.path.join(RUNS_DIR, trainer.run_name)

@@ -51,7 +51,7 @@ class SamplingConfig(Limited):
 @dataclass
 class TrainerConfig(Limited):
     """The loop: schedule, validation, outputs. Batch sizes count PROMPTS, not responses. Checked when built
-    (``trainer.run_dir`` once the run is named: :func:`rlloom.config.run_name.check_run_dir`)."""
+    (``trainer.run_dir`` when the run starts: ``rlloom train`` makes its folder)."""
 
     section: ClassVar[str] = "trainer"
     limits: ClassVar[dict[str, str]] = {

@@ -1,13 +1,45 @@
-"""The ``launcher=ray`` config schema."""
+"""The ``launcher=ray`` config schema, and whether a Ray cluster answers at ``launcher.address``."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from rlloom.config.limits import Limited
 
 DEFAULT_POOL = "global"
+LOCAL_ADDRESSES = (None, "auto", "local")  # no host:port to check: Ray starts a cluster or finds one here
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETTINGS, no flags, stream 0
+HTTP2_SETTINGS_TYPE = 4
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """``(host, port)`` of ``host:port`` or ``ray://host:port``; ValueError naming ``launcher.address`` otherwise."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"launcher.address={address}: expected host:port, ray://host:port or auto")
+    return host, int(port)
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """ConnectionError naming ``launcher.address`` unless a gRPC server (Ray's GCS, or its client server
+    for ``ray://``) answers at its ``host:port`` within ``timeout_s``: the TCP connection must be accepted
+    and, after the HTTP/2 client preface, the server's first frame must be a SETTINGS frame. Ray itself
+    retries for a minute or more, and a firewall or proxy that accepts connections but never answers
+    would otherwise hang the run that long."""
+    problem = f"launcher.address={address}: no Ray cluster answers there within launcher.connect_timeout_s={timeout_s}"
+    try:
+        with socket.create_connection(host_and_port(address), timeout=timeout_s) as connection:
+            connection.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
+            header = connection.recv(9)
+    except TimeoutError:
+        raise ConnectionError(f"{problem} (it accepts connections but sends nothing back)") from None
+    except OSError as error:
+        raise ConnectionError(f"{problem} ({error or 'timed out'})") from None
+    if len(header) < 4 or header[3] != HTTP2_SETTINGS_TYPE:
+        raise ConnectionError(f"{problem}: what listens there does not speak gRPC (answered {header[:16]!r})")
 
 
 @dataclass
@@ -60,6 +92,14 @@ class RayLauncherConfig(Limited):
         for role, pool in self.mapping.items():
             if pool not in pools:
                 raise ValueError(f"launcher.mapping.{role}={pool}: no such pool; pools are {', '.join(sorted(pools))}")
+        if self.address not in LOCAL_ADDRESSES:
+            host_and_port(self.address)
+
+    def check_before_run(self) -> None:
+        """ConnectionError naming ``launcher.address`` unless a Ray cluster answers there (:func:`check_reachable`;
+        the run's start asks, before torch loads: :class:`rlloom.protocols.ChecksBeforeRun`)."""
+        if self.address not in LOCAL_ADDRESSES:
+            check_reachable(self.address, self.connect_timeout_s)
 
     def check_roles(self, roles: list[str]) -> None:
         """ValueError for a ``mapping`` key that is not a role of the run (:class:`rlloom.protocols.ChecksRoles`)."""

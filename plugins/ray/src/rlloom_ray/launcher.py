@@ -15,7 +15,6 @@ and stops Ray if this launcher started it.
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 from rlloom.controller.roles import build_role
@@ -32,33 +31,6 @@ from rlloom_ray.sync import SyncHandle
 CLOSE_TIMEOUT_S = 30.0
 
 
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETTINGS, no flags, stream 0
-HTTP2_SETTINGS_TYPE = 4
-
-
-def check_reachable(address: str, timeout_s: float) -> None:
-    """ConnectionError naming ``launcher.address`` unless a gRPC server (Ray's GCS, or its client server
-    for ``ray://``) answers at its ``host:port`` within ``timeout_s``: the TCP connection must be accepted
-    and, after the HTTP/2 client preface, the server's first frame must be a SETTINGS frame. Ray itself
-    retries for a minute or more, and a firewall or proxy that accepts connections but never answers
-    would otherwise hang the run that long."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"launcher.address={address}: expected host:port, ray://host:port or auto")
-    problem = f"launcher.address={address}: no Ray cluster answers there within launcher.connect_timeout_s={timeout_s}"
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
-            connection.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
-            header = connection.recv(9)
-    except TimeoutError:
-        raise ConnectionError(f"{problem} (it accepts connections but sends nothing back)") from None
-    except OSError as error:
-        raise ConnectionError(f"{problem} ({error or 'timed out'})") from None
-    if len(header) < 4 or header[3] != HTTP2_SETTINGS_TYPE:
-        raise ConnectionError(f"{problem}: what listens there does not speak gRPC (answered {header[:16]!r})")
-
-
 class RayLauncher:
     def __init__(self, cfg: RayLauncherConfig) -> None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -67,8 +39,7 @@ class RayLauncher:
         self.config = cfg
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
-            if cfg.address not in (None, "auto", "local"):
-                check_reachable(cfg.address, cfg.connect_timeout_s)
+            cfg.check_before_run()
             ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
                      include_dashboard=False)
         self.groups: dict[str, WorkerGroup] = {}

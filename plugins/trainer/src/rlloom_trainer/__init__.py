@@ -14,6 +14,6 @@ def train(overrides: list[str] | None = None) -> dict[str, float]:
     ``overrides`` are the same strings the command line takes (``["preset=tiny", "algorithm=grpo"]``).
     A bad config raises :class:`rlloom.config.ConfigError` with the same message the CLI prints.
     """
-    from rlloom_trainer.trainer import run_training
+    from rlloom_trainer.run import run_training
 
     return run_training(list(overrides or []))

@@ -201,11 +201,17 @@ def read_step(path: str) -> int:
     return int(read_manifest(path)["step"])
 
 
+def check_folder(path: str) -> None:
+    """:class:`CheckpointError` unless the checkpoint ``path`` is a folder (whether it is an intact checkpoint:
+    :func:`verified_step`)."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is not a checkpoint folder")
+
+
 def verified_step(path: str) -> int:
     """The step of the intact checkpoint ``path`` (:func:`damage`); :class:`CheckpointError` naming the
     damaged file otherwise."""
-    if not os.path.isdir(path):
-        raise CheckpointError(f"{path!r} is not a checkpoint folder")
+    check_folder(path)
     problem = damage(path)
     if problem is not None:
         raise CheckpointError(f"the checkpoint {path!r} is damaged: {problem}; it cannot be loaded")

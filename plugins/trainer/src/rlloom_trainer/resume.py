@@ -19,8 +19,7 @@ from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.config.run_name import run_dir_of
 from rlloom.config.schema import DEFAULT_CHOICES, NO_ROLE
 
-from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, verified_step
-from rlloom_trainer.run_state import TrainerState, config_changes
+from rlloom_trainer.checkpoint import Checkpoint, CheckpointError, CheckpointManager, check_folder, verified_step
 
 FINAL_METRICS = "final_metrics.json"
 
@@ -32,30 +31,49 @@ def without_unused_roles(choices: dict[str, str]) -> dict[str, str]:
     return {group: choice for group, choice in choices.items() if group in DEFAULT_CHOICES or choice != NO_ROLE}
 
 
-def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
-    """The checkpoint ``trainer.resume`` points at for a run in ``run_dir``, or None for a fresh start.
-    ConfigError when ``resume=never`` meets existing checkpoints, when ``resume`` names no intact
-    checkpoint, or when the checkpoint's config differs in a key that cannot change on resume
-    (:func:`rlloom_trainer.run_state.config_changes`)."""
-    mode = resolved.sections["trainer"].resume
-    checkpoints = CheckpointManager(run_dir)
+def _refused(mode: str, error: CheckpointError) -> ConfigError:
+    return ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.")
+
+
+def check_resume_setting(mode: str, run_dir: str) -> None:
+    """ConfigError for what ``trainer.resume`` (``mode``) asks that the files alone refuse, read-only and before
+    torch loads: ``never`` when ``run_dir`` holds checkpoints, a checkpoint that is no folder. Whether a
+    checkpoint is intact and was written with a compatible config is checked when the run starts, under the
+    folder's lock (:func:`resume_target`)."""
     if mode == "never":
-        existing = checkpoints.latest()
+        existing = CheckpointManager(run_dir).latest()
         if existing is not None:
             raise ConfigError(
                 f"trainer.resume=never but trainer.run_dir={run_dir} already holds checkpoints ({existing.path}); "
                 f"use trainer.resume=auto to continue that run, or start a new one with another trainer.run_name "
                 f"or trainer.run_dir."
             )
+    elif mode != "auto":
+        try:
+            check_folder(mode)
+        except CheckpointError as error:
+            raise _refused(mode, error) from None
+
+
+def resume_target(resolved: ResolvedConfig, run_dir: str) -> Checkpoint | None:
+    """The checkpoint ``trainer.resume`` points at for a run in ``run_dir``, or None for a fresh start.
+    ConfigError for the refusals of :func:`check_resume_setting`, when ``resume`` names no intact
+    checkpoint, or when the checkpoint's config differs in a key that cannot change on resume
+    (:func:`rlloom_trainer.run_state.config_changes`)."""
+    mode = resolved.sections["trainer"].resume
+    check_resume_setting(mode, run_dir)
+    if mode == "never":
         return None
     if mode == "auto":
-        target = checkpoints.newest_intact()
+        target = CheckpointManager(run_dir).newest_intact()
     else:
         try:
             target = Checkpoint(mode, verified_step(mode))
         except CheckpointError as error:
-            raise ConfigError(f"trainer.resume={mode}: {error}; expected auto, never or a checkpoint folder.") from None
+            raise _refused(mode, error) from None
     if target is not None:
+        from rlloom_trainer.run_state import TrainerState, config_changes  # torch: after check_resume_setting
+
         saved = TrainerState.read(target.path)
         changes = config_changes({"choices": without_unused_roles(saved.choices), **saved.config},
                                  {"choices": without_unused_roles(resolved.choices),

@@ -1,4 +1,4 @@
-"""One run per run folder: ``rlloom train`` (:func:`rlloom_trainer.trainer.fit_run`) holds an exclusive
+"""One run per run folder: ``rlloom train`` (:func:`rlloom_trainer.run.fit_run`) holds an exclusive
 ``flock`` on ``<run_dir>/run.lock`` from before it writes anything in the folder until it ends, and writes its
 pid into that file. The kernel releases the lock when the process ends, however it ends (SIGKILL included),
 so a lock file left by a killed run never blocks the next one; a second run on a folder whose run is alive is
@@ -27,6 +27,12 @@ def _holder(fd: int) -> str:
     return f"pid {written}" if written.isdigit() else "a process that has not written its pid yet"
 
 
+def unwritable(run_dir: str, error: OSError) -> ConfigError:
+    """The config error of a run folder that cannot be made or written."""
+    return ConfigError(f"trainer.run_dir={run_dir}: the run folder cannot be made or written ({error}); choose "
+                       f"another trainer.run_dir or trainer.run_name")
+
+
 @contextlib.contextmanager
 def run_lock(run_dir: str) -> Iterator[None]:
     """Hold the lock of ``run_dir`` (created if missing) inside the block (see the module doc)."""
@@ -34,8 +40,7 @@ def run_lock(run_dir: str) -> Iterator[None]:
         os.makedirs(run_dir, exist_ok=True)
         fd = os.open(os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as error:
-        raise ConfigError(f"the run folder {run_dir} cannot be written ({error}); pass another trainer.run_dir "
-                          f"or trainer.run_name") from None
+        raise unwritable(run_dir, error) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

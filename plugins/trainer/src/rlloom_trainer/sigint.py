@@ -4,10 +4,10 @@ when a library caught the ``KeyboardInterrupt`` and reported an error of its own
 ``CheckpointException``, and torch's zip writer, interrupted in the middle of a write, fails the next one with
 "unexpected pos". The checkpoint manager asks :func:`received` before calling a failed save a failure
 (:meth:`rlloom_trainer.checkpoint.CheckpointManager.save`), the training loop before each step, and
-:func:`rlloom_trainer.trainer.fit_run` asks :func:`received_signal` which signal stopped the run. A second
+:func:`rlloom_trainer.run.fit_run` asks :func:`received_signal` which signal stopped the run. A second
 signal ends the process at once, with status 128 + its number, while the run is being closed. A library that
 installs its own handler inside the block (``ray.init`` makes SIGTERM ``sys.exit`` the driver) is overruled by
-:func:`retake_signals`, which :func:`rlloom_trainer.trainer.fit_run` calls once the run is built."""
+:func:`retake_signals`, which :func:`rlloom_trainer.run.fit_run` calls once the run is built."""
 
 from __future__ import annotations
 

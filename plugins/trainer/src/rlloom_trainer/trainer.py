@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 from rlloom.batch import Batch
-from rlloom.config import ConfigError, ResolvedConfig, compose_config
+from rlloom.config import ConfigError, ResolvedConfig
 from rlloom.config.roles import declared_roles
 from rlloom.config.run_name import run_dir_of
 from rlloom.controller.roles import quiet_transformers
@@ -47,16 +47,14 @@ from rlloom_trainer.agents import multi_turn, start_agent_runner
 from rlloom_trainer.dumps import dump_rollouts
 from rlloom_trainer.export import save_hf_folder
 from rlloom_trainer.guards import NonFiniteGuard, TrainingAborted
-from rlloom_trainer.interrupt import RunInterrupted
-from rlloom_trainer.local import LocalLauncher, check_one_process
+from rlloom_trainer.local import LocalLauncher
 from rlloom_trainer.pipeline import SYNC, PipelinedContext, RolloutPipeline, check_async
 from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator, check_context
 from rlloom_trainer.record import record_yaml
-from rlloom_trainer.resume import FINAL_METRICS, finished_run, resume_target
-from rlloom_trainer.run_lock import run_lock
+from rlloom_trainer.resume import FINAL_METRICS, resume_target
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
-from rlloom_trainer.sigint import received, received_signal, recording_interrupts, retake_signals
+from rlloom_trainer.sigint import received
 from rlloom_trainer.validation import validate
 
 
@@ -453,32 +451,3 @@ class Trainer:
                 self.agent_runner.close()
             self.launcher.shutdown()
 
-
-def run_training(overrides: list[str]) -> dict[str, float]:
-    """Compose and validate the config for ``overrides``, run it, return the final metrics."""
-    return fit_run(compose_config(overrides))
-
-
-def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
-    """Run the validated config ``resolved`` to its end; return the final metrics (those of the run's
-    folder, building nothing, when that run has already finished: :func:`rlloom_trainer.resume.finished_run`).
-    Ctrl-C or SIGTERM (:mod:`rlloom_trainer.sigint`) closes the run and raises
-    :class:`~rlloom_trainer.interrupt.RunInterrupted` (the step it was in, the signal). The run holds its
-    folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the same folder is refused."""
-    trainer = None
-    multi_turn(resolved)  # a launcher that cannot run the agent loop is refused before the folder is made
-    check_async(resolved)  # so is an async mode the rest of the config cannot run
-    check_one_process(resolved)  # and a train-engine layout of several processes under launcher=local
-    with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
-        try:
-            finished = finished_run(resolved)
-            if finished is not None:
-                return finished
-            trainer = Trainer(resolved)
-            retake_signals()  # the launcher may have installed its own (Ray does, for SIGTERM)
-            return trainer.fit()
-        except KeyboardInterrupt:
-            raise RunInterrupted(trainer.step if trainer else None, received_signal() or signal.SIGINT) from None
-        finally:
-            if trainer is not None:
-                trainer.close()

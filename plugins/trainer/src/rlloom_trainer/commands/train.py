@@ -1,5 +1,5 @@
 """``rlloom train [--config FILE] [--print-config] OVERRIDES...``: compose the run's config (a config error
-is reported before torch loads), then train (:func:`rlloom_trainer.trainer.fit_run`) and print the final
+is reported before torch loads), then train (:func:`rlloom_trainer.run.fit_run`) and print the final
 validation and score metrics as JSON. Ctrl-C or SIGTERM prints one line (:mod:`rlloom_trainer.interrupt`) and
 exits with status 128 + the signal's number (:data:`rlloom.cli.INTERRUPTED` for Ctrl-C, 143 for SIGTERM)."""
 
@@ -26,7 +26,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(record_yaml(resolved, get_registry()))
         return 0
     from rlloom_trainer.interrupt import RunInterrupted, interrupt_message
-    from rlloom_trainer.trainer import fit_run
+    from rlloom_trainer.run import fit_run
 
     try:
         metrics = fit_run(resolved)
