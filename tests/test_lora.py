@@ -1,7 +1,7 @@
 """LoRA end to end (``train_engine.lora``, docs/lora.md): the FSDP actor's merged weights reach the hf rollout
 engine under base names at every sync, the reference is the actor with its adapters off, a run with LoRA
 learns, keeps only adapters in its checkpoints and exports them in PEFT format or merged; bad LoRA
-settings exit 2 naming the key before any weights load."""
+settings, and weight syncs the run's engines cannot take, exit 2 naming the key before any weights load."""
 
 from __future__ import annotations
 
@@ -108,6 +108,16 @@ def test_every_sync_gives_the_rollout_the_merged_weights_and_its_log_probs_match
      "['attn'] match no linear layer of the model; its linear layers are named ['down_proj', 'gate_proj', 'k_proj'"),
     (["train_engine=megatron", "train_engine.lora.rank=8"], "train_engine=megatron cannot take LoRA: megatron-core"),
     (["train_engine.lora.adapter_path=/nowhere"], "train_engine.lora.adapter_path=/nowhere: needs"),
+    (["train_engine.lora.rank=8", "resharder=shared"], "resharder=shared lends the train engine's own parameters"),
+    (["resharder.lora_sync=adapter"], "resharder.lora_sync=adapter needs LoRA adapters to send: set train_engine.lora"),
+    (["train_engine.lora.rank=8", "resharder.lora_sync=adapter"],
+     "resharder.lora_sync=adapter: rollout=hf loads full weights only; or use resharder.lora_sync=merged"),
+    (["train_engine.lora.rank=4", "resharder.lora_sync=adapter", "rollout=vllm"],
+     "rollout=vllm has LoRA slots of rank <= rollout.max_lora_rank=0, below train_engine.lora.rank=4: set "
+     "rollout.max_lora_rank=8"),
+    (["train_engine.lora.rank=8", "resharder.lora_sync=adapter", "rollout=vllm", "rollout.max_lora_rank=8",
+      "trainer.async_mode=one_step_off"], "it needs launcher=local and trainer.async_mode=sync"),
+    (["resharder.lora_sync=both"], "resharder.lora_sync=both: must be one of merged, adapter"),
 ])
 def test_bad_lora_input_exits_2_naming_the_key(overrides, named, tmp_path, capsys):
     status = main(["train", "preset=tiny", f"model.cache_dir={tmp_path / 'models'}",
