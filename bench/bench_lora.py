@@ -36,7 +36,8 @@ import tempfile
 from rlloom_trainer.testing import metric_rows
 
 LORA = ["train_engine.lora.rank=16", "train_engine.lora.alpha=32", "train_engine.lr=2e-4"]
-VARIANTS = {"full": [], "lora": LORA, "lora_adapter": [*LORA, "rollout.max_lora_rank=16", "resharder.lora_sync=adapter"]}
+VARIANTS = {"full": [], "lora": LORA,
+            "lora_adapter": [*LORA, "rollout.max_lora_rank=16", "resharder.lora_sync=adapter"]}
 
 
 def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:

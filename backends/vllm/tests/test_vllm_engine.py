@@ -63,7 +63,8 @@ def model_path(tmp_path_factory) -> str:
 def engines(model_path):
     torch.set_num_threads(1)
     # with LoRA slots (rank <= 8): the engine generates with its base weights until an adapter is loaded (the last test)
-    rollout = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=128, max_lora_rank=8), EngineSpec(model_path, "rollout", 0))
+    rollout = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=128, max_lora_rank=8),
+                                EngineSpec(model_path, "rollout", 0))
     actor = FSDPTrainEngine(FSDPConfig(lr=1e-2, micro_batch_size=6), EngineSpec(model_path, "actor", 0, 10))
     ref = FSDPTrainEngine(FSDPConfig(), EngineSpec(model_path, "ref", 0, 10))
     yield rollout, actor, ref
@@ -389,7 +390,8 @@ def test_adapter_sync_through_rlloom_serve(engines, model_path, tmp_path):
         with served(rollout, model_path) as url:
             client = ServerRolloutEngine(ServerRolloutConfig(urls=[url]), EngineSpec(model_path, "rollout", 0))
             for sync in range(2):
-                batch = client.generate(prompt_batch(rollout.tokenizer), SamplingParams(n=2, max_new_tokens=8, seed=sync))
+                batch = client.generate(prompt_batch(rollout.tokenizer),
+                                        SamplingParams(n=2, max_new_tokens=8, seed=sync))
                 batch["advantages"] = torch.tensor([1.0, -1.0] * 3).unsqueeze(1) * batch["response_mask"].float()
                 actor.train_step(batch, advantage_loss)
                 resharder.sync(actor, client)

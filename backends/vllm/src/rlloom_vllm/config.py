@@ -126,7 +126,8 @@ class VLLMRolloutConfig(Limited):
         """Why the engine would not take ``lora``'s adapters (:class:`rlloom_enginekit.lora.TakesAdapters`): no
         LoRA slots, or slots of a lower rank; ``""`` when it takes them."""
         if lora.rank > LORA_RANKS[-1]:
-            return f"takes adapters of rank <= {LORA_RANKS[-1]} (vLLM's largest), not train_engine.lora.rank={lora.rank}"
+            return (f"takes adapters of rank <= {LORA_RANKS[-1]} (vLLM's largest), "
+                    f"not train_engine.lora.rank={lora.rank}")
         if self.max_lora_rank < lora.rank:
             fits = min(rank for rank in LORA_RANKS if rank >= lora.rank)
             return (f"has LoRA slots of rank <= rollout.max_lora_rank={self.max_lora_rank}, below "

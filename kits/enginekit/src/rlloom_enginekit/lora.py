@@ -175,7 +175,7 @@ def reference_role(engine_config: Any, actor: Any) -> ActorReference | None:
 
 @runtime_checkable
 class SyncsAdapters(SavesAdapter, Protocol):
-    """Optional ability of a train engine with LoRA: its parts for adapter-only sync (``resharder.lora_sync=adapter``)."""
+    """Optional ability of a train engine with LoRA: what adapter-only sync (``resharder.lora_sync=adapter``) reads."""
 
     def base_weights(self) -> Iterator[tuple[str, Any]]:
         """The frozen base weights W0, full tensors under the base model's names, one at a time (as
