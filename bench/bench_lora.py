@@ -1,4 +1,4 @@
-"""LoRA against full fine-tuning on the main job's shape, one after the other, in one invocation.
+"""LoRA (merged and adapter-only sync) against full fine-tuning on the main job's shape, one after the other.
 
 Each variant is the main job (``rlloom train``: SmolLM2-135M-Instruct, single-digit addition, 4 prompts x 8
 samples, <= 16 new tokens; ``--model tiny`` for the small random model) for ``--steps`` steps without
@@ -7,17 +7,20 @@ validation, in its own fresh subprocess so that each has its own memory peak, wi
 the reference from its actor with the adapters off:
 
 - ``full``: every weight trains (``train_engine.lr=1e-5``, the main job's);
-- ``lora``: ``train_engine.lora.rank=16``, ``alpha=32``, ``all-linear``, ``train_engine.lr=2e-4`` (docs/lora.md).
+- ``lora``: ``train_engine.lora.rank=16``, ``alpha=32``, ``all-linear``, ``train_engine.lr=2e-4`` (docs/lora.md),
+  each sync sending the merged weights (``resharder.lora_sync=merged``);
+- ``lora_adapter``: the same with ``resharder.lora_sync=adapter`` (the base weights at the first sync, then the
+  adapters alone), which needs ``rollout=vllm`` (``rollout.max_lora_rank=16``): with ``--rollout hf`` it is left out.
 
-Reported per variant: the peak memory of the run's process (``perf/cpu_memory_peak_gb``: resident set on the
-CPU; on CUDA ``perf/max_memory_allocated_gb``), the median step time (``timing_s/step``, the first step left
-out), the bytes one weight sync moves (``perf/weight_sync_bytes``: merged, the whole model) and, for LoRA,
-the adapters' own bytes (what an adapter-only sync would move, float32), with the ratios LoRA / full; and
-each step's mean training reward (``critic/score/mean``), a first look at whether the variant learns.
+Every variant uses the rollout engine ``--rollout`` (default ``vllm``, so that the three compare). Reported per
+variant: the peak memory of the run's process (``perf/cpu_memory_peak_gb``: resident set on the CPU; on CUDA
+``perf/max_memory_allocated_gb``), the median step time (``timing_s/step``, the first step left out), the bytes
+the first and the last weight sync moved (``perf/weight_sync_bytes``), with the ratios to ``full``; and each
+step's mean training reward (``critic/score/mean``), a first look at whether the variant learns.
 
-    python bench/bench_lora.py                         # CPU, SmolLM2-135M, 4 steps each
+    python bench/bench_lora.py                         # CPU, SmolLM2-135M, rollout=vllm, 4 steps each
     python bench/bench_lora.py --device cuda --steps 6 --out lora.json
-    python bench/bench_lora.py --lora train_engine.gradient_checkpointing=true
+    python bench/bench_lora.py --rollout hf --lora train_engine.gradient_checkpointing=true
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import tempfile
 from rlloom_trainer.testing import metric_rows
 
 LORA = ["train_engine.lora.rank=16", "train_engine.lora.alpha=32", "train_engine.lr=2e-4"]
+VARIANTS = {"full": [], "lora": LORA,
+            "lora_adapter": [*LORA, "rollout.max_lora_rank=16", "resharder.lora_sync=adapter"]}
 
 
 def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:
@@ -41,7 +46,8 @@ def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:
     overrides = [f"trainer.run_dir={run_dir}", f"trainer.total_steps={args.steps}", f"trainer.device={args.device}",
                  "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1",
                  "trainer.val_n=1", "trainer.save_final_model=false", "trainer.trackers=[jsonl]",
-                 f"algorithm.use_kl_loss={str(args.kl).lower()}", *(LORA + args.lora if name == "lora" else [])]
+                 f"algorithm.use_kl_loss={str(args.kl).lower()}", f"rollout={args.rollout}", *VARIANTS[name],
+                 *(args.lora if name != "full" else [])]
     if args.model == "tiny":
         overrides.append("preset=tiny")
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -50,26 +56,10 @@ def run_variant(name: str, args: argparse.Namespace, folder: str) -> dict:
     memory_key = "perf/cpu_memory_peak_gb" if args.device == "cpu" else "perf/max_memory_allocated_gb"
     return {"peak_gb": max(row.get(memory_key, 0.0) for row in steps),
             "step_s": statistics.median(row["timing_s/step"] for row in steps[1:] or steps),
+            "first_sync_bytes": steps[0]["perf/weight_sync_bytes"],
             "sync_bytes": steps[-1]["perf/weight_sync_bytes"],
             "reference_memory_saved_gb": steps[-1].get("perf/reference_memory_saved_gb"),
             "train_score": [round(row["critic/score/mean"], 3) for row in steps]}
-
-
-def adapter_bytes(model: str) -> int:
-    """The float32 bytes of the LoRA variant's adapters on ``model`` (built on the meta device: no weights)."""
-    import torch
-    from rlloom_enginekit.lora import LoraConfig
-    from rlloom_fsdp.lora import add_adapters
-    from rlloom_models.config import SmolLM2Config, TinyModelConfig
-    from rlloom_models.smollm2 import smollm2_path
-    from rlloom_models.tiny import tiny_model_path
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = smollm2_path(SmolLM2Config().cache_dir) if model == "smollm2-135m" else tiny_model_path(TinyModelConfig())
-    with torch.device("meta"):
-        meta = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
-    add_adapters(meta, LoraConfig(rank=16, alpha=32))
-    return sum(p.numel() * 4 for name, p in meta.named_parameters() if ".lora_" in name)
 
 
 def main() -> None:
@@ -77,20 +67,21 @@ def main() -> None:
     parser.add_argument("--model", choices=["smollm2-135m", "tiny"], default="smollm2-135m")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--rollout", choices=["vllm", "hf"], default="vllm", help="every variant's rollout engine")
     parser.add_argument("--no-kl", dest="kl", action="store_false", help="no KL loss (no reference policy at all)")
     parser.add_argument("--lora", action="append", default=[], metavar="OVERRIDE",
                         help="another override for the LoRA run (repeatable), e.g. train_engine.gradient_checkpointing=true")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     args = parser.parse_args()
+    names = [name for name in VARIANTS if args.rollout == "vllm" or name != "lora_adapter"]
     with tempfile.TemporaryDirectory() as folder:
-        results = {name: run_variant(name, args, folder) for name in ("full", "lora")}
-    full, lora = results["full"], results["lora"]
-    lora["adapter_bytes"] = adapter_bytes(args.model)
-    ratios = {"peak_memory": lora["peak_gb"] / full["peak_gb"], "step_time": lora["step_s"] / full["step_s"],
-              "merged_sync_bytes": lora["sync_bytes"] / full["sync_bytes"],
-              "adapter_bytes": lora["adapter_bytes"] / full["sync_bytes"]}
-    report = {"model": args.model, "device": args.device, "steps": args.steps, "kl": args.kl, "lora_overrides": LORA + args.lora, **results,
-              "lora_over_full": ratios}
+        results = {name: run_variant(name, args, folder) for name in names}
+    full = results["full"]
+    ratios = {name: {"peak_memory": result["peak_gb"] / full["peak_gb"], "step_time": result["step_s"] / full["step_s"],
+                     "sync_bytes": result["sync_bytes"] / full["sync_bytes"]}
+              for name, result in results.items() if name != "full"}
+    report = {"model": args.model, "device": args.device, "rollout": args.rollout, "steps": args.steps, "kl": args.kl,
+              "lora_overrides": LORA + args.lora, **results, "over_full": ratios}
     print(json.dumps(report, indent=2))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

@@ -1,7 +1,8 @@
 """LoRA end to end (``train_engine.lora``, docs/lora.md): the FSDP actor's merged weights reach the hf rollout
 engine under base names at every sync, the reference is the actor with its adapters off, a run with LoRA
-learns, keeps only adapters in its checkpoints and exports them in PEFT format or merged; bad LoRA
-settings exit 2 naming the key before any weights load."""
+(syncing only its adapters into vLLM after the first sync) learns, keeps only adapters in its checkpoints and
+exports them in PEFT format or merged; bad LoRA
+settings, and weight syncs the run's engines cannot take, exit 2 naming the key before any weights load."""
 
 from __future__ import annotations
 
@@ -108,6 +109,16 @@ def test_every_sync_gives_the_rollout_the_merged_weights_and_its_log_probs_match
      "['attn'] match no linear layer of the model; its linear layers are named ['down_proj', 'gate_proj', 'k_proj'"),
     (["train_engine=megatron", "train_engine.lora.rank=8"], "train_engine=megatron cannot take LoRA: megatron-core"),
     (["train_engine.lora.adapter_path=/nowhere"], "train_engine.lora.adapter_path=/nowhere: needs"),
+    (["train_engine.lora.rank=8", "resharder=shared"], "resharder=shared lends the train engine's own parameters"),
+    (["resharder.lora_sync=adapter"], "resharder.lora_sync=adapter needs LoRA adapters to send: set train_engine.lora"),
+    (["train_engine.lora.rank=8", "resharder.lora_sync=adapter"],
+     "resharder.lora_sync=adapter: rollout=hf loads full weights only; or use resharder.lora_sync=merged"),
+    (["train_engine.lora.rank=4", "resharder.lora_sync=adapter", "rollout=vllm"],
+     "rollout=vllm has LoRA slots of rank <= rollout.max_lora_rank=0, below train_engine.lora.rank=4: set "
+     "rollout.max_lora_rank=8"),
+    (["train_engine.lora.rank=8", "resharder.lora_sync=adapter", "rollout=vllm", "rollout.max_lora_rank=8",
+      "trainer.async_mode=one_step_off"], "it needs launcher=local and trainer.async_mode=sync"),
+    (["resharder.lora_sync=both"], "resharder.lora_sync=both: must be one of merged, adapter"),
 ])
 def test_bad_lora_input_exits_2_naming_the_key(overrides, named, tmp_path, capsys):
     status = main(["train", "preset=tiny", f"model.cache_dir={tmp_path / 'models'}",
@@ -121,11 +132,13 @@ def test_bad_lora_input_exits_2_naming_the_key(overrides, named, tmp_path, capsy
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     """preset=tiny with LoRA and a KL loss (the reference from the actor), on a wider tiny model: the
-    random-init model's logits are small, so adapters on its linear layers move them further when wider."""
+    random-init model's logits are small, so adapters on its linear layers move them further when wider. The
+    rollout is vLLM taking adapter-only syncs (resharder.lora_sync=adapter)."""
     run_dir = str(tmp_path_factory.mktemp("lora-run"))
     train_tiny(run_dir, "model.hidden_size=256", "model.intermediate_size=512", "train_engine.lora.rank=8",
                "train_engine.lora.alpha=32", "train_engine.lr=1e-1", "algorithm.use_kl_loss=true",
-               "algorithm.kl_loss_coef=0.001", "trainer.save_freq=10", cache_dir=tmp_path_factory.mktemp("cache"))
+               "algorithm.kl_loss_coef=0.001", "trainer.save_freq=10", "rollout=vllm", "rollout.max_lora_rank=8",
+               "resharder.lora_sync=adapter", cache_dir=tmp_path_factory.mktemp("cache"))
     return run_dir
 
 
@@ -136,9 +149,12 @@ def test_grpo_with_lora_learns_without_a_reference_engine(lora_run):
     last = sum(row["critic/score/mean"] for row in train[-3:]) / 3
     assert last > first + 0.05, (first, last)
     for row in train:
-        assert row["training/rollout_probs_diff_mean"] < 1e-3
+        assert row["training/rollout_probs_diff_mean"] < 1e-3  # vLLM with the adapters synced = the actor
         assert row["perf/reference_memory_saved_gb"] > 0  # the actor served the reference
     assert train[-1]["actor/kl_loss"] > 0
+    # the first sync sent W0 and the adapters, every later one the adapters alone (5.3 % of W0 at rank 8, hidden 256)
+    later = {row["perf/weight_sync_bytes"] for row in train[1:]}
+    assert len(later) == 1 and later.pop() < 0.06 * train[0]["perf/weight_sync_bytes"]
 
 
 @pytest.mark.slow

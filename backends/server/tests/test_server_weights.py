@@ -53,6 +53,11 @@ def test_weight_versions_start_set_and_bump(start_server):
                               {"model_path": model_path(server.url), "weight_version": bad})
         assert status == 400 and "weight_version" in answer["message"]
     assert served_version(server.url) == "v7+2"
+    # the hf engine takes no LoRA adapter: loading one is refused naming why; a request naming one gets 400
+    status, answer = post(server.url + "/load_lora_adapter", {"lora_name": "a", "lora_path": model_path(server.url)})
+    assert status == 400 and "rollout=hf cannot load LoRA adapters" in answer["message"], answer
+    status, answer = post(server.url + "/generate", {**BODY, "lora_path": "a"})
+    assert status == 400 and "lora_path='a' is not loaded" in answer["error"]["message"], answer
 
 
 def test_a_paused_server_holds_requests_and_loads_weights_until_continued(start_server):

@@ -56,6 +56,20 @@ def test_explicit_settings_win_over_the_device_defaults():
     assert not multi_process.release_kv_pages  # the KV cache lives in vLLM's engine process
 
 
+def test_lora_slots_are_asked_for_and_must_fit_the_adapters_rank():
+    from rlloom_enginekit.lora import LoraConfig
+
+    assert "enable_lora" not in VLLMRolloutConfig().plan(CPU).llm_kwargs
+    plan = VLLMRolloutConfig(max_lora_rank=16).plan(CPU)
+    assert plan.lora and {"enable_lora": True, "max_lora_rank": 16, "max_loras": 1}.items() <= plan.llm_kwargs.items()
+    assert VLLMRolloutConfig(max_lora_rank=16).adapter_refusal(LoraConfig(rank=16)) == ""
+    assert VLLMRolloutConfig(max_lora_rank=8).adapter_refusal(LoraConfig(rank=12)).endswith(
+        "below train_engine.lora.rank=12: set rollout.max_lora_rank=16")
+    assert "rank <= 512" in VLLMRolloutConfig(max_lora_rank=512).adapter_refusal(LoraConfig(rank=600))
+    with pytest.raises(ValueError, match="rollout.max_lora_rank=4: must be one of 0, 1, 8, 16"):
+        VLLMRolloutConfig(max_lora_rank=4)
+
+
 def test_the_rollout_device_follows_the_run_unless_set():
     assert VLLMRolloutConfig().device_for("cpu") == CPU
     assert VLLMRolloutConfig(device="cpu").device_for("cuda") == CPU  # resolved without touching CUDA

@@ -6,19 +6,26 @@ facts computed here (shapes, masks, first stop token).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import mmap
+import os
+import threading
 
 import pytest
 import torch
 from rlloom import Batch, EngineSpec, SamplingParams
+from rlloom_enginekit.lora import LoraConfig
 from rlloom_enginekit.resharder import InProcessResharder, InProcessResharderConfig
 from rlloom_fsdp.config import FSDPConfig
 from rlloom_fsdp.engine import FSDPTrainEngine
 from rlloom_models.config import TinyModelConfig
 from rlloom_models.tiny import tiny_model_path
 from rlloom_resharders import SafetensorsResharder, SafetensorsResharderConfig
+from rlloom_serverkit.client import ServerRolloutEngine
+from rlloom_serverkit.config import ServerRolloutConfig
 
 from rlloom_vllm import VLLMRolloutConfig, VLLMRolloutEngine
 from rlloom_vllm.names import NameMap
@@ -55,7 +62,9 @@ def model_path(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def engines(model_path):
     torch.set_num_threads(1)
-    rollout = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=128), EngineSpec(model_path, "rollout", 0))
+    # with LoRA slots (rank <= 8): the engine generates with its base weights until an adapter is loaded (the last test)
+    rollout = VLLMRolloutEngine(VLLMRolloutConfig(max_model_len=128, max_lora_rank=8),
+                                EngineSpec(model_path, "rollout", 0))
     actor = FSDPTrainEngine(FSDPConfig(lr=1e-2, micro_batch_size=6), EngineSpec(model_path, "actor", 0, 10))
     ref = FSDPTrainEngine(FSDPConfig(), EngineSpec(model_path, "ref", 0, 10))
     yield rollout, actor, ref
@@ -306,6 +315,94 @@ def test_weight_sync_makes_vllm_follow_the_trainer(engines, resharder):
     old = ref.compute_log_probs(greedy)["log_probs"]
     assert float((new - greedy["rollout_log_probs"]).abs()[mask].max()) < 1e-3
     assert float((old - greedy["rollout_log_probs"]).abs()[mask].max()) > 1e-2
+
+
+def test_adapter_sync_sends_the_base_once_then_adapters_vllm_applies(engines, model_path, tmp_path):
+    """resharder.lora_sync=adapter into vLLM's LoRA slots: the first sync sends W0 (the rollout holds the previous
+    test's trained weights) and the adapters, later ones the adapters alone (rank 1: <= 5 % of W0's bytes), each under
+    a new name; after every sync vLLM's log-probs are the LoRA actor's, and they change from one sync to the next.
+    The adapter stays loaded: this test and the next come last of those using the engine."""
+    rollout, _, _ = engines
+    actor = FSDPTrainEngine(FSDPConfig(lr=5e-2, micro_batch_size=6, lora=LoraConfig(rank=1, alpha=4.0)),
+                            EngineSpec(model_path, "actor", 0, 10))
+    resharder = InProcessResharder(InProcessResharderConfig(lora_sync="adapter", adapter_dir=str(tmp_path)))
+    base_bytes = sum(tensor.numel() * tensor.element_size() for _, tensor in actor.base_weights())
+    adapter_bytes = sum(p.numel() * p.element_size() for name, p in actor.model.named_parameters() if ".lora_" in name)
+    names, previous = [], None
+    try:
+        for sync in range(2):
+            batch = rollout.generate(prompt_batch(rollout.tokenizer), SamplingParams(n=2, max_new_tokens=8, seed=sync))
+            batch["advantages"] = torch.tensor([1.0, -1.0] * 3).unsqueeze(1) * batch["response_mask"].float()
+            actor.train_step(batch, advantage_loss)
+            stats = resharder.sync(actor, rollout)
+            assert stats.num_bytes == (base_bytes if sync == 0 else 0) + adapter_bytes, sync
+            names.append(rollout.adapter.lora_name)
+            assert os.listdir(tmp_path) == [names[-1]]  # the previous adapter's folder is gone
+            check = rollout.generate(prompt_batch(rollout.tokenizer), SamplingParams(n=2, max_new_tokens=8, seed=9))
+            mask = check["response_mask"].bool()
+            trained = actor.compute_log_probs(check)["log_probs"]
+            assert float((trained - check["rollout_log_probs"]).abs()[mask].max()) < 1e-3, sync
+            if previous is not None:  # the policy the rollout samples moved with the second update
+                gap = actor.compute_log_probs(previous)["log_probs"] - previous["rollout_log_probs"]
+                assert float(gap.abs()[previous["response_mask"].bool()].max()) > 1e-3
+            previous = check
+        assert adapter_bytes <= 0.05 * base_bytes and len(set(names)) == 2
+    finally:
+        resharder.close()
+        actor.close()
+
+
+@contextlib.contextmanager
+def served(engine, model_path: str):
+    """``rlloom serve``'s app over ``engine`` on a thread of its own (the module's engine: no second vLLM starts);
+    yields its URL. Its runner is stopped, never cleaned up, since that would close the engine."""
+    from aiohttp import web
+    from rlloom_server.app import RolloutServer
+    from rlloom_server.config import ServeConfig
+    from rlloom_server.door import server_limits
+
+    cfg = ServeConfig(port=0)
+    server = RolloutServer(engine, cfg, model_path, "vllm", server_limits(cfg, model_path, engine))
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(server.app(), access_log=None)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(site.stop(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        server.scheduler.close()
+
+
+def test_adapter_sync_through_rlloom_serve(engines, model_path, tmp_path):
+    """rollout=server over ``rlloom serve rollout=vllm``: the base goes through /update_weights_from_tensor, each
+    adapter through /load_lora_adapter, and the served log-probs are the LoRA actor's after every sync."""
+    rollout, _, _ = engines
+    actor = FSDPTrainEngine(FSDPConfig(lr=5e-2, micro_batch_size=6, lora=LoraConfig(rank=8, alpha=16.0)),
+                            EngineSpec(model_path, "actor", 0, 10))
+    resharder = InProcessResharder(InProcessResharderConfig(lora_sync="adapter", adapter_dir=str(tmp_path)))
+    try:
+        with served(rollout, model_path) as url:
+            client = ServerRolloutEngine(ServerRolloutConfig(urls=[url]), EngineSpec(model_path, "rollout", 0))
+            for sync in range(2):
+                batch = client.generate(prompt_batch(rollout.tokenizer),
+                                        SamplingParams(n=2, max_new_tokens=8, seed=sync))
+                batch["advantages"] = torch.tensor([1.0, -1.0] * 3).unsqueeze(1) * batch["response_mask"].float()
+                actor.train_step(batch, advantage_loss)
+                resharder.sync(actor, client)
+                assert rollout.adapter.lora_name == client.adapter  # the served engine loaded the new adapter
+                check = client.generate(prompt_batch(rollout.tokenizer), SamplingParams(n=2, max_new_tokens=8, seed=9))
+                mask = check["response_mask"].bool()
+                gap = actor.compute_log_probs(check)["log_probs"] - check["rollout_log_probs"]
+                assert float(gap.abs()[mask].max()) < 1e-3, sync
+    finally:
+        resharder.close()
+        actor.close()
 
 
 def test_registered_through_the_entry_point():

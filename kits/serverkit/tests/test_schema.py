@@ -60,7 +60,7 @@ def test_batched_input_and_prompt_index():
     ({"input_ids": [1], "sampling_params": {"frequency_penalty": 1.0}}, "frequency_penalty"),
     ({"input_ids": [1], "sampling_params": {"top_p": 0.0}}, "sampling_params.top_p"),
     ({"input_ids": [1], "prompt_index": -1}, "prompt_index"),
-    ({"input_ids": [1], "lora_path": "x"}, "lora_path"),
+    ({"input_ids": [1], "lora_path": 3}, "lora_path must name a loaded LoRA adapter"),
     ({"input_ids": [1], "stream": True}, "stream"),
     ({"input_ids": [2**70]}, "int64"),
     ({"input_ids": [[1], [2**63]]}, r"input_ids[1]"),

@@ -412,15 +412,24 @@ class FSDPTrainEngine:
         else:
             yield from full_named_tensors(self.model)
 
-    def save_adapter(self, out_dir: str, base_model: str) -> str:
-        """The LoRA adapters as a PEFT folder (:class:`rlloom_enginekit.lora.SavesAdapter`); every rank must
-        call it (gathering is a collective), rank 0 writes. ValueError on an engine without LoRA."""
+    def base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The frozen base weights W0 as :meth:`named_weights` streams the merged ones (same names, same
+        collective; :class:`rlloom_enginekit.lora.SyncsAdapters`). ValueError on an engine without LoRA."""
+        if self.lora is None:
+            raise ValueError("base_weights: this engine trains no LoRA adapters (train_engine.lora.rank=0)")
+        self._ready()
+        yield from merged_named_tensors(self.model, 0.0)
+
+    def save_adapter(self, out_dir: str, base_model: str | None = None) -> str:
+        """The LoRA adapters as a PEFT folder naming ``base_model`` (default: this engine's model folder;
+        :class:`rlloom_enginekit.lora.SavesAdapter`); every rank must call it (gathering is a collective), rank
+        0 writes. ValueError on an engine without LoRA."""
         if self.lora is None:
             raise ValueError("save_adapter: this engine trains no LoRA adapters (train_engine.lora.rank=0)")
         self._ready()
         tensors = dict(adapter_tensors(self.model))
         if dist.get_rank() == 0:
-            write_adapter_folder(tensors, self.lora, base_model, out_dir)
+            write_adapter_folder(tensors, self.lora, base_model or self.spec.model_path, out_dir)
         dist.barrier()
         return out_dir
 

@@ -22,11 +22,10 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from rlloom_enginekit.lora import ADAPTER_NAME, LoraConfig, check_targets, engine_key, peft_key
+from rlloom_enginekit.lora import (ADAPTER_CONFIG, ADAPTER_NAME, ADAPTER_WEIGHTS, LoraConfig, check_targets, engine_key,
+                                   peft_key)
 from rlloom_fsdp.model import full_copy
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_LAYER = ".base_layer"
 
 
@@ -123,7 +122,7 @@ def merged_named_tensors(model: nn.Module, scaling: float) -> Iterator[tuple[str
     · B A for each LoRA layer (its ``<name>.base_layer.bias`` as ``<name>.bias``), every other tensor as it
     is; adapter tensors are not yielded. Each is a fresh full copy (:func:`rlloom_fsdp.model.full_copy`: a
     collective when sharded, so every rank iterates to the end together); a tensor shared under two names
-    is yielded once."""
+    is yielded once. ``scaling`` 0 gives the base weights W0 (no adapter tensor is gathered)."""
     state = model.state_dict(keep_vars=True)
     seen: set[int] = set()
     for name, tensor in state.items():
@@ -131,7 +130,7 @@ def merged_named_tensors(model: nn.Module, scaling: float) -> Iterator[tuple[str
             continue
         seen.add(id(tensor))
         full = full_copy(tensor.detach())
-        if name.endswith(BASE_LAYER + ".weight"):
+        if scaling and name.endswith(BASE_LAYER + ".weight"):
             prefix = name.removesuffix(BASE_LAYER + ".weight")
             lora_a = full_copy(state[f"{prefix}.lora_A.{ADAPTER_NAME}.weight"].detach())
             lora_b = full_copy(state[f"{prefix}.lora_B.{ADAPTER_NAME}.weight"].detach())

@@ -11,6 +11,9 @@ endpoint                           what it does
                                    (both with an optional ``weight_version``)
 ``GET /get_weight_version``        ``{"weight_version"}``; ``/pause_generation``, ``/continue_generation``
                                    (:mod:`rlloom_server.weights`)
+``POST /load_lora_adapter``       ``{"lora_name", "lora_path": dir}``: the PEFT adapter folder ``dir``, applied to
+                                   every request from then on (engines with ``load_adapter``: vllm)
+``POST /unload_lora_adapter``     ``{"lora_name"}``: forgets an adapter already replaced
 ``POST /release_memory_occupation`` the engine's ``sleep()``
 ``POST /resume_memory_occupation`` the engine's ``wake_up()``
 ``POST /flush_cache``              nothing to flush (the engines keep no cache between calls)
@@ -37,7 +40,9 @@ the model's vocabulary or context or the server's ``n`` / ``max_new_tokens`` lim
 the field named; one larger than the token budget 413. An admitted request waits for its tokens
 in the budget of tokens in flight (:class:`~rlloom_server.budget.TokenBudget`). An engine that
 fails gets 500 with its message.
-Weight answers follow SGLang: ``{"success": bool, "message": str}``.
+Weight answers follow SGLang: ``{"success": bool, "message": str}``. The server serves one policy: a
+loaded LoRA adapter applies to every request (SGLang applies one only to requests naming it); a request's
+``lora_path``, when given, must name the loaded adapter (else 400).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 from rlloom_enginekit.batching import BatchingScheduler
+from rlloom_enginekit.lora import LoadsAdapters
 from rlloom_enginekit.safetensors_dir import read_safetensors_dir
 from rlloom import Completion
 from rlloom.protocols import LoadsWeightsFromDir, RolloutEngine
@@ -125,6 +131,7 @@ class RolloutServer:
         self.tokenizer = ServedTokenizer.load(model_path)
         self.versions = weights.WeightVersion(cfg.weight_version)
         self.sglang = sglang_api.GenerateDialect(self.tokenizer, self.versions)
+        self.adapter: str | None = None  # the LoRA adapter loaded (/load_lora_adapter)
 
     def app(self) -> web.Application:
         middlewares = [] if self.cfg.api_key is None else [api_key_middleware(self.cfg.api_key)]
@@ -135,6 +142,8 @@ class RolloutServer:
             web.post("/generate", self.generate),
             web.post("/update_weights_from_disk", self.update_from_disk),
             web.post("/update_weights_from_tensor", self.update_from_tensor),
+            web.post("/load_lora_adapter", self.load_adapter),
+            web.post("/unload_lora_adapter", self.unload_adapter),
             web.post("/release_memory_occupation", self.release_memory),
             web.post("/resume_memory_occupation", self.resume_memory),
             web.post("/flush_cache", self.flush_cache),
@@ -164,6 +173,8 @@ class RolloutServer:
         self.in_flight += 1
         try:
             parsed, extras = dialect.parse(await read_json(request))
+            if parsed.adapter is not None and parsed.adapter != self.adapter:
+                raise SchemaError(f"lora_path={parsed.adapter!r} is not loaded (the loaded adapter: {self.adapter!r})")
             parsed, cost = admit(parsed, self.limits)
             work = asyncio.ensure_future(self._generate(parsed, cost))
             with self.running.track(getattr(extras, "rids", None), work):
@@ -232,6 +243,31 @@ class RolloutServer:
             version = await self._load_versioned(requested, self.engine.update_weights, tensors)
             return f"loaded {len(tensors)} tensors; weight version {version}"
         return await self._weights(load)
+
+    async def load_adapter(self, request: web.Request) -> web.Response:
+        async def load() -> str:
+            body = await read_json(request)
+            name, path = (body.get("lora_name"), body.get("lora_path")) if isinstance(body, dict) else (None, None)
+            if not isinstance(name, str) or not name:
+                raise SchemaError(f"lora_name must be a non-empty string, got {name!r}")
+            if not isinstance(path, str) or not os.path.isdir(path):
+                raise SchemaError(f"lora_path must name a PEFT adapter folder on the server's machine, got {path!r}")
+            if not isinstance(self.engine, LoadsAdapters):
+                raise SchemaError(f"rollout={self.engine_name} cannot load LoRA adapters (rollout=vllm with "
+                                  "rollout.max_lora_rank can)")
+            await self.scheduler.run_exclusive(self.engine.load_adapter, path, name)
+            self.adapter = name
+            return f"loaded the LoRA adapter {name} from {path}"
+        return await self._weights(load)
+
+    async def unload_adapter(self, request: web.Request) -> web.Response:
+        async def unload() -> str:
+            body = await read_json(request)
+            name = body.get("lora_name") if isinstance(body, dict) else None
+            if name is not None and name == self.adapter:
+                raise SchemaError(f"{name} is the adapter served; load another to replace it")
+            return f"{name!r} is not loaded (replaced by {self.adapter!r})"
+        return await self._weights(unload)
 
     async def release_memory(self, _request: web.Request) -> web.Response:
         async def release() -> str:

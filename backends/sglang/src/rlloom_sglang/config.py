@@ -55,6 +55,14 @@ class SGLangRolloutConfig(Limited):
             raise ValueError("rollout.url and rollout.offline=true exclude each other: attach to a server, or run "
                              "SGLang in this process")
 
+    def adapter_refusal(self, lora) -> str:
+        """Why SGLang would not take the run's LoRA adapters (:class:`rlloom_enginekit.lora.TakesAdapters`):
+        ``""`` for an attached server (``url``: started by its owner) or one launched with ``--enable-lora``."""
+        if self.url is not None or (not self.offline and "--enable-lora" in self.extra_args):
+            return ""
+        return (f"starts SGLang without LoRA slots: add rollout.extra_args=[--enable-lora,--max-lora-rank,{lora.rank},"
+                "--lora-target-modules,all] (or attach a server started so with rollout.url)")
+
     def starts_with_other_weights(self) -> bool:
         """With ``url``: an attached server may hold any weights, so a fresh run pushes its own first
         (:class:`~rlloom.protocols.StartsWithOtherWeights`); a launched or in-process SGLang loads the run's model."""

@@ -13,8 +13,15 @@ from rlloom.choices import DeviceError, check_device_name
 from rlloom.config.limits import Limited
 from rlloom_enginekit.choices import DTYPE_CHOICES
 
+if TYPE_CHECKING:
+    from rlloom_enginekit.lora import LoraConfig
+
 if TYPE_CHECKING:  # torch is imported where a device is resolved: registering the plugin stays cheap
     import torch
+
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The LoRA slot ranks vLLM builds (``max_lora_rank``)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,7 @@ class EnginePlan:
       (their device memory is unmapped), so the resharder syncs after the wake-up.
     - ``release_kv_pages``: ``sleep()`` resets the prefix cache and returns the KV-cache pages to the
       operating system (CPU: vLLM has no sleep mode there).
+    - ``lora``: the engine has LoRA slots (``enable_lora``) and takes adapters (``load_adapter``).
     """
 
     device: torch.device
@@ -40,6 +48,7 @@ class EnginePlan:
     update_in_place: bool
     vllm_sleep: bool
     release_kv_pages: bool
+    lora: bool = False
 
     @property
     def cuda(self) -> bool:
@@ -82,11 +91,15 @@ class VLLMRolloutConfig(Limited):
     - ``enable_prefix_caching``: reuse the KV of a prompt shared by the ``n`` samples drawn from it.
     - ``cache_root``: ``VLLM_CACHE_ROOT`` (vLLM's compile and config caches); None: vLLM's default.
     - ``free_kv_cache_on_sleep``: on CPU, ``sleep()`` returns the KV-cache pages to the OS.
+    - ``max_lora_rank``: 0 builds no LoRA slots; else vLLM's ``enable_lora`` with one adapter of rank up to
+      this (one of vLLM's sizes: 1, 8, 16, 32, 64, 128, 256, 320, 512), which ``resharder.lora_sync=adapter``
+      loads at each sync (docs/lora.md).
     """
 
     section: ClassVar[str] = "rollout"
     limits: ClassVar[dict] = {"dtype": DTYPE_CHOICES, "kv_cache_space_gib": ">= 1", "max_model_len": ">= 1",
-                              "max_num_seqs": ">= 1", "reserved_cpus": ">= 0", "gpu_memory_utilization": "in (0, 1]"}
+                              "max_num_seqs": ">= 1", "reserved_cpus": ">= 0", "gpu_memory_utilization": "in (0, 1]",
+                              "max_lora_rank": (0, *LORA_RANKS)}
 
     device: str | None = None
     in_process: bool = True
@@ -102,11 +115,24 @@ class VLLMRolloutConfig(Limited):
     sleep_mode: bool = True
     cache_root: str | None = None
     free_kv_cache_on_sleep: bool = True
+    max_lora_rank: int = 0  # 0: no LoRA slots; else adapters up to this rank (resharder.lora_sync=adapter)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.device is not None:
             check_device_name("rollout.device", self.device)
+
+    def adapter_refusal(self, lora: LoraConfig) -> str:
+        """Why the engine would not take ``lora``'s adapters (:class:`rlloom_enginekit.lora.TakesAdapters`): no
+        LoRA slots, or slots of a lower rank; ``""`` when it takes them."""
+        if lora.rank > LORA_RANKS[-1]:
+            return (f"takes adapters of rank <= {LORA_RANKS[-1]} (vLLM's largest), "
+                    f"not train_engine.lora.rank={lora.rank}")
+        if self.max_lora_rank < lora.rank:
+            fits = min(rank for rank in LORA_RANKS if rank >= lora.rank)
+            return (f"has LoRA slots of rank <= rollout.max_lora_rank={self.max_lora_rank}, below "
+                    f"train_engine.lora.rank={lora.rank}: set rollout.max_lora_rank={fits}")
+        return ""
 
     def environment(self) -> dict[str, str]:
         """The ``VLLM_*`` environment variables this config sets before the engine starts."""
@@ -176,10 +202,13 @@ class VLLMRolloutConfig(Limited):
         vllm_sleep = cuda and self.sleep_mode
         if vllm_sleep:
             kwargs["enable_sleep_mode"] = True
+        if self.max_lora_rank:
+            kwargs.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=1)
         return EnginePlan(
             device=device,
             llm_kwargs=kwargs,
             update_in_place=cuda,
             vllm_sleep=vllm_sleep,
             release_kv_pages=not cuda and self.in_process and self.free_kv_cache_on_sleep,
+            lora=self.max_lora_rank > 0,
         )

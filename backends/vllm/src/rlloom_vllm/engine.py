@@ -54,7 +54,9 @@ def _retie_lm_head(worker) -> bool:
 
 
 def _parameter_names(worker) -> list[str]:
-    return [name for name, _ in worker.model_runner.model.named_parameters()]
+    """The model's parameters, each LoRA-wrapped layer's (``rollout.max_lora_rank > 0``) under its layer's
+    name: vLLM's ``load_weights`` routes ``…qkv_proj.weight`` to ``…qkv_proj.base_layer.weight``."""
+    return [name.replace(".base_layer.", ".") for name, _ in worker.model_runner.model.named_parameters()]
 
 
 def _release_kv_cache(worker) -> int:
@@ -96,6 +98,7 @@ class VLLMRolloutEngine:
         self.last_reload_seconds = 0.0
         self._engine_lock = threading.Lock()  # held by a batch call, or while generate_one's requests run
         self._loop: EngineLoop | None = None
+        self.adapter = None  # the LoRARequest every request generates with (load_adapter), or None
 
     # ------------------------------------------------------------------------------ generation
     def vllm_sampling(self, sampling: SamplingParams, n: int, seed: int):
@@ -143,7 +146,7 @@ class VLLMRolloutEngine:
         if self._loop is None:
             self._loop = EngineLoop(self.llm.llm_engine, self._engine_lock)
         requests, params = self.requests([list(prompt_ids)], [sampling.first_prompt], sampling)
-        outputs = await self._loop.submit(requests, params)
+        outputs = await self._loop.submit(requests, params, self.adapter)
         return completion_of(outputs, sampling.n, with_log_probs=not sampling.filtered)
 
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
@@ -167,7 +170,7 @@ class VLLMRolloutEngine:
             )
         requests, params = self.requests(token_lists, prompt_indices(prompts, sampling.first_prompt).tolist(), sampling)
         with self._engine_lock:  # never while generate_one's requests are in the engine
-            outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
+            outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.adapter) if requests else []
         copies = len(requests) // max(len(token_lists), 1)  # requests per prompt (n when greedy, else 1)
         answers = [completion_of(outputs[i * copies : (i + 1) * copies], sampling.n, with_log_probs=not sampling.filtered)
                    for i in range(len(token_lists))]
@@ -196,6 +199,27 @@ class VLLMRolloutEngine:
         with self._engine_lock:  # not while generate_one's requests run
             self.llm.collective_rpc(load, args=(self.names.stream(named_tensors, covered),))
         self._after_reload(covered, start)
+
+    def load_adapter(self, path: str, name: str) -> None:
+        """Generate from now on with the PEFT adapter folder ``path`` on the loaded weights
+        (:class:`rlloom_enginekit.lora.LoadsAdapters`): vLLM's ``add_lora`` of a ``LoRARequest(name, id)``, the
+        id one more than the last, then the previous adapter removed, so no request meets an older one; the
+        prefix cache is reset. ValueError without LoRA slots (``rollout.max_lora_rank=0``)."""
+        self._ready("load_adapter", allow_asleep=not self.plan.vllm_sleep)
+        if not self.plan.lora:
+            raise ValueError("load_adapter: this vLLM engine has no LoRA slots; set rollout.max_lora_rank to the "
+                             "adapters' rank (or above: 1, 8, 16, 32, ...)")
+        from vllm.lora.request import LoRARequest
+
+        previous = self.adapter
+        adapter = LoRARequest(name, previous.lora_int_id + 1 if previous else 1, path)
+        with self._engine_lock:
+            if not self.llm.llm_engine.add_lora(adapter):
+                raise RuntimeError(f"load_adapter: vLLM did not load the adapter folder {path}")
+            if previous is not None:
+                self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            self.adapter = adapter
+            self.llm.reset_prefix_cache()
 
     def load_weights_from_dir(self, path: str) -> None:
         """Rebuild the vLLM model from the ``*.safetensors`` files in ``path`` (Hugging Face naming;

@@ -12,6 +12,9 @@ Hugging Face (trainer) name                  vLLM parameter
 anything else                                the same name
 ==========================================  =========================================
 
+With LoRA slots (``rollout.max_lora_rank > 0``) vLLM wraps each linear layer, whose weight becomes
+``…qkv_proj.base_layer.weight``; the engine lists it without ``base_layer`` (what ``load_weights`` routes).
+
 :class:`NameMap` checks a stream of trainer tensors against the engine's parameter names before they
 reach vLLM: an unknown name is refused, and a reload that left an engine parameter without any
 tensor is reported (vLLM would keep serving stale or half-rebuilt weights for it).

@@ -22,17 +22,18 @@ from typing import Any
 
 
 class EngineLoop:
-    """``await submit(requests, params)`` -> the vLLM ``RequestOutput`` of each request, in order."""
+    """``await submit(requests, params, adapter)`` -> the vLLM ``RequestOutput`` of each request, in order
+    (``adapter``: the ``LoRARequest`` they generate with, or None)."""
 
     def __init__(self, llm_engine: Any, engine_lock: threading.Lock) -> None:
         self.engine = llm_engine
         self.lock = engine_lock
         self._ids = itertools.count()
-        self._incoming: list[tuple[str, dict, Any, asyncio.Future]] = []
+        self._incoming: list[tuple[str, dict, Any, Any, asyncio.Future]] = []
         self._running: dict[str, asyncio.Future] = {}
         self._task: asyncio.Task | None = None
 
-    async def submit(self, requests: list[dict], params: list) -> list[Any]:
+    async def submit(self, requests: list[dict], params: list, adapter: Any = None) -> list[Any]:
         from vllm.sampling_params import RequestOutputKind
 
         loop = asyncio.get_running_loop()
@@ -40,7 +41,7 @@ class EngineLoop:
         for request, param in zip(requests, params):
             param.output_kind = RequestOutputKind.FINAL_ONLY  # one output, all n samples, when done (as LLM.generate)
             future = loop.create_future()
-            self._incoming.append((f"rlloom-{next(self._ids)}", request, param, future))
+            self._incoming.append((f"rlloom-{next(self._ids)}", request, param, adapter, future))
             futures.append(future)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
@@ -49,11 +50,11 @@ class EngineLoop:
     def _admit(self) -> None:
         """Add the requests that arrived (unless cancelled); abort the running ones that were cancelled."""
         incoming, self._incoming = self._incoming, []
-        for request_id, request, param, future in incoming:
+        for request_id, request, param, adapter, future in incoming:
             if future.cancelled():
                 continue
             try:
-                self.engine.add_request(request_id, request, param)
+                self.engine.add_request(request_id, request, param, lora_request=adapter)
             except Exception as error:  # noqa: BLE001 - goes to the request's caller
                 future.set_exception(error)
                 continue

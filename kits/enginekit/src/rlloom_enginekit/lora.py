@@ -9,16 +9,21 @@ matrices A [r, in] and B [out, r] (B starts at zero), so the layer computes
 and the policy's weight is W = W0 + (alpha / r) · B A. A train engine that takes LoRA holds W0 once:
 the reference policy is the same module with the adapters off (y = W0 x), so no reference engine is
 built (:func:`reference_role`). Torch-free: composing a config imports this module.
+
+Weight sync (``resharder.lora_sync``, :func:`check_weight_sync`): ``merged`` sends W per tensor under
+the base names at every sync; ``adapter`` sends W0 once, then only the adapters, as a PEFT folder that
+a rollout engine which :class:`LoadsAdapters` applies on top of W0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from rlloom.config.limits import Limited
 from rlloom.controller.futures import submit
+from rlloom.errors import ConfigError
 from rlloom.protocols import Future
 
 ALL_LINEAR = "all-linear"
@@ -27,6 +32,14 @@ ALL_LINEAR = "all-linear"
 
 ADAPTER_NAME = "default"
 """The one adapter a train engine holds (PEFT's default adapter name)."""
+
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+"""The two files of a PEFT adapter folder."""
+
+MERGED, ADAPTER = "merged", "adapter"
+LORA_SYNCS = (MERGED, ADAPTER)
+"""``resharder.lora_sync``: ``merged`` (W0 + (alpha / r) · B A under base names, every sync) or ``adapter``
+(W0 at the first sync, then the adapters A, B alone under PEFT's names)."""
 
 
 @dataclass
@@ -119,9 +132,10 @@ def engine_key(key: str) -> str:
 class SavesAdapter(Protocol):
     """Optional ability of a train engine that trains LoRA adapters (``rlloom export`` without ``--merge``)."""
 
-    def save_adapter(self, out_dir: str, base_model: str) -> str:
-        """Write the adapters as a PEFT folder ``out_dir`` (``adapter_config.json`` naming ``base_model``,
-        ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; returns ``out_dir``."""
+    def save_adapter(self, out_dir: str, base_model: str | None = None) -> str:
+        """Write the adapters as a PEFT folder ``out_dir`` (``adapter_config.json`` naming ``base_model``, by
+        default the engine's model folder; ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained``
+        loads; returns ``out_dir``."""
 
 
 @runtime_checkable
@@ -157,3 +171,59 @@ def reference_role(engine_config: Any, actor: Any) -> ActorReference | None:
     if isinstance(engine_config, ServesReference) and engine_config.reference_from_actor():
         return ActorReference(actor)
     return None
+
+
+@runtime_checkable
+class SyncsAdapters(SavesAdapter, Protocol):
+    """Optional ability of a train engine with LoRA: what adapter-only sync (``resharder.lora_sync=adapter``) reads."""
+
+    def base_weights(self) -> Iterator[tuple[str, Any]]:
+        """The frozen base weights W0, full tensors under the base model's names, one at a time (as
+        ``named_weights`` without the adapters' B A)."""
+
+
+@runtime_checkable
+class LoadsAdapters(Protocol):
+    """Optional ability of a rollout engine: generate with the weights it holds plus a LoRA adapter."""
+
+    def load_adapter(self, path: str, name: str) -> None:
+        """Generate from now on with the PEFT adapter folder ``path`` (``adapter_config.json``,
+        ``adapter_model.safetensors``) applied to the weights loaded so far: y = W0 x + (alpha / r) · B A x.
+        ``name`` is new at every call (an engine keeps no adapter under it), so no cached older adapter
+        is ever served; the previous adapter is dropped. ``path`` must stay until the next call."""
+
+
+@runtime_checkable
+class TakesAdapters(Protocol):
+    """Optional ability of a rollout-engine config: whether its engine will take the run's adapters."""
+
+    def adapter_refusal(self, lora: LoraConfig) -> str:
+        """``""`` when the engine :class:`LoadsAdapters` of ``lora``'s rank and targets, else why not, naming
+        the settings that would make it (``rollout.max_lora_rank=0 builds no LoRA slots``)."""
+
+
+def check_weight_sync(sections: dict[str, Any], choices: dict[str, str]) -> None:
+    """ConfigError, before anything loads, when the resharder cannot sync this run's LoRA policy:
+    ``resharder=shared`` with LoRA (no parameter holds W0 + (alpha / r) · B A to lend), or
+    ``resharder.lora_sync=adapter`` without LoRA, with a rollout engine that takes no adapters
+    (:class:`TakesAdapters`), or outside one process (``launcher=local``, ``trainer.async_mode=sync``)."""
+    lora = getattr(sections["train_engine"], "lora", None)
+    lora_on = lora is not None and lora.enabled
+    if choices["resharder"] == "shared" and lora_on:
+        raise ConfigError(f"resharder=shared lends the train engine's own parameters, and with LoRA "
+                          f"(train_engine.lora.rank={lora.rank}) none holds the policy's weights W0 + (alpha/r)·B·A: "
+                          "use resharder=in_process")
+    if getattr(sections["resharder"], "lora_sync", MERGED) != ADAPTER:
+        return
+    key, rollout = f"resharder.lora_sync={ADAPTER}", sections["rollout"]
+    if not lora_on:
+        raise ConfigError(f"{key} needs LoRA adapters to send: set train_engine.lora.rank > 0 (or "
+                          f"resharder.lora_sync={MERGED})")
+    refusal = rollout.adapter_refusal(lora) if isinstance(rollout, TakesAdapters) else "loads full weights only"
+    if refusal:
+        raise ConfigError(f"{key}: rollout={choices['rollout']} {refusal}; or use resharder.lora_sync={MERGED}")
+    async_mode = getattr(sections["trainer"], "async_mode", "sync")
+    if choices["launcher"] != "local" or async_mode != "sync":
+        raise ConfigError(f"{key} hands the adapter folder to a rollout engine in the trainer's process: it needs "
+                          f"launcher=local and trainer.async_mode=sync (got launcher={choices['launcher']}, "
+                          f"trainer.async_mode={async_mode}); or use resharder.lora_sync={MERGED}")

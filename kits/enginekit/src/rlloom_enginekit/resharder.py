@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from rlloom.config.limits import Limited
 from rlloom.types import SyncStats
+
+from rlloom_enginekit.lora import ADAPTER, ADAPTER_WEIGHTS, LORA_SYNCS, MERGED, LoadsAdapters, SyncsAdapters
 
 if TYPE_CHECKING:  # this module is imported to register the resharder: keep it free of torch
     import torch
@@ -16,8 +23,21 @@ if TYPE_CHECKING:  # this module is imported to register the resharder: keep it 
 
 
 @dataclass
-class InProcessResharderConfig:
-    """No knobs: tensors stream from the train engine straight into the rollout engine."""
+class InProcessResharderConfig(Limited):
+    """Tensors stream from the train engine straight into the rollout engine.
+
+    ``lora_sync`` (train_engine.lora.rank > 0; docs/lora.md): ``merged`` streams W0 + (alpha / r) · B A
+    under the base model's names at every sync; ``adapter`` sends W0 at the first sync and then only the
+    adapters A and B, as a PEFT folder the rollout engine loads (:class:`AdapterSync`; rollout=vllm with
+    rollout.max_lora_rank >= the rank, rollout=server). ``adapter_dir``: where the adapter folders go
+    (servers on other machines must read it); None: a temporary folder, removed when the run ends.
+    """
+
+    section: ClassVar[str] = "resharder"
+    limits: ClassVar[dict] = {"lora_sync": LORA_SYNCS}
+
+    lora_sync: str = MERGED  # with LoRA: merged (W0 + (alpha/r)·B·A every sync) or adapter (W0 once, then A, B)
+    adapter_dir: str | None = None  # lora_sync=adapter: where the adapter folders go; null: a temporary folder
 
 
 class _Counter:
@@ -27,30 +47,114 @@ class _Counter:
         self.num_bytes = 0
         self.max_tensor_bytes = 0
 
+    def add(self, size: int) -> None:
+        self.num_tensors += 1
+        self.num_bytes += size
+        self.max_tensor_bytes = max(self.max_tensor_bytes, size)
+
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in self._tensors:
-            size = tensor.numel() * tensor.element_size()
-            self.num_tensors += 1
-            self.num_bytes += size
-            self.max_tensor_bytes = max(self.max_tensor_bytes, size)
+            self.add(tensor.numel() * tensor.element_size())
             yield name, tensor
 
 
 class InProcessResharder:
     """Colocated sync: ``rollout.update_weights(train.named_weights())``, no copy to disk.
 
-    Full tensors stream one at a time, so peak extra memory is one tensor, not a second model.
+    Full tensors stream one at a time, so peak extra memory is one tensor, not a second model. With
+    ``lora_sync=adapter`` the adapters go as a folder instead (:class:`AdapterSync`).
     """
 
     def __init__(self, cfg: InProcessResharderConfig) -> None:
         self.config = cfg
+        self.adapters = AdapterSync(cfg.adapter_dir) if cfg.lora_sync == ADAPTER else None
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         from rlloom_enginekit.devices import CudaPeak
 
+        if self.adapters is not None:
+            return self.adapters.sync(train, rollout)
         start = time.perf_counter()
         counter = _Counter(train.named_weights())
         with CudaPeak() as peak:
             rollout.update_weights(counter)
         return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start,
                          counter.max_tensor_bytes, peak.extra_bytes)
+
+    def close(self) -> None:
+        """Remove the adapter folders this resharder wrote in a temporary folder."""
+        if self.adapters is not None:
+            self.adapters.close()
+
+
+class AdapterSync:
+    """``resharder.lora_sync=adapter``: the first sync sends the train engine's frozen base weights W0
+    (:meth:`~rlloom_enginekit.lora.SyncsAdapters.base_weights`) through ``update_weights``; every sync then
+    writes the adapters as the PEFT folder ``<directory>/<name>`` and has the rollout engine load it
+    (:class:`~rlloom_enginekit.lora.LoadsAdapters`) under ``name = rlloom-<random id>-<k>``, new at every
+    sync, so an engine never serves a cached older adapter. The previous folder is removed once the next is
+    loaded. ``SyncStats`` counts the tensor bytes sent: W0's (first sync only) plus the adapter file's."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.root: str | None = None
+        self.prefix = f"rlloom-{uuid.uuid4().hex[:8]}"
+        self.count = 0
+        self.base_sent = False
+        self.loaded: str | None = None  # the folder the rollout engine reads now
+
+    def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+        from rlloom_enginekit.devices import CudaPeak
+
+        if not isinstance(train, SyncsAdapters):
+            raise ValueError(f"resharder.lora_sync=adapter: the train engine {type(train).__name__} has no LoRA "
+                             "adapters to send (train_engine=fsdp with train_engine.lora.rank > 0 has)")
+        if not isinstance(rollout, LoadsAdapters):
+            raise ValueError(f"resharder.lora_sync=adapter: the rollout engine {type(rollout).__name__} cannot load "
+                             "adapters (rollout=vllm with rollout.max_lora_rank, rollout=server can)")
+        start = time.perf_counter()
+        counter = _Counter(train.base_weights() if not self.base_sent else ())
+        self.count += 1
+        name = f"{self.prefix}-{self.count}"
+        folder = os.path.join(self._root(), name)
+        with CudaPeak() as peak:
+            if not self.base_sent:
+                rollout.update_weights(counter)
+                self.base_sent = True
+            train.save_adapter(folder)
+            rollout.load_adapter(folder, name)
+        for size in adapter_tensor_bytes(folder):
+            counter.add(size)
+        if self.loaded is not None:
+            shutil.rmtree(self.loaded, ignore_errors=True)
+        self.loaded = folder
+        return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start,
+                         counter.max_tensor_bytes, peak.extra_bytes)
+
+    def _root(self) -> str:
+        if self.root is None:
+            self.root = self.directory or tempfile.mkdtemp(prefix="rlloom-adapters-")
+            os.makedirs(self.root, exist_ok=True)
+        return self.root
+
+    def close(self) -> None:
+        """Remove the loaded folder, and the temporary root when ``directory`` is None."""
+        if self.loaded is not None:
+            shutil.rmtree(self.loaded, ignore_errors=True)
+            self.loaded = None
+        if self.directory is None and self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+def adapter_tensor_bytes(folder: str) -> list[int]:
+    """The bytes of each tensor in the PEFT folder's ``adapter_model.safetensors`` (read from its header:
+    an 8-byte little-endian length, then JSON giving each tensor's ``data_offsets``)."""
+    import json
+    import struct
+
+    with open(os.path.join(folder, ADAPTER_WEIGHTS), "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    return [end - begin for key, entry in header.items() if key != "__metadata__"
+            for begin, end in [entry["data_offsets"]]]

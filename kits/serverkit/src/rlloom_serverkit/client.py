@@ -20,6 +20,11 @@ client id is random, one per engine). From the first push on, every answer's
 loaded other weights into that server since (two runs sharing one), and this run would train on
 samples of weights that are not its own. A run pushes its starting weights before step 0
 (:class:`~rlloom.protocols.StartsWithOtherWeights`, ``docs/server.md``).
+
+LoRA adapters (``resharder.lora_sync=adapter``): :meth:`load_adapter` posts SGLang's
+``/load_lora_adapter`` ``{"lora_name", "lora_path"}`` (a folder the servers read) to every server, then
+``/unload_lora_adapter`` ``{"lora_name"}`` of the previous one; every ``/generate`` body names the
+loaded adapter in ``lora_path``.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class ServerRolloutEngine:
         self.client_id = uuid.uuid4().hex[:12]
         self.pushes = 0
         self.weight_version: str | None = None  # the last version pushed; answers must carry it
+        self.adapter: str | None = None  # the LoRA adapter every request names (load_adapter)
         asyncio.run(self._check_servers())
 
     # ------------------------------------------------------------------------------ HTTP
@@ -123,7 +129,7 @@ class ServerRolloutEngine:
     async def _request(self, session, limit: asyncio.Semaphore, prompt_ids: list[int], sampling: SamplingParams,
                        seed: int) -> Completion:
         """One prompt's ``sampling.n`` samples (one request, or one per sample for SGLang)."""
-        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index)
+        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index, self.adapter)
         parts = await asyncio.gather(*(self._send(session, limit, body) for body in bodies))
         return parts[0] if len(parts) == 1 else merge_completions(list(parts))
 
@@ -226,6 +232,15 @@ class ServerRolloutEngine:
         version = self._next_version()
         asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path, "weight_version": version}))
         self.weight_version = version
+
+    def load_adapter(self, path: str, name: str) -> None:
+        """Every server loads the PEFT adapter folder ``path`` (which it must be able to read) as ``name``
+        and drops the previous adapter; requests name ``name`` from now on
+        (:class:`rlloom_enginekit.lora.LoadsAdapters`)."""
+        asyncio.run(self._to_all("/load_lora_adapter", {"lora_name": name, "lora_path": path}))
+        previous, self.adapter = self.adapter, name
+        if previous is not None:
+            asyncio.run(self._to_all("/unload_lora_adapter", {"lora_name": previous}))
 
     def sleep(self) -> None:
         if self.config.sleep_servers:

@@ -45,6 +45,12 @@ class ServerRolloutConfig(Limited):
         (:class:`~rlloom.protocols.StartsWithOtherWeights`: a fresh run pushes its own first)."""
         return True
 
+    def adapter_refusal(self, _lora) -> str:
+        """``""``: the servers take LoRA adapters through ``/load_lora_adapter``
+        (:class:`rlloom_enginekit.lora.TakesAdapters`: ``rlloom serve rollout=vllm rollout.max_lora_rank=R``,
+        SGLang started with ``--enable-lora``); a server that cannot answers the first sync saying why."""
+        return ""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.urls:

@@ -33,6 +33,9 @@ batch, which keys the randomness of its samples with ``sampling_seed`` as in
 ``prompt_index + i``). So a trainer's prompts give the same samples whichever server, batch or
 order serves them. A client talking to SGLang itself leaves it out and sends one
 ``sampling_seed`` per prompt instead (:func:`sample_seed`).
+
+``lora_path`` (SGLang's field): the name of a LoRA adapter loaded with ``/load_lora_adapter``
+(``{"lora_name", "lora_path": folder}``) to generate with; absent or null: the server's default.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ SAMPLING_KEYS = {
     "n": int, "temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "ignore_eos": bool,
     "sampling_seed": int,
 }
-REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index")
+REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "lora_path")
 INT64_MAX = 2**63 - 1
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default (its SamplingParams.max_new_tokens)
 
@@ -61,13 +64,15 @@ class SchemaError(ValueError):
 class GenerateRequest:
     """A parsed ``/generate`` request: ``prompts`` (token ids), ``sampling`` with ``first_prompt`` =
     the first prompt's index, whether to return log-probs, whether ``input_ids`` was a batch and
-    whether the request named ``max_new_tokens`` (else it is :data:`DEFAULT_MAX_NEW_TOKENS`)."""
+    whether the request named ``max_new_tokens`` (else it is :data:`DEFAULT_MAX_NEW_TOKENS`), and the
+    LoRA adapter it names (``lora_path``) or None."""
 
     prompts: list[list[int]]
     sampling: SamplingParams
     return_logprob: bool
     batched: bool
     max_new_tokens_given: bool = True
+    adapter: str | None = None
 
 
 def _token_list(value: Any, where: str) -> list[int]:
@@ -129,7 +134,10 @@ def parse_generate(body: Any) -> GenerateRequest:
         sampling = SamplingParams(**values, seed=seed, first_prompt=_prompt_index(body, len(prompts)))
     except ValueError as error:
         raise SchemaError(str(error).replace("SamplingParams.", "sampling_params.")) from None
-    return GenerateRequest(prompts, sampling, return_logprob, batched, given)
+    adapter = body.get("lora_path")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
+        raise SchemaError(f"lora_path must name a loaded LoRA adapter (a non-empty string) or be null, got {adapter!r}")
+    return GenerateRequest(prompts, sampling, return_logprob, batched, given, adapter)
 
 
 def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict | list[dict]:
@@ -167,19 +175,22 @@ def sample_seed(seed: int, prompt_index: int, copy: int) -> int:
     return _mix(_mix(seed ^ (prompt_index * golden)) ^ (copy * golden)) >> 1
 
 
-def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool) -> list[dict]:
+def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool,
+                    adapter: str | None = None) -> list[dict]:
     """The ``/generate`` bodies asking for ``sampling.n`` samples of one prompt whose index is
-    ``sampling.first_prompt``. An rlloom server gets one body with ``n``, the call's seed and
-    ``prompt_index``. SGLang gets ``n`` bodies of one sample, each with its own
-    :func:`sample_seed`: SGLang gives all ``n`` samples of one request the request's seed."""
+    ``sampling.first_prompt`` (with the LoRA adapter named ``adapter``, SGLang's ``lora_path``, when
+    given). An rlloom server gets one body with ``n``, the call's seed and ``prompt_index``. SGLang
+    gets ``n`` bodies of one sample, each with its own :func:`sample_seed`: SGLang gives all ``n``
+    samples of one request the request's seed."""
+    adapted = {} if adapter is None else {"lora_path": adapter}
     params = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
               "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens, "ignore_eos": sampling.ignore_eos}
     if sampling.stop_token_ids:
         params["stop_token_ids"] = list(sampling.stop_token_ids)
     if with_prompt_index:
         return [{"input_ids": list(prompt_ids), "sampling_params": {**params, "sampling_seed": seed},
-                 "return_logprob": True, "prompt_index": sampling.first_prompt}]
-    return [{"input_ids": list(prompt_ids), "return_logprob": True,
+                 "return_logprob": True, "prompt_index": sampling.first_prompt, **adapted}]
+    return [{"input_ids": list(prompt_ids), "return_logprob": True, **adapted,
              "sampling_params": {**params, "n": 1, "sampling_seed": sample_seed(seed, sampling.first_prompt, copy)}}
             for copy in range(sampling.n)]
 

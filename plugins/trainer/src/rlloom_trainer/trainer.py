@@ -40,7 +40,7 @@ from rlloom.protocols import (
     StatefulAlgorithm,
 )
 from rlloom.types import EngineSpec, RoleSpec, SamplingParams
-from rlloom_enginekit.lora import reference_role
+from rlloom_enginekit.lora import check_weight_sync, reference_role
 
 from rlloom_trainer.checkpoint import DISK_FULL_ERRNOS, RESUME_MARKER, Checkpoint, CheckpointError, CheckpointManager
 from rlloom_trainer.agents import multi_turn, start_agent_runner
@@ -104,6 +104,7 @@ class Trainer:
         self.config = sections["trainer"]
         self.multi_turn = multi_turn(resolved)  # before anything is written: a ConfigError when the launcher cannot
         check_async(resolved)
+        check_weight_sync(sections, choices)  # LoRA and the resharder: before anything is written
         seed_everything(self.config.seed)
         self.run_dir = run_dir_of(self.config)
         self.run_config = OmegaConf.to_container(resolved.cfg, resolve=True)
