@@ -73,6 +73,8 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
     folder's lock throughout (:mod:`rlloom_trainer.run_lock`): a second run on the same folder is refused."""
     check_run(resolved)
     from rlloom_trainer.interrupt import RunInterrupted
+    from rlloom_enginekit.lora import check_weight_sync
+
     from rlloom_trainer.local import check_one_process
     from rlloom_trainer.pipeline import check_async
     from rlloom_trainer.resume import finished_run
@@ -80,6 +82,7 @@ def fit_run(resolved: ResolvedConfig) -> dict[str, float]:
 
     check_async(resolved)  # an async mode the rest of the config cannot run is refused before the folder is made
     check_one_process(resolved)  # so is a train-engine layout of several processes under launcher=local
+    check_weight_sync(resolved.sections, resolved.choices)  # and LoRA with a resharder or rollout that cannot sync it
     trainer = None
     with run_lock(run_dir_of(resolved.sections["trainer"])), recording_interrupts():
         try:
