@@ -30,7 +30,7 @@ def run_rlloom(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 def test_without_sglang_the_error_names_the_package(tmp_path, mode):
     result = run_rlloom("train", "preset=tiny", "rollout=sglang", *mode, f"trainer.run_dir={tmp_path}")
     assert result.returncode == 2, result.stderr
-    assert "pip install 'rlloom-sglang[sglang]'" in result.stderr and "Traceback" not in result.stderr
+    assert "pip install 'sglang==0.5.23'" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a CUDA GPU")
@@ -99,7 +99,7 @@ def test_attached_to_a_server_speaking_sglangs_api_it_trains(tmp_path):
 
 
 @pytest.mark.cuda("a tiny GRPO run on a real SGLang server, and on sglang.Engine in process")
-@pytest.mark.skipif(not HAS_SGLANG, reason="needs SGLang (pip install 'rlloom-sglang[sglang]'): "
+@pytest.mark.skipif(not HAS_SGLANG, reason="needs SGLang (pip install 'sglang==0.5.23'): "
                     "a tiny GRPO run on a real SGLang server, and on sglang.Engine in process")
 @pytest.mark.parametrize("offline", ["false", "true"])
 def test_sglang_trains_on_the_gpu(tmp_path, offline):

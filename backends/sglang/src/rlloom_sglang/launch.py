@@ -14,7 +14,7 @@ import urllib.request
 
 from rlloom_sglang.config import SGLangRolloutConfig
 
-INSTALL = "pip install 'rlloom-sglang[sglang]' (SGLang 0.5.23, on a machine with an NVIDIA GPU)"
+INSTALL = "pip install 'sglang==0.5.23' (rlloom-sglang's extra sglang; on a machine with an NVIDIA GPU)"
 
 
 def check_can_launch(cuda_available: bool) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import math
 import os
+import re
 from types import ModuleType
 
 
@@ -23,10 +25,18 @@ def run_name(run_dir: str) -> str:
 
 
 def library(tracker: str, module: str) -> ModuleType:
-    """``module`` imported; when it (or what it needs) cannot be imported, ImportError naming rlloom-trainer's
-    extra ``tracker`` that installs its library (the trainer then disables the tracker with that message)."""
+    """``module`` imported; when it (or what it needs) cannot be imported, ImportError naming the library that
+    rlloom-trainer's extra ``tracker`` requires, as a pip command (the trainer then disables the tracker with that
+    message)."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
         raise ImportError(f"trainer.trackers=[{tracker}] cannot start ({error}): pip install "
-                          f"'rlloom-trainer[{tracker}]'") from error
+                          f"{' '.join(repr(requirement) for requirement in extra_requirements(tracker))}") from error
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements rlloom-trainer's extra ``extra`` names (``["wandb>=0.17"]``), from its installed metadata."""
+    marker = re.compile(r"\s*;\s*extra\s*==\s*[\"']" + re.escape(extra) + r"[\"']\s*$")
+    return [marker.sub("", requirement) for requirement in importlib.metadata.requires("rlloom-trainer") or []
+            if marker.search(requirement)]
