@@ -62,19 +62,10 @@ class RaisesOnNone(Wrapped):
         return self.inner(batch)
 
 
-def rollout_mutant(wrapper):
-    class Mutant(RolloutEngineContract):
-        entry_point = name = "hf"
-
-        @classmethod
-        def build(cls, registry, model_path):
-            return wrapper(super().build(registry, model_path))
-    return Mutant
-
-
-def train_mutant(wrapper):
-    class Mutant(TrainEngineContract):
-        entry_point = name = "fsdp"
+def mutant(contract, plugin, wrapper):
+    """The engine contract ``contract`` on our plugin ``plugin`` (entry point and name), its engine wrapped."""
+    class Mutant(contract):
+        entry_point = name = plugin
 
         @classmethod
         def build(cls, registry, model_path):
@@ -90,11 +81,11 @@ class TestRaisesOnNone(RewardContract):
         return RaisesOnNone(super().build(registry))
 
 
-TestRolloutLogProbsOff = rollout_mutant(RolloutLogProbsOff)
-TestIgnoresFirstPrompt = rollout_mutant(IgnoresFirstPrompt)
-TestAttendsToPadding = rollout_mutant(AttendsToPadding)
-TestTrainLogProbsOff = train_mutant(TrainLogProbsOff)
-TestNoUpdate = train_mutant(NoUpdate)
+TestRolloutLogProbsOff = mutant(RolloutEngineContract, "hf", RolloutLogProbsOff)
+TestIgnoresFirstPrompt = mutant(RolloutEngineContract, "hf", IgnoresFirstPrompt)
+TestAttendsToPadding = mutant(RolloutEngineContract, "hf", AttendsToPadding)
+TestTrainLogProbsOff = mutant(TrainEngineContract, "fsdp", TrainLogProbsOff)
+TestNoUpdate = mutant(TrainEngineContract, "fsdp", NoUpdate)
 '''
 
 EXPECTED_FAILURES = {

@@ -32,10 +32,10 @@ Our own plugins run the same contracts (their ``tests/test_contracts.py``), and 
 
 from rlloom_trainer.contracts.algorithm import AlgorithmContract
 from rlloom_trainer.contracts.dataset import DatasetContract
-from rlloom_trainer.contracts.plugin import PluginContract
+from rlloom_trainer.contracts.plugin import EngineContract, PluginContract
 from rlloom_trainer.contracts.reward import RewardContract
 from rlloom_trainer.contracts.rollout import RolloutEngineContract
 from rlloom_trainer.contracts.train_engine import TrainEngineContract
 
-__all__ = ["AlgorithmContract", "DatasetContract", "PluginContract", "RewardContract", "RolloutEngineContract",
+__all__ = ["AlgorithmContract", "DatasetContract", "EngineContract", "PluginContract", "RewardContract", "RolloutEngineContract",
            "TrainEngineContract"]

@@ -58,3 +58,25 @@ class PluginContract:
         assert done.stdout.strip() == "[]", (
             f"loading entry point {self.entry_point!r} imported {done.stdout.strip()}: register heavy factories as "
             "'module:attribute' strings and keep config dataclasses in a module without torch")
+
+
+class EngineContract(PluginContract):
+    """A contract of an engine kind: the engine under test is built once per test class on the tiny model, on the
+    CPU, as the role ``engine_role`` (``EngineSpec``), and closed after the class's tests."""
+
+    engine_role: ClassVar[str] = ""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine(cls, registry, rlloom_tiny_model):
+        engine = cls.build(registry, rlloom_tiny_model)
+        yield engine
+        engine.close()
+
+    @classmethod
+    def build(cls, registry, model_path: str):
+        """The engine under test: the component's factory with ``config`` (override to wrap or configure it)."""
+        from rlloom import EngineSpec
+
+        spec = EngineSpec(model_path, cls.engine_role, seed=0, total_train_steps=10, device="cpu")
+        return registry.get(cls.kind, cls.name).factory(cls.component_config(registry), spec)

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from rlloom_trainer.contracts.plugin import PluginContract
+from rlloom_trainer.contracts.plugin import EngineContract
 from rlloom_trainer.contracts.reference import padded, plain_log_probs, plain_model
 
 PROMPTS = ("Q: 2+2=?\nA:", "A much longer prompt, so that the short one is left-padded beside it:")
@@ -14,7 +14,7 @@ LOG_PROB_ATOL = 1e-3
 """Float32 on a CPU: the engine's log-probs and a plain forward's agree to rounding."""
 
 
-class RolloutEngineContract(PluginContract):
+class RolloutEngineContract(EngineContract):
     """``rollout=<name>``, built on the tiny model on the CPU, generates as the protocol says: ``n``
     interleaved samples per prompt with every input field repeated; right-padded responses whose mask is a
     prefix ending at a stop token or ``max_new_tokens``, log-probs 0 off the mask; the same response for a
@@ -22,21 +22,7 @@ class RolloutEngineContract(PluginContract):
     log softmax(logits / T) of a plain transformers forward at the sampled tokens."""
 
     kind: ClassVar[str] = "rollout"
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def engine(cls, registry, rlloom_tiny_model):
-        engine = cls.build(registry, rlloom_tiny_model)
-        yield engine
-        engine.close()
-
-    @classmethod
-    def build(cls, registry, model_path: str):
-        """The engine under test: the component's factory with ``config``, on the CPU (override to wrap it)."""
-        from rlloom import EngineSpec
-
-        return registry.get("rollout", cls.name).factory(cls.component_config(registry),
-                                                         EngineSpec(model_path, "rollout", 0, 0, "cpu"))
+    engine_role: ClassVar[str] = "rollout"
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from rlloom_trainer.contracts.plugin import PluginContract
+from rlloom_trainer.contracts.plugin import EngineContract
 from rlloom_trainer.contracts.reference import padded, plain_log_probs, plain_model
 
 LOG_PROB_ATOL = 1e-4
@@ -20,29 +20,14 @@ def advantage_loss(micro_batch, outputs, stats):
     return loss, {"pg_loss": loss.detach()}
 
 
-class TrainEngineContract(PluginContract):
+class TrainEngineContract(EngineContract):
     """``train_engine=<name>``, built as the actor on the tiny model on the CPU: ``compute_log_probs`` equals
     log softmax(logits / T) of a plain transformers forward at the response tokens (left-padded prompts,
     right-padded responses), and one ``train_step`` with a loss that pushes some rows up and others down
     returns finite metrics and changes the weights ``named_weights`` gives."""
 
     kind: ClassVar[str] = "train_engine"
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def engine(cls, registry, rlloom_tiny_model):
-        engine = cls.build(registry, rlloom_tiny_model)
-        yield engine
-        engine.close()
-
-    @classmethod
-    def build(cls, registry, model_path: str):
-        """The engine under test: the component's factory with ``config``, as the actor on the CPU (override
-        to wrap it)."""
-        from rlloom import EngineSpec
-
-        return registry.get("train_engine", cls.name).factory(cls.component_config(registry),
-                                                              EngineSpec(model_path, "actor", 0, 10, "cpu"))
+    engine_role: ClassVar[str] = "actor"
 
     @pytest.fixture(scope="class")
     @classmethod
