@@ -35,7 +35,7 @@ from typing import Any
 
 from rlloom.data import PromptRecord
 
-from rlloom_tasks.data.readers import check_path, read_rows
+from rlloom_tasks.data.readers import RawRow, check_path, read_rows
 
 
 class StringPrompts(Enum):
@@ -124,21 +124,29 @@ def to_record(row: Any, cfg: FilesDataConfig) -> PromptRecord:
 
 
 def _records(key: str, hf_split: str, cfg: FilesDataConfig, invalid: list[str]) -> list[PromptRecord]:
-    """The records of every row of the files ``cfg.<key>``; invalid rows raise or (``skip_invalid``) go to
-    ``invalid``."""
+    """The records of every row of the files ``cfg.<key>`` (:func:`_record` of each)."""
     records = []
     for path in getattr(cfg, key):
         for raw in read_rows(path, hf_split, f"data.{key}"):
-            try:
-                if raw.error:
-                    raise InvalidRow(raw.error)
-                records.append(to_record(raw.value, cfg))
-            except InvalidRow as exc:
-                message = f"{raw.location}: {exc}"
-                if not cfg.skip_invalid:
-                    raise ValueError(f"data=files: {message} (set data.skip_invalid=true to skip such rows)") from None
-                invalid.append(message)
+            record = _record(raw, cfg, invalid)
+            if record is not None:
+                records.append(record)
     return records
+
+
+def _record(raw: RawRow, cfg: FilesDataConfig, invalid: list[str]) -> PromptRecord | None:
+    """The record of one read row. A row that cannot be one raises ValueError naming its location, or with
+    ``skip_invalid`` is noted in ``invalid`` and gives None."""
+    try:
+        if raw.error:
+            raise InvalidRow(raw.error)
+        return to_record(raw.value, cfg)
+    except InvalidRow as exc:
+        message = f"{raw.location}: {exc}"
+        if not cfg.skip_invalid:
+            raise ValueError(f"data=files: {message} (set data.skip_invalid=true to skip such rows)") from None
+        invalid.append(message)
+        return None
 
 
 def _paths(value: Any, key: str) -> list[str]:
@@ -168,17 +176,11 @@ def _check(cfg: FilesDataConfig) -> None:
 
 
 def _check_first_row(path: str, key: str, cfg: FilesDataConfig) -> None:
-    """ValueError, as reading the data would raise it, when the first row of the JSONL file ``path`` cannot be
-    a record (a mistyped column name): caught when the config is composed, before any run folder is made."""
+    """:func:`_record` of the first row of the JSONL file ``path``: a row that cannot be a record (a mistyped
+    column name) is refused when the config is composed, before any run folder is made."""
     first = next(read_rows(path, "", f"data.{key}"), None)
-    try:
-        if first is not None:
-            if first.error:
-                raise InvalidRow(first.error)
-            to_record(first.value, cfg)
-    except InvalidRow as exc:
-        raise ValueError(f"data=files: {first.location}: {exc} (set data.skip_invalid=true to skip such rows)"
-                         ) from None
+    if first is not None:
+        _record(first, cfg, [])
 
 
 def build_files(cfg: FilesDataConfig, seed: int) -> FileSplits:
