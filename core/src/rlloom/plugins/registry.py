@@ -27,17 +27,28 @@ GROUPS = {kind for kind, hook in KINDS.items() if getattr(hookspecs, hook).rlloo
 """The kinds whose names are options of the config group of the same name (``rollout=hf``)."""
 
 
+def extras(distribution: str) -> dict[str, list[str]]:
+    """Each extra of the installed ``distribution`` -> the requirements it adds, as its metadata writes them
+    without the marker (``{"wandb": ["wandb>=0.17"]}``); ``{}`` when it is not installed."""
+    try:
+        requirements = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    marker = re.compile(r"\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']\s*$")
+    found: dict[str, list[str]] = {}
+    for requirement in requirements:
+        match = marker.search(requirement)
+        if match:
+            found.setdefault(match.group(1), []).append(requirement[:match.start()].strip())
+    return found
+
+
 @functools.cache
 def catalogue() -> dict[str, str]:
     """``<kind>-<name>`` (normalised as pip normalises extras) -> the distribution of ours that provides
-    it: the core distribution's extras (``pip install 'rlloom[rollout-vllm]'`` installs rlloom-vllm)."""
-    try:
-        requirements = importlib.metadata.requires("rlloom") or []
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    extra = re.compile(r"([A-Za-z0-9._-]+)\s*;\s*extra\s*==\s*[\"']([^\"']+)[\"']")
-    provided = (extra.fullmatch(requirement.strip()) for requirement in requirements)
-    return {match.group(2): match.group(1) for match in provided if match}
+    it: the core distribution's extras, each one distribution (``pip install 'rlloom[rollout-vllm]'`` installs
+    rlloom-vllm)."""
+    return {extra: requirement for extra, (requirement,) in extras("rlloom").items()}
 
 
 def install_command(package: str) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import math
 import os
-import re
 from types import ModuleType
+
+from rlloom.plugins.registry import extras
 
 
 def finite_scalars(metrics: dict) -> dict[str, float]:
@@ -31,12 +31,7 @@ def library(tracker: str, module: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        raise ImportError(f"trainer.trackers=[{tracker}] cannot start ({error}): pip install "
-                          f"{' '.join(repr(requirement) for requirement in extra_requirements(tracker))}") from error
+        requirements = " ".join(repr(requirement) for requirement in extras("rlloom-trainer").get(tracker, []))
+        raise ImportError(f"trainer.trackers=[{tracker}] cannot start ({error}): pip install {requirements}") from error
 
 
-def extra_requirements(extra: str) -> list[str]:
-    """The requirements rlloom-trainer's extra ``extra`` names (``["wandb>=0.17"]``), from its installed metadata."""
-    marker = re.compile(r"\s*;\s*extra\s*==\s*[\"']" + re.escape(extra) + r"[\"']\s*$")
-    return [marker.sub("", requirement) for requirement in importlib.metadata.requires("rlloom-trainer") or []
-            if marker.search(requirement)]
