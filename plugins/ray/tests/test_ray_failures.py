@@ -16,6 +16,7 @@ from ray_test_helpers import cpus_freed, run_tiny, seconds_since_last_row
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
+from rlloom.errors import RoleStartError  # noqa: E402
 from rlloom_ray import WorkerError  # noqa: E402
 
 
@@ -36,10 +37,27 @@ def test_a_raising_worker_names_role_rank_and_remote_traceback(ray_cluster, tmp_
 @pytest.mark.slow
 def test_a_hung_worker_times_out(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:generate:2:hang")
-    with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 did not answer within 15 s during generate\(\)"):
+    # launcher.call_timeout_s bounds calls only: the workers' start-up (model build) has its own bound, so a
+    # loaded machine's slow start cannot trip this 15 s limit.
+    with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 did not answer within 15 s during generate\(\)") \
+            as caught:
         run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.call_timeout_s=15")
+    assert "see launcher.call_timeout_s" in str(caught.value)
     assert seconds_since_last_row(str(tmp_path / "run")) < 15 + 30  # the hang began after step 1's row
     assert cpus_freed(4)  # the hung worker was killed, not waited for
+
+
+@pytest.mark.slow
+def test_a_worker_hung_while_starting_names_the_start_timeout(ray_cluster, tmp_path, monkeypatch):
+    # The actor is the first role built: only its worker's start-up and its build count against the bound, and a
+    # start-up slower than the bound (a loaded machine) ends in the same error as the hang.
+    monkeypatch.setenv("RLLOOM_RAY_FAULT", "actor:build:1:hang")
+    with pytest.raises(RoleStartError) as caught:
+        run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.start_timeout_s=20")
+    assert str(caught.value).startswith("the actor role (train_engine=")
+    assert ("could not start: WorkerError: Ray worker for role 'actor' rank 0 did not answer within 20 s during "
+            "build(): ranks still running: [0] (pool 'global'; see launcher.start_timeout_s)") in str(caught.value)
+    assert cpus_freed(4)
 
 
 @pytest.mark.slow

@@ -62,8 +62,11 @@ class RayLauncherConfig(Limited):
     - ``threads_per_worker``: torch intra-op threads in each worker (0: ``OMP_NUM_THREADS`` when
       set, else the whole CPUs its bundle reserves, ``cpus_per_worker`` rounded down, at least 1; so
       the workers of a node never run more threads than the CPUs Ray gave them; :mod:`rlloom_enginekit.threads`).
-    - ``call_timeout_s``: longest wait for any worker call (and for a pool's placement group);
-      past it the run stops with an error naming the role and rank.
+    - ``start_timeout_s``: longest wait for a pool to start: its placement group, then its workers
+      building a role (loading or converting the model) and forming their process group; past it the run
+      stops with an error naming the role and rank.
+    - ``call_timeout_s``: longest wait for any worker call once its role is built (generate, train_step,
+      a weight sync, ...); past it the run stops with an error naming the role and rank.
     - ``connect_timeout_s``: how long an ``address`` of the form ``host:port`` or
       ``ray://host:port`` may take to accept a connection and answer as a gRPC server (as Ray's GCS and
       client server do) before the run stops naming it.
@@ -71,7 +74,7 @@ class RayLauncherConfig(Limited):
 
     section: ClassVar[str] = "launcher"
     limits: ClassVar[dict] = {"cpus_per_worker": "> 0", "gpus_per_worker": ">= 0", "threads_per_worker": ">= 0",
-                              "call_timeout_s": "> 0", "connect_timeout_s": "> 0"}
+                              "start_timeout_s": "> 0", "call_timeout_s": "> 0", "connect_timeout_s": "> 0"}
 
     address: Optional[str] = None
     num_cpus: Optional[int] = None
@@ -80,6 +83,7 @@ class RayLauncherConfig(Limited):
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     threads_per_worker: int = 0
+    start_timeout_s: float = 600.0
     call_timeout_s: float = 600.0
     connect_timeout_s: float = 15.0
 

@@ -27,9 +27,10 @@ class WorkerGroup:
         self.failed = False
 
     def wait(self, role: str, method: str, refs: list[Any], timeout_s: float | None = None,
-             started: float | None = None) -> list[Any]:
-        """Results of ``refs`` (one per rank) in rank order; the timeout counts from ``started``
-        (a ``time.monotonic()`` value; default: now)."""
+             started: float | None = None, setting: str = "launcher.call_timeout_s") -> list[Any]:
+        """Results of ``refs`` (one per rank) in rank order; the timeout (default: the group's call timeout)
+        counts from ``started`` (a ``time.monotonic()`` value; default: now), and its error names ``setting``,
+        the key that sets it."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = (time.monotonic() if started is None else started) + timeout_s
         pending = {ref: rank for rank, ref in enumerate(refs)}
@@ -40,7 +41,7 @@ class WorkerGroup:
                 self.failed = True
                 ranks = sorted(pending.values())
                 raise WorkerError(role, ranks[0], method, f"did not answer within {timeout_s:g} s",
-                                  f"ranks still running: {ranks} (pool {self.pool!r}; see launcher.call_timeout_s)")
+                                  f"ranks still running: {ranks} (pool {self.pool!r}; see {setting})")
             for ref in ready:
                 rank = pending.pop(ref)
                 try:

@@ -10,7 +10,7 @@ but picklable descriptions crosses from the controller. Iterators that methods r
 
 Fault seam (tests): ``RLLOOM_RAY_FAULT=<role>:<method>:<k>:<exit|raise|hang>`` (forwarded from
 the controller's environment, like every ``RLLOOM_*`` variable) makes the ``k``-th call of
-``method`` on ``role`` terminate the process (``exit``), raise ``RuntimeError`` (``raise``) or
+``method`` on ``role`` (``build`` included) terminate the process (``exit``), raise ``RuntimeError`` (``raise``) or
 never return (``hang``).
 """
 
@@ -73,6 +73,7 @@ class Worker:
         """Build ``spec.role`` here; returns the public methods of what was built (and ``__call__``
         when the object itself is callable, as a reward function is), each with its dispatch mode
         (:func:`rlloom.controller.dispatch.declared_mode`)."""
+        self._maybe_fault(spec.role, "build")
         built = build_role(spec, get_registry())
         self.roles[spec.role] = built
         methods = [name for name in dir(built) if not name.startswith("_") and callable(getattr(built, name))]

@@ -52,7 +52,8 @@ class RayLauncher:
             if spec.role == "resharder":
                 return SyncHandle(spec, build_role(spec, registry))
             group = self._group(self.config.pool_of(spec.role))
-            modes = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers])[0]
+            modes = group.wait(spec.role, "build", [worker.build.remote(spec) for worker in group.workers],
+                               **self._start_wait())[0]
             handle = RoleHandle(spec.role, group, modes, registry)
             self.handles.append(handle)
             return handle
@@ -69,15 +70,15 @@ class RayLauncher:
 
         size, cfg = self.config.pools()[pool], self.config
         placement = placement_group([cfg.bundle()] * size, strategy="PACK", name=f"rlloom-{pool}")
-        ready, _ = ray.wait([placement.ready()], timeout=cfg.call_timeout_s)
+        ready, _ = ray.wait([placement.ready()], timeout=cfg.start_timeout_s)
         if not ready:
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(placement)
             raise RuntimeError(
                 f"launcher.resource_pools.{pool}: could not reserve {size} x {cfg.bundle()} within "
-                f"{cfg.call_timeout_s:g} s; the cluster has {ray.available_resources().get('CPU', 0):g} CPU and "
-                f"{ray.available_resources().get('GPU', 0):g} GPU free (lower launcher.cpus_per_worker / "
+                f"launcher.start_timeout_s={cfg.start_timeout_s:g} s; the cluster has "
+                f"{ray.available_resources().get('CPU', 0):g} CPU and {ray.available_resources().get('GPU', 0):g} GPU free (lower launcher.cpus_per_worker / "
                 f"launcher.gpus_per_worker or raise launcher.num_cpus)"
             )
         env = {key: value for key, value in os.environ.items() if key.startswith("RLLOOM_")}
@@ -91,10 +92,16 @@ class RayLauncher:
         ]
         group = self.groups[pool] = WorkerGroup(pool, workers, placement, cfg.call_timeout_s)
         if size > 1:
-            host, port = group.wait("pool " + pool, "rendezvous_address", [workers[0].rendezvous_address.remote()])[0]
+            host, port = group.wait("pool " + pool, "rendezvous_address", [workers[0].rendezvous_address.remote()],
+                                    **self._start_wait())[0]
             group.wait("pool " + pool, "init_process_group",
-                       [worker.init_process_group.remote(host, port, cfg.process_group_backend()) for worker in workers])
+                       [worker.init_process_group.remote(host, port, cfg.process_group_backend()) for worker in workers],
+                       **self._start_wait())
         return group
+
+    def _start_wait(self) -> dict[str, Any]:
+        """:meth:`WorkerGroup.wait`'s arguments for a start-up step (bounded by ``launcher.start_timeout_s``)."""
+        return {"timeout_s": self.config.start_timeout_s, "setting": "launcher.start_timeout_s"}
 
     def shutdown(self) -> None:
         """Close the roles of healthy pools (last started first), kill all workers, stop Ray if ours."""
