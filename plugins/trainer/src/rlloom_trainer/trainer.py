@@ -51,7 +51,7 @@ from rlloom_trainer.local import LocalLauncher
 from rlloom_trainer.pipeline import SYNC, PipelinedContext, RolloutPipeline, check_async
 from rlloom_trainer.progress import phase
 from rlloom_trainer.prompts import PromptEncoder, PromptIterator, check_context
-from rlloom_trainer.record import record_yaml
+from rlloom_trainer.record import absolute_paths, record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, resume_target
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
 from rlloom_trainer.sigint import received
@@ -107,7 +107,8 @@ class Trainer:
         check_weight_sync(sections, choices)  # LoRA and the resharder: before anything is written
         seed_everything(self.config.seed)
         self.run_dir = run_dir_of(self.config)
-        self.run_config = OmegaConf.to_container(resolved.cfg, resolve=True)
+        # as recorded: a resume typed with relative paths or with the recorded config compares equal
+        self.run_config = absolute_paths(OmegaConf.to_container(resolved.cfg, resolve=True))
         self.checkpoints = CheckpointManager(self.run_dir, self.config.keep_last_n)
         resume_from = resume_target(resolved, self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
