@@ -52,6 +52,16 @@ def test_a_megatron_tensor_parallel_change_resumes_and_other_engine_keys_do_not(
     assert config_changes(saved, current) == ["train_engine.lr: 0.01 -> 0.02"]
 
 
+def test_a_local_path_typed_relative_or_recorded_absolute_is_no_change(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text("{}\n")
+    (tmp_path / "other.jsonl").write_text("{}\n")
+    saved = {"data": {"train_files": [str(tmp_path / "rows.jsonl")]}}  # as the run recorded it
+    assert config_changes(saved, {"data": {"train_files": ["rows.jsonl"]}}) == []
+    assert config_changes(saved, {"data": {"train_files": ["other.jsonl"]}}) == [
+        f"data.train_files: {[str(tmp_path / 'rows.jsonl')]!r} -> {[str(tmp_path / 'other.jsonl')]!r}"]
+
+
 def test_derived_seeds_depend_on_every_part_and_nothing_else():
     seed = derive_seed(0, 3, "gen", 0)
     assert seed == derive_seed(0, 3, "gen", 0)

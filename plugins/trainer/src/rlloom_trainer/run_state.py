@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlloom_trainer.checkpoint import read_step
+from rlloom_trainer.record import absolute_paths
 
 TRAINER_STATE = "trainer_state.pt"
 """The file of a checkpoint folder that holds its :class:`TrainerState`."""
@@ -113,8 +114,10 @@ def _resumable(key: str) -> bool:
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``"key: old -> new"`` for every config value that differs between the checkpoint's config and
-    the current one, except the keys in :data:`RESUMABLE_CHANGES`; sorted by key."""
-    old, new = flatten_config(saved), flatten_config(current)
+    the current one, except the keys in :data:`RESUMABLE_CHANGES`; sorted by key. Local paths compare as
+    absolute paths (:func:`~rlloom_trainer.record.absolute_paths`: how the run records them), so a resume typed
+    with relative paths, or from the run's recorded config, is no change."""
+    old, new = flatten_config(absolute_paths(saved)), flatten_config(absolute_paths(current))
     return [
         f"{key}: {old.get(key, '<absent>')!r} -> {new.get(key, '<absent>')!r}"
         for key in sorted(set(old) | set(new))
