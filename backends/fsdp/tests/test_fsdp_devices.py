@@ -119,6 +119,16 @@ def test_train_flops_counts_matmul_parameters(tied, model_dir, tied_model_dir):
     assert (flops.body, flops.head) == (6.0 * body, 6.0 * head)  # the input embedding only looked up
 
 
+def test_train_flops_charge_a_frozen_parameter_no_weight_gradient(model_dir):
+    model = reference_model(model_dir)
+    body, head = body_and_head_parameters(model)
+    frozen = model.model.layers[0].mlp.down_proj.weight  # as LoRA freezes its base weights
+    frozen.requires_grad_(False)
+    model.lm_head.weight.requires_grad_(False)
+    flops = train_flops(model, model.get_output_embeddings())
+    assert (flops.body, flops.head) == (6.0 * (body - frozen.numel()) + 4.0 * frozen.numel(), 4.0 * head)
+
+
 def inert_and_shared_batch() -> Batch:
     """Rows 0, 2 and 3 share one prompt; rows 1 (empty response) and 4 (zero advantages) are inert
     under the zero-advantage policy loss, so the engine trains rows [0, 2, 3, 5]."""
