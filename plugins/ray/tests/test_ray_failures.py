@@ -53,9 +53,9 @@ def test_a_worker_hung_while_starting_names_the_start_timeout(ray_cluster, tmp_p
     # start-up slower than the bound (a loaded machine) ends in the same error as the hang.
     monkeypatch.setenv("RLLOOM_RAY_FAULT", "actor:build:1:hang")
     with pytest.raises(RoleStartError) as caught:
-        run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.start_timeout_s=20")
+        run_tiny(str(tmp_path / "run"), str(tmp_path / "cache"), "launcher=ray", "launcher.start_timeout_s=8")
     assert str(caught.value).startswith("the actor role (train_engine=")
-    assert ("could not start: WorkerError: Ray worker for role 'actor' rank 0 did not answer within 20 s during "
+    assert ("could not start: WorkerError: Ray worker for role 'actor' rank 0 did not answer within 8 s during "
             "build(): ranks still running: [0] (pool 'global'; see launcher.start_timeout_s)") in str(caught.value)
     assert cpus_freed(4)
 
