@@ -58,7 +58,17 @@ CASES = [
     (["trainer.test_freq=-3"], "trainer.test_freq=-3"),
     (["data=files", "data.train_files=[/dev/null]", "data.val_fraction=0.5"],
      "data.train_files: '/dev/null' is not a regular"),
+    # a mapping's new key without its '+': the advice says how (followed below)
+    (["data=reasoning_gym", "data.task_config={min_terms: 2}"],
+     "data.task_config is a mapping; a key it does not hold yet takes a '+': +data.task_config.min_terms=<value>"),
 ]
+
+
+def test_the_advice_for_a_mappings_new_key_works_when_followed():
+    from rlloom.config import compose_config
+
+    resolved = compose_config(["preset=tiny", "data=reasoning_gym", "+data.task_config.min_terms=2"])
+    assert resolved.sections["data"].task_config == {"min_terms": 2}
 
 
 def test_the_table_is_large_enough():

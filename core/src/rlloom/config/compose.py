@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_origin, get_type_hints
 
 from hydra import compose, initialize
 from hydra.core.config_store import ConfigStore
@@ -147,6 +147,9 @@ def _store(options: Options, run_config: type) -> None:
 def _no_such_key(full_key: str, schema: Any, choices: dict[str, str], run_config: type) -> str:
     """``<key>: no such key``, naming the valid keys of its section (of a top-level key: the sections)."""
     group, typed = full_key.split(".")[0], full_key.split(".")[-1]
+    mapping = ".".join(full_key.split(".")[:2])
+    if dataclasses.is_dataclass(schema) and get_origin(get_type_hints(schema).get(mapping[len(group) + 1:])) is dict:
+        return f"{full_key}: {mapping} is a mapping; a key it does not hold yet takes a '+': +{full_key}=<value>"
     if dataclasses.is_dataclass(schema):
         valid = [f.name for f in dataclasses.fields(schema)]
         where = f"{group}={choices[group]}" if group in choices else group
