@@ -4,18 +4,18 @@
    each), its memory shared out, and the loopback gloo bandwidth between two processes measured here
    (a broadcast of 64 MiB, the best of 3) as its link bandwidth; written to ``<out>/cluster.yaml``.
 2. A profile of one configuration (``rlloom plan --profile``'s :func:`run_profile`): GRPO with the reference
-   on (``algorithm.use_kl_loss=true``), ``--profile-batch`` prompts (and half of them), colocated on one Ray
-   worker; written to ``<out>/profile.json``.
+   on (``algorithm.use_kl_loss=true``), colocated on one Ray worker at ``--profile-batch`` prompts and half
+   of them, then on two workers (the data-parallel efficiency); written to ``<out>/profile.json``.
 3. Another configuration, ``--batch`` prompts, predicted from that profile (:func:`predict`) and run for
    ``--steps`` steps in every placement that fits here: colocated on 1 and on 2 workers, split 1 + 1
    (``resharder=broadcast``), sync, and split 1 + 1 with ``trainer.async_mode=one_step_off`` (generation
-   overlapping training); the quickest ``timing_s/step`` after the first step is the measurement
-   (the profile keeps the quickest sample of each stage alike: other processes only ever add time).
-4. Prints each placement's predicted and measured step time, the error, the sync placement the model
-   picks (the least predicted; a plan keeps the config's async mode) and the fastest measured, with
-   ``uptime``'s load; writes ``<out>/results.json``.
+   overlapping training). A run's measurement is its quickest step after the first, and each stage's
+   quickest sample (other processes only ever add time; the profile takes its samples alike).
+4. Prints each placement's predicted and measured step time and stages, the error, the sync placement the
+   model picks (the least predicted; a plan keeps the config's async mode) and the fastest measured, the
+   wall time and ``uptime``'s load; writes ``<out>/results.json``.
 
-    python bench/bench_plan.py                  # about 5 minutes here
+    python bench/bench_plan.py                  # 7 runs; under 8 minutes on an idle 2-core machine
     python bench/bench_plan.py --hidden 512     # a model whose per-token work outweighs the fixed costs
 """
 
@@ -28,7 +28,6 @@ import subprocess
 import tempfile
 import time
 
-import rlloom_trainer
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -36,7 +35,7 @@ import yaml
 from rlloom.config import compose_config
 from rlloom_trainer.commands.plan import config_keys
 from rlloom_trainer.planning.hardware import parse_cluster
-from rlloom_trainer.planning.profile import run_profile
+from rlloom_trainer.planning.profile import Profile, profile_run, quickest, quickest_step, run_profile, stage_samples
 from rlloom_trainer.planning.rates import plan_rates, plan_workload
 from rlloom_trainer.planning.search import overrides
 from rlloom_trainer.planning.steptime import Placement, predict
@@ -87,32 +86,19 @@ def write_cluster(path: str) -> None:
         yaml.safe_dump(cluster, handle)
 
 
-def measure(placement: Placement, async_mode: str, keys: set[str], batch: int, steps: int, cache: str) -> float:
-    """The quickest ``timing_s/step`` after the first of ``steps`` steps of the config in ``placement`` (the
-    step other processes disturbed least, as the profile takes its samples)."""
-    with tempfile.TemporaryDirectory() as run_dir:
-        rlloom_trainer.train([*CONFIG, *overrides(placement, keys, gpu=False), "launcher.num_cpus=2",
-                              f"trainer.train_batch_size={batch}", f"trainer.total_steps={steps}",
-                              f"trainer.run_dir={run_dir}", f"model.cache_dir={cache}", "trainer.trackers=[jsonl]",
-                              "trainer.val_before_train=false", "trainer.test_freq=0",
-                              f"trainer.async_mode={async_mode}"])
-        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle]
-    return min(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2 and "timing_s/step" in row)
+def measure(placement: Placement, async_mode: str, keys: set[str], batch: int, steps: int,
+            cache: str) -> tuple[float, dict[str, float]]:
+    """(the quickest ``timing_s/step`` after the first of ``steps`` steps of the config in ``placement``,
+    each stage's quickest seconds: the samples other processes disturbed least, as the profile takes them)."""
+    rows, _ = profile_run([*CONFIG, *overrides(placement, keys, gpu=False), "launcher.num_cpus=2",
+                           f"model.cache_dir={cache}", f"trainer.async_mode={async_mode}"], batch, steps)
+    n = compose_config(CONFIG).sections["algorithm"].n
+    stages = {stage: values[0][1] for stage, values in quickest(stage_samples(rows, batch * n)).items() if values}
+    return quickest_step(rows), stages
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile-batch", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=256, help="the tiny model's width (its MLP: 3x)")
-    parser.add_argument("--out", default="bench-plan")
-    args = parser.parse_args()
-    CONFIG.extend([f"model.hidden_size={args.hidden}", f"model.intermediate_size={3 * args.hidden}"])
-    os.makedirs(args.out, exist_ok=True)
-    cluster_path = os.path.join(args.out, "cluster.yaml")
-    write_cluster(cluster_path)
+def run(args: argparse.Namespace, cluster_path: str) -> tuple[Profile, dict]:
+    """Profile the config at ``--profile-batch``, then predict and measure every placement at ``--batch``."""
     cluster = parse_cluster(cluster_path)
     with tempfile.TemporaryDirectory() as cache:
         profile = run_profile([*CONFIG, "launcher=ray", "launcher.num_cpus=2", f"model.cache_dir={cache}",
@@ -125,23 +111,55 @@ def main() -> None:
         rates = plan_rates(profile.shape, cluster, profile)
         results = {}
         for name, (placement, async_mode) in PLACEMENTS.items():
-            predicted = predict(placement, profile.shape, workload, rates, cluster, async_mode).step_s
-            measured = measure(placement, async_mode, keys, args.batch, args.steps, cache)
-            results[name] = {"predicted_s": predicted, "measured_s": measured, "error": predicted / measured - 1}
+            prediction = predict(placement, profile.shape, workload, rates, cluster, async_mode)
+            measured, stages = measure(placement, async_mode, keys, args.batch, args.steps, cache)
+            results[name] = {"predicted_s": prediction.step_s, "measured_s": measured,
+                             "error": prediction.step_s / measured - 1, "predicted_stages": prediction.stages,
+                             "measured_stages": stages}
+    return profile, {"rates_source": rates.source, "placements": results}
+
+
+def report(results: dict, load: str, wall: float) -> None:
+    """Print the placements' predicted and measured step times and stages, the pick and the fastest."""
+    placements = results["placements"]
+    print(f"rates: {results['rates_source']}")
+    print(f"{'placement':<16} {'predicted':>10} {'measured':>10} {'error':>7}   stages predicted / measured (s)")
+    for name, row in placements.items():
+        stages = "  ".join(f"{stage} {row['predicted_stages'].get(stage, 0):.3f}/{seconds:.3f}"
+                           for stage, seconds in row["measured_stages"].items())
+        print(f"{name:<16} {row['predicted_s']:>9.3f}s {row['measured_s']:>9.3f}s {row['error']:>+7.1%}   {stages}")
+    print(f"of the sync placements (the config's mode) the model picks: {results['plan_picks']}; fastest measured: "
+          f"{results['fastest_measured']}")
+    print(f"wall: {wall:.0f} s; uptime: {load}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile-batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5, help="steps per run (the first is not timed)")
+    parser.add_argument("--hidden", type=int, default=256, help="the tiny model's width (its MLP: 3x)")
+    parser.add_argument("--out", default="bench-plan")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    CONFIG.extend([f"model.hidden_size={args.hidden}", f"model.intermediate_size={3 * args.hidden}"])
+    os.makedirs(args.out, exist_ok=True)
+    cluster_path = os.path.join(args.out, "cluster.yaml")
+    write_cluster(cluster_path)
+    profile, results = run(args, cluster_path)
+    placements = results["placements"]
     synchronous = [name for name, (_, async_mode) in PLACEMENTS.items() if async_mode == "sync"]
-    chosen = min(synchronous, key=lambda name: results[name]["predicted_s"])
-    fastest = min(synchronous, key=lambda name: results[name]["measured_s"])
+    results["plan_picks"] = min(synchronous, key=lambda name: placements[name]["predicted_s"])
+    results["fastest_measured"] = min(synchronous, key=lambda name: placements[name]["measured_s"])
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    summary = {"cluster": open(cluster_path, encoding="utf-8").read(), "profile_step_s": profile.step_s,
-               "rates": profile.to_json()["rates"], "placements": results, "plan_picks": chosen,
-               "fastest_measured": fastest, "uptime": load}
+    with open(cluster_path, encoding="utf-8") as handle:
+        cluster_text = handle.read()
+    summary = {"cluster": cluster_text, "profile_step_s": profile.step_s, "profile_doubled_step_s":
+               profile.doubled_step_s, "profile_threads": profile.threads, "rates": profile.to_json()["rates"],
+               **results, "uptime": load, "wall_s": time.perf_counter() - started}
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1)
-    print(f"{'placement':<16} {'predicted':>10} {'measured':>10} {'error':>7}")
-    for name, row in results.items():
-        print(f"{name:<16} {row['predicted_s']:>9.3f}s {row['measured_s']:>9.3f}s {row['error']:>+7.1%}")
-    print(f"of the sync placements (the config's mode) the model picks: {chosen}; fastest measured: {fastest}")
-    print(f"uptime: {load}")
+    report(results, load, summary["wall_s"])
 
 
 if __name__ == "__main__":

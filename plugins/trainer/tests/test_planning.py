@@ -3,6 +3,8 @@ step-time model and the search, against hand values; the plan's overrides compos
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from rlloom.cli import main
 from rlloom.config import compose_config
@@ -18,8 +20,18 @@ from rlloom_trainer.planning.memory import (
     rollout_bytes_per_device,
     train_bytes_per_device,
 )
-from rlloom_trainer.planning.profile import fit, fitted_rates, measured_workload, quickest, stage_samples
-from rlloom_trainer.planning.rates import plan_workload
+from rlloom_trainer.planning.profile import (
+    Profile,
+    doubled_overrides,
+    fit,
+    fitted_rates,
+    measured_workload,
+    pool_scaling,
+    quickest,
+    stage_samples,
+    threads_per_worker,
+)
+from rlloom_trainer.planning.rates import plan_rates, plan_workload
 from rlloom_trainer.planning.search import candidates
 from rlloom_trainer.planning.steptime import Placement, Rates, StageCost, Workload, memory_per_device, predict
 
@@ -121,6 +133,58 @@ def test_profile_fits_each_stage_from_the_logged_timings():
     assert (workload.prompt_tokens, workload.response_tokens) == (pytest.approx(20.0), pytest.approx(10 / 3))
 
 
+def test_a_doubled_pool_gives_each_stage_its_scaling_and_the_sync_its_gather_bandwidth():
+    fixed = {"gen": 0.1, "train": 0.2, "log_prob": 0.05, "sync": 0.01}
+    slope = {"gen": 1e-3, "train": 2e-4, "log_prob": 5e-5, "sync": 1e-6}
+    # On 2 devices: gen at 0.6 of perfect sharing, train at 0.8 with 0.05 s more a call, log-probs faster than
+    # perfect (kept at 1) and 0.01 s less a call, the sync 5 ms longer: 1000 bytes / 2 gathered at 100 kB/s.
+    fixed_2 = {"gen": 0.1, "train": 0.25, "log_prob": 0.04, "sync": 0.015}
+    slope_2 = {"gen": 1e-3 / (2 * 0.6), "train": 2e-4 / (2 * 0.8), "log_prob": 5e-5 / 4, "sync": 1e-6}
+    samples: dict[str, list] = {}
+    doubled: dict[str, list] = {}
+    for rows in (8, 16):
+        for pooled, costs in ((samples, (fixed, slope)), (doubled, (fixed_2, slope_2))):
+            run = [metrics_row(step, rows, *costs) for step in (1, 2, 3)]
+            for stage, values in quickest(stage_samples(run, rows)).items():
+                pooled.setdefault(stage, []).extend(values)
+    rates = fitted_rates(samples, devices=1, doubled=doubled)
+    scaling = [value for cost in (rates.gen, rates.train, rates.log_prob) for value in (cost.efficiency, cost.growth_s)]
+    assert scaling == pytest.approx([0.6, 0.0, 0.8, 0.05, 1.0, -0.01])
+    assert (rates.gen.base_devices, rates.sync.base_devices) == (1, 1)
+    assert rates.gather_bandwidth == pytest.approx(1000 / 2 / 0.005)  # sync through the origin: 0.011 s on 1
+    assert rates.train.seconds(16 * 24, 2) == pytest.approx(0.25 + 2e-4 * 16 * 24 / (2 * 0.8))  # the doubled fit
+    assert pool_scaling(0.1, 1e-3, 0.3, 0.01) == (pytest.approx(0.2), 0.05)  # 20x slower a unit: the floor
+    assert pool_scaling(0.1, 0.0, 0.1, 1e-3) == pool_scaling(0.1, 1e-3, 0.1, 0.0) == (0.0, 1.0)
+    alone = fitted_rates(samples, devices=1)  # no doubled runs: perfect sharing, no growth, the cluster's link
+    assert (alone.gen.efficiency, alone.gen.growth_s, alone.gather_bandwidth) == (1.0, 0.0, 0.0)
+    shape = ModelShape.named("qwen2.5-0.5b")
+    profile = Profile("cpu", 1, shape, WORKLOAD, rates, {8: 1.5, 16: 2.0}, ["preset=tiny"], 1.4, {1: 1, 2: 1})
+    assert Profile.from_json(profile.to_json()) == profile
+    planned = plan_rates(shape, cpu_cluster(), profile)
+    assert planned.train == rates.train and planned.gather_bandwidth == rates.gather_bandwidth  # same parameters
+    assert planned.source == ("profile on cpu; data-parallel efficiency (pools of 1 -> 2): gen 0.6 +0.000 s, train "
+                              "0.8 +0.050 s, log-probs 1 -0.010 s a call; weight gather 0.1 MB/s")
+
+
+def test_the_doubled_pool_keeps_the_cpu_count():
+    base = ["preset=tiny", "launcher=ray", "launcher.num_cpus=2"]
+    launcher = compose_config(base).sections["launcher"]
+    assert doubled_overrides(launcher, cpus=2) == ["++launcher.resource_pools.global=2"]  # 1 CPU, 1 thread each
+    wide = compose_config([*base, "launcher.cpus_per_worker=2", "launcher.threads_per_worker=2"]).sections["launcher"]
+    assert threads_per_worker(wide) == 2
+    extra = doubled_overrides(wide, cpus=2)
+    assert extra == ["++launcher.resource_pools.global=2", "launcher.cpus_per_worker=1",
+                     "launcher.threads_per_worker=1"]
+    doubled = compose_config([*base, "launcher.cpus_per_worker=2", "launcher.threads_per_worker=2", *extra])
+    assert (doubled.sections["launcher"].resource_pools, threads_per_worker(doubled.sections["launcher"])) == (
+        {"global": 2}, 1)
+    split = [*base, "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
+    extra = doubled_overrides(compose_config(split).sections["launcher"], cpus=2)
+    assert extra == ["++launcher.resource_pools.gen=2", "++launcher.resource_pools.global=2",
+                     "launcher.cpus_per_worker=0.5"]
+    assert compose_config([*split, *extra]).sections["launcher"].resource_pools == {"gen": 2, "global": 2}
+
+
 def test_fit_never_returns_negative_costs():
     assert fit([(1.0, 0.5), (2.0, 0.4)]) == (pytest.approx(0.45), 0.0)  # timings that fall: a mean, no slope
     assert fit([(1.0, 0.0), (2.0, 2.0)]) == (0.0, pytest.approx(0.8))  # negative intercept: through the origin
@@ -160,6 +224,32 @@ def test_colocated_serializes_and_async_split_overlaps():
     assert overlapped.step_s == pytest.approx(max(stages["gen"], stages["log_prob"] + stages["train"] + 0.3) + sync)
     assert "needs the rollout on a pool of its own" in predict(Placement(2), shape, WORKLOAD, RATES, cluster,
                                                                async_mode="fully_async").excluded
+
+
+def test_stage_cost_scales_its_fixed_part_and_its_sharing_per_doubling():
+    cost = StageCost(0.1, 2e-3, efficiency=0.8, growth_s=0.05)
+    assert [cost.seconds(1000, devices) for devices in (1, 2, 4)] == pytest.approx(
+        [0.1 + 2.0, 0.15 + 2.0 / (2 * 0.8), 0.2 + 2.0 / (4 * 0.8 * 0.8)])
+    measured_on_two = StageCost(0.1, 2e-3, efficiency=0.8, growth_s=0.2, base_devices=2)
+    assert [measured_on_two.seconds(1000, devices) for devices in (1, 2)] == pytest.approx([0.0 + 2.0 * 0.8, 1.1])
+
+
+def test_a_profile_s_efficiencies_and_gather_bandwidth_price_a_larger_pool():
+    shape = ModelShape.named("qwen2.5-0.5b")
+    rates = Rates(gen=StageCost(0.5, 1e-3, 0.5), train=StageCost(0.2, 4e-3, 0.8, growth_s=0.1),
+                  log_prob=StageCost(0.1, 1e-3, 0.9),
+                  sync=StageCost(0.05, 1e-9), other_s=0.3, gather_bandwidth=2e8)
+    two = predict(Placement(2), shape, WORKLOAD, rates, cpu_cluster())
+    tokens, generated = 32 * 250, 32 * 150
+    assert two.stages["gen"] == pytest.approx(0.5 + 1e-3 * generated / (2 * 0.5))
+    assert two.stages["log_prob"] == pytest.approx(0.1 + 1e-3 * tokens / (2 * 0.9))
+    assert two.stages["train"] == pytest.approx(0.3 + 4e-3 * tokens / (2 * 0.8))  # FSDP's 1.98 s of gathers overlap
+    assert two.stages["sync"] == pytest.approx(0.05 + 1e-3 + 1e6 / 2 / 2e8)  # the measured gather, not the link
+    on_two = dataclasses.replace(rates, sync=StageCost(0.05, 1e-9, base_devices=2))  # the sync measured on 2
+    assert predict(Placement(2), shape, WORKLOAD, on_two, cpu_cluster()).stages["sync"] == pytest.approx(0.051)
+    four = predict(Placement(4), shape, WORKLOAD, rates, cpu_cluster(devices=4))
+    assert four.stages["gen"] == pytest.approx(0.5 + 1e-3 * generated / (4 * 0.25))
+    assert four.stages["sync"] == pytest.approx(0.05 + 1e-3 + 1e6 * 3 / 4 / 2e8)
 
 
 def test_layouts_that_cannot_run_say_why():
@@ -208,7 +298,8 @@ def test_8xh100_plans_fit_and_their_overrides_compose(name):
     text, winner = plan_report(resolved, keys, cluster, shape, None, prompt_tokens=256, top=3)
     size = {"qwen2.5-0.5b": "494M", "qwen2.5-7b": "7.62B"}[name]
     assert text.splitlines()[0].startswith(f"cluster: 1x8xH100 (80 GB each); model: {size} parameters; step: 512 rows")
-    assert text.splitlines()[1] == "rates: roofline on H100 (train MFU 0.4, generation 0.3)"
+    assert text.splitlines()[1] == ("rates: roofline on H100 (train MFU 0.4, generation 0.3, data-parallel efficiency "
+                                    "0.95: assumed)")
     assert [line[:3] for line in text.splitlines() if line[1:3] == ". "] == ["1. ", "2. ", "3. "]
     assert winner[:3] == ["launcher=ray", "+launcher.resource_pools.global=8", "launcher.gpus_per_worker=1"]
     composed = compose_config(kept_overrides(WORKLOAD_OVERRIDES, winner, "local") + winner)  # as rlloom train takes them

@@ -52,7 +52,8 @@ def cmd_profile(args: argparse.Namespace, overrides: list[str]) -> int:
     profile = run_profile(overrides, args.steps)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(profile.to_json(), handle, indent=1)
-    print(json.dumps({"step_s": profile.step_s, "rates": profile.to_json()["rates"]}, indent=1))
+    data = profile.to_json()
+    print(json.dumps({key: data[key] for key in ("step_s", "doubled_step_s", "threads", "rates")}, indent=1))
     print(f"rlloom: wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -1,5 +1,6 @@
-"""``rlloom plan --profile``: a few steps of the user's config at two batch sizes, and each stage's cost
-fitted from the metrics the trainer already logs (``metrics.jsonl``), as a :class:`Profile` (JSON).
+"""``rlloom plan --profile``: a few steps of the user's config at two batch sizes and on a pool twice as
+large, and each stage's cost fitted from the metrics the trainer already logs (``metrics.jsonl``), as a
+:class:`Profile` (JSON).
 
 Per step after the first (warm-up) and per stage, (units, seconds):
 
@@ -11,11 +12,19 @@ Per step after the first (warm-up) and per stage, (units, seconds):
     other     timing_s/step − the stages above (reward, advantages, the controller)
 
 Of each run, each stage keeps its quickest sample (:func:`quickest`: on a shared machine other processes
-only ever add time, and the quickest step is the one they disturbed least); the two runs' samples are
-fitted by least squares as seconds = fixed_s + slope · units (:func:`fit`); ``device_s`` = slope × the
-devices the profile ran on (the actor's pool under ``launcher=ray``, 1 process otherwise), so the rates
-are device-seconds, to be shared by other pool sizes (:mod:`.steptime`). ``rows`` =
-``trainer.train_batch_size`` × ``algorithm.n``.
+only ever add time, and the quickest step is the one they disturbed least). The runs at the config's
+train batch size B and at B / 2, on the config's D devices (the actor's pool under ``launcher=ray``, 1
+process otherwise), are fitted by least squares as seconds = fixed_s + slope · units (:func:`fit`);
+``device_s`` = slope × D, device-seconds to be shared by other pool sizes (:mod:`.steptime`).
+``rows`` = ``trainer.train_batch_size`` × ``algorithm.n``.
+
+Under a launcher with pools (``launcher=ray``) the same two runs on every pool doubled
+(:func:`doubled_overrides`) are fitted alike, (fixed₂, slope₂) on 2·D devices; each stage then has
+(:func:`pool_scaling`) its fixed part's growth per doubling g = fixed₂ − fixed and its data-parallel
+efficiency e = slope / (2 · slope₂) within [MIN_EFFICIENCY, 1] (1 when either slope is 0), which the
+step-time model carries to other pool sizes; the sync's gather of the shards gets its bandwidth
+(:func:`gather_bandwidth`). On a fixed CPU count the doubled pools' workers get fewer CPUs (and torch
+threads) each when they would not fit otherwise; ``threads`` records the threads per worker of each.
 """
 
 from __future__ import annotations
@@ -27,10 +36,14 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 
+from rlloom_enginekit.threads import available_cores, threads_for
+
 from rlloom_trainer.planning.memory import ModelShape
 from rlloom_trainer.planning.steptime import Rates, StageCost, Workload
 
 LOG_PROB_STAGES = ("old_log_prob", "ref", "values")
+MIN_EFFICIENCY = 0.05
+"""The least data-parallel efficiency a profile records (a doubled pool's per-unit part 10x one's)."""
 TRAIN_STAGES = ("update_actor", "update_critic")
 
 
@@ -38,8 +51,9 @@ TRAIN_STAGES = ("update_actor", "update_critic")
 class Profile:
     """What ``rlloom plan --profile`` measured: the ``device`` kind (``cpu`` or the CUDA device's name)
     and how many (``devices``) the actor's pool had, the model's ``shape``, the ``workload`` of its
-    larger run, the fitted ``rates`` and the quickest step time of each run after its first (``step_s``
-    by train batch size)."""
+    larger run, the fitted ``rates``, the quickest step time of each run after its first (``step_s``
+    by train batch size; ``doubled_step_s``: at B on the pools doubled, 0 when not run) and the torch
+    ``threads`` per worker by the actor pool's size."""
 
     device: str
     devices: int
@@ -48,6 +62,8 @@ class Profile:
     rates: Rates
     step_s: dict[int, float]
     overrides: list[str]
+    doubled_step_s: float = 0.0
+    threads: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -59,7 +75,8 @@ class Profile:
             rates[stage] = StageCost(**rates[stage])
         return cls(data["device"], data["devices"], ModelShape(**data["shape"]), Workload(**data["workload"]),
                    Rates(**rates), {int(size): seconds for size, seconds in data["step_s"].items()},
-                   list(data["overrides"]))
+                   list(data["overrides"]), data.get("doubled_step_s", 0.0),
+                   {int(size): count for size, count in data.get("threads", {}).items()})
 
 
 def read_profile(path: str) -> Profile:
@@ -110,15 +127,41 @@ def fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
     return 0.0, max(through_origin, 0.0)
 
 
-def fitted_rates(samples: dict[str, list[tuple[float, float]]], devices: int) -> Rates:
-    """:class:`Rates` from :func:`stage_samples` (pooled over the runs): log-prob and train samples are
-    per pass and engine; the slopes times ``devices`` become device-seconds."""
+def fitted_rates(samples: dict[str, list[tuple[float, float]]], devices: int,
+                 doubled: dict[str, list[tuple[float, float]]] | None = None) -> Rates:
+    """:class:`Rates` from :func:`stage_samples` (pooled over the runs on ``devices``): log-prob and train
+    samples are per pass and engine; the slopes times ``devices`` become device-seconds. ``doubled``: the
+    samples of the runs on 2 × ``devices``, for each stage's :func:`pool_scaling` and the sync's
+    :func:`gather_bandwidth` (without them: no growth, perfect sharing and the cluster's link)."""
+    doubled = doubled or {}
     costs = {}
-    for stage in ("gen", "log_prob", "train", "sync"):
+    for stage in ("gen", "log_prob", "train"):
         fixed, slope = fit(samples[stage])
-        costs[stage] = StageCost(fixed, slope * (devices if stage != "sync" else 1))
+        growth, share = pool_scaling(fixed, slope, *fit(doubled[stage])) if doubled.get(stage) else (0.0, 1.0)
+        costs[stage] = StageCost(fixed, slope * devices, share, growth, devices)
+    costs["sync"] = StageCost(*fit(samples["sync"]), base_devices=devices)
     other = statistics.fmean(second for _, second in samples["other"]) if samples["other"] else 0.0
-    return Rates(source="profile", other_s=max(other, 0.0), **costs)
+    gather = gather_bandwidth(costs["sync"], doubled["sync"], devices) if doubled.get("sync") else 0.0
+    return Rates(source="profile", other_s=max(other, 0.0), gather_bandwidth=gather, **costs)
+
+
+def pool_scaling(fixed: float, slope: float, fixed_2: float, slope_2: float) -> tuple[float, float]:
+    """(growth_s, efficiency) of a stage fitted as fixed + slope · units on D devices and fixed₂ +
+    slope₂ · units on 2·D: growth_s = fixed₂ − fixed; efficiency = slope / (2 · slope₂) within
+    [MIN_EFFICIENCY, 1], 1 when either slope is 0 (nothing measured to share)."""
+    if slope <= 0 or slope_2 <= 0:
+        return fixed_2 - fixed, 1.0
+    return fixed_2 - fixed, min(1.0, max(MIN_EFFICIENCY, slope / (2 * slope_2)))
+
+
+def gather_bandwidth(sync: StageCost, doubled: list[tuple[float, float]], devices: int) -> float:
+    """Bytes/s of the sync's gather of the shards on 2 × ``devices``: at the mean bytes of its ``doubled``
+    samples, a copy takes ``extra`` seconds longer there (the two fits' difference), in which each rank
+    gathers bytes · (1/D − 1/(2·D)) = bytes / (2·D) more; 0 (the cluster's link) when it took no longer."""
+    copy = statistics.fmean(units for units, _ in doubled)
+    fixed_2, slope_2 = fit(doubled)
+    extra = fixed_2 + slope_2 * copy - sync.seconds(copy, 1)
+    return copy / (2 * devices) / extra if copy > 0 and extra > 0 else 0.0
 
 
 def measured_workload(rows: list[dict], prompts: int, n: int, max_new_tokens: int) -> Workload:
@@ -149,29 +192,86 @@ def profile_overrides(overrides: list[str], batch_size: int, steps: int, run_dir
 
 def run_profile(overrides: list[str], steps: int) -> Profile:
     """Run the config ``overrides`` compose for ``steps`` steps at its train batch size B and at
-    max(1, B // 2); :class:`Profile` of the two (module docstring)."""
+    max(1, B // 2), and under a launcher with pools the same on the pools doubled; :class:`Profile` of
+    them (module docstring)."""
     from rlloom.config import compose_config
-
-    from rlloom_trainer.trainer import fit_run
 
     resolved = compose_config(overrides)
     batch = resolved.sections["trainer"].train_batch_size
     n, max_new = resolved.sections["algorithm"].n, resolved.sections["sampling"].max_new_tokens
+    devices, launcher = actor_devices(resolved), resolved.sections["launcher"]
+    samples, step_s, rows, shape = two_sizes(overrides, batch, n, steps)
+    threads = {devices: threads_per_worker(launcher)}
+    doubled, doubled_step = {}, 0.0
+    if hasattr(launcher, "pools"):
+        extra = doubled_overrides(launcher, launcher.num_cpus or available_cores())
+        doubled, doubled_steps, _, _ = two_sizes([*overrides, *extra], batch, n, steps)
+        doubled_step = doubled_steps[batch]
+        threads[2 * devices] = threads_per_worker(compose_config([*overrides, *extra]).sections["launcher"])
+    rates = fitted_rates(samples, devices, doubled)
+    return Profile(device_kind(resolved.sections["trainer"].device), devices, shape,
+                   measured_workload(rows, batch, n, max_new), rates, step_s, list(overrides), doubled_step, threads)
+
+
+def two_sizes(overrides: list[str], batch: int, n: int, steps: int) -> tuple[dict, dict, list[dict], ModelShape]:
+    """(each stage's quickest sample of each run, pooled; each run's quickest step by batch size; the larger
+    run's metrics rows; the model's shape) of ``steps`` steps at ``batch`` prompts and at max(1, batch // 2)."""
     samples: dict[str, list] = {}
-    step_s, rows, shape = {}, [], None
+    step_s = {}
     for size in sorted({max(1, batch // 2), batch}):
-        with tempfile.TemporaryDirectory(prefix="rlloom-profile-") as run_dir:
-            fit_run(compose_config(profile_overrides(overrides, size, steps, run_dir)))
-            rows = read_metrics(run_dir)
-            shape = ModelShape.from_folder(os.path.join(run_dir, "final_model"))
+        rows, shape = profile_run(overrides, size, steps)
         for stage, values in quickest(stage_samples(rows, size * n)).items():
             samples.setdefault(stage, []).extend(values)
-        step_s[size] = min(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2 and "timing_s/step" in row)
-    workload = measured_workload(rows, batch, n, max_new)
-    devices = actor_devices(resolved)
-    rates = fitted_rates(samples, devices)
-    return Profile(device_kind(resolved.sections["trainer"].device), devices, shape, workload, rates, step_s,
-                   list(overrides))
+        step_s[size] = quickest_step(rows)
+    return samples, step_s, rows, shape
+
+
+def profile_run(overrides: list[str], batch_size: int, steps: int) -> tuple[list[dict], ModelShape]:
+    """(the metrics rows, the model's shape) of ``steps`` steps of the config at ``batch_size`` prompts."""
+    from rlloom.config import compose_config
+
+    from rlloom_trainer.run import fit_run
+
+    with tempfile.TemporaryDirectory(prefix="rlloom-profile-") as run_dir:
+        fit_run(compose_config(profile_overrides(overrides, batch_size, steps, run_dir)))
+        return read_metrics(run_dir), ModelShape.from_folder(os.path.join(run_dir, "final_model"))
+
+
+def quickest_step(rows: list[dict]) -> float:
+    """The least ``timing_s/step`` after the first step."""
+    return min(row["timing_s/step"] for row in rows if row.get("step", 0) >= 2 and "timing_s/step" in row)
+
+
+def used_pools(launcher) -> dict[str, int]:
+    """The pools the roles run in (``launcher.pools()`` of a launcher with pools): the mapped ones, and
+    ``global`` while the actor or the rollout is unmapped."""
+    pools = launcher.pools()
+    names = set(launcher.mapping.values()) | ({"global"} if {"actor", "rollout"} - set(launcher.mapping) else set())
+    return {name: pools[name] for name in sorted(names)}
+
+
+def doubled_overrides(launcher, cpus: float) -> list[str]:
+    """Overrides that double every used pool (:func:`used_pools`) on the same ``cpus``: when the doubled
+    pools' workers would reserve more, ``launcher.cpus_per_worker`` becomes cpus / workers (Ray could not
+    place them otherwise) and a ``launcher.threads_per_worker`` > 0 shrinks alike (at least 1)."""
+    pools = used_pools(launcher)
+    out = [f"++launcher.resource_pools.{name}={2 * size}" for name, size in pools.items()]
+    workers = 2 * sum(pools.values())
+    if workers * launcher.cpus_per_worker > cpus:
+        share = cpus / workers
+        out.append(f"launcher.cpus_per_worker={share:g}")
+        if launcher.threads_per_worker > 0:
+            threads = max(1, int(launcher.threads_per_worker * share / launcher.cpus_per_worker))
+            out.append(f"launcher.threads_per_worker={threads}")
+    return out
+
+
+def threads_per_worker(launcher) -> int:
+    """Torch threads a worker of ``launcher`` computes with (:func:`rlloom_enginekit.threads.threads_for`;
+    a launcher without pools: its one process's ``num_threads``, or the cores it may run on)."""
+    if hasattr(launcher, "pools"):
+        return threads_for(launcher.threads_per_worker, launcher.cpus_per_worker)
+    return threads_for(getattr(launcher, "num_threads", 0), available_cores())
 
 
 def actor_devices(resolved) -> int:

@@ -2,7 +2,8 @@
 
 From a profile taken on the cluster's kind of device (its device's name contains the cluster's, or
 both are ``cpu``): the profile's rates, the per-token ones (and the weight bytes) scaled by the
-parameter ratio of the planned model to the profiled one (the FLOPs of a token are 2 · P per forward).
+parameter ratio of the planned model to the profiled one (the FLOPs of a token are 2 · P per forward),
+with the data-parallel efficiencies and the gather bandwidth it measured on a pool twice its own.
 
 Otherwise a roofline on the cluster's device, with P parameters, peak F FLOP/s, memory bandwidth M:
 
@@ -11,11 +12,15 @@ Otherwise a roofline on the cluster's device, with P parameters, peak F FLOP/s, 
     gen       2 · P / (F · GEN_MFU), plus reading the bf16 weights once a decode step: 2 · P / M (over TP)
     sync      1 / M a byte (a device-local copy; between pools :mod:`.steptime` adds the links)
 
-Attention's FLOPs (a few % at these lengths) and every fixed cost are left out: a roofline plan ranks
-placements, its absolute times are optimistic until a profile on that device calibrates them.
+each at ``ROOFLINE_EFFICIENCY`` of perfect sharing per doubling of a pool from one device
+(:class:`~.steptime.StageCost`). Attention's FLOPs (a few % at these lengths) and every fixed cost are
+left out: a roofline plan ranks placements, its absolute times are optimistic until a profile on that
+device calibrates them.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from rlloom_trainer.planning.hardware import Cluster
 from rlloom_trainer.planning.memory import ModelShape
@@ -27,6 +32,11 @@ TRAIN_MFU = 0.4
 
 GEN_MFU = 0.3
 """The share of the peak generation's token FLOPs reach (an assumption)."""
+
+ROOFLINE_EFFICIENCY = 0.95
+"""The share of perfect data-parallel sharing each doubling of a pool keeps without a profile (an
+assumption: every collective waits for the slowest rank, and ranks' token shares are balanced only to a
+row; FSDP's and the sync's communication are modelled apart, at the link bandwidth)."""
 
 
 def same_device(profile: Profile, cluster: Cluster) -> bool:
@@ -42,16 +52,36 @@ def plan_rates(shape: ModelShape, cluster: Cluster, profile: Profile | None) -> 
         rates = profile.rates
 
         def scaled(cost: StageCost) -> StageCost:
-            return StageCost(cost.fixed_s, cost.device_s * ratio)
+            return dataclasses.replace(cost, device_s=cost.device_s * ratio)
 
-        return Rates(scaled(rates.gen), scaled(rates.train), scaled(rates.log_prob), rates.sync, rates.other_s,
-                     rates.decode_step_s * ratio, source=f"profile on {profile.device}")
+        return dataclasses.replace(rates, gen=scaled(rates.gen), train=scaled(rates.train),
+                                   log_prob=scaled(rates.log_prob), decode_step_s=rates.decode_step_s * ratio,
+                                   source=f"profile on {profile.device}; {scaling(profile)}")
     device = cluster.device
     token = 2 * shape.params() / device.bf16_flops
-    return Rates(gen=StageCost(0.0, token / GEN_MFU), train=StageCost(0.0, 3 * token / TRAIN_MFU),
-                 log_prob=StageCost(0.0, token / TRAIN_MFU), sync=StageCost(0.0, 1 / device.memory_bandwidth),
-                 decode_step_s=2 * shape.params() / device.memory_bandwidth,
-                 source=f"roofline on {device.name} (train MFU {TRAIN_MFU}, generation {GEN_MFU})")
+
+    def cost(device_s: float) -> StageCost:
+        return StageCost(0.0, device_s, ROOFLINE_EFFICIENCY)
+
+    rates = Rates(gen=cost(token / GEN_MFU), train=cost(3 * token / TRAIN_MFU), log_prob=cost(token / TRAIN_MFU),
+                  sync=StageCost(0.0, 1 / device.memory_bandwidth),
+                  decode_step_s=2 * shape.params() / device.memory_bandwidth)
+    return dataclasses.replace(rates, source=f"roofline on {device.name} (train MFU {TRAIN_MFU}, generation "
+                                             f"{GEN_MFU}, data-parallel efficiency {ROOFLINE_EFFICIENCY}: assumed)")
+
+
+def scaling(profile: Profile) -> str:
+    """What the profile measured on its pools doubled: ``data-parallel efficiency (pools of 1 -> 2): gen 0.6
+    +0.000 s, train 0.8 +0.100 s, log-probs 1 +0.020 s a call; weight gather 51 MB/s`` (each stage's
+    efficiency and its fixed part's growth)."""
+    if not profile.doubled_step_s:
+        return "data-parallel efficiency not measured (a launcher without pools): perfect sharing assumed"
+    rates = profile.rates
+    shares = ", ".join(f"{name} {cost.efficiency:.2g} {round(cost.growth_s, 3) or 0.0:+.3f} s" for name, cost in
+                       (("gen", rates.gen), ("train", rates.train), ("log-probs", rates.log_prob)))
+    gather = f"; weight gather {rates.gather_bandwidth / 1e6:.3g} MB/s" if rates.gather_bandwidth else ""
+    return (f"data-parallel efficiency (pools of {profile.devices} -> {2 * profile.devices}): {shares} a call"
+            f"{gather}")
 
 
 def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_tokens: float) -> Workload:

@@ -1,19 +1,28 @@
 """The step time and the memory per device of one placement: f(rates, cluster, placement, workload).
 
-A stage's time is ``fixed_s + device_s · units / devices`` (:class:`StageCost`): a fixed part per call
-(dispatch, the optimizer step, a fixed-length decode loop's per-step overhead) and device-seconds per
-unit (token, byte) shared by the devices that run it. With W train devices (DP × SP × TP), G rollout
-devices (TP_r × DP_r), T tokens a step (prompt + response, every row), R response tokens, P parameters:
+A stage's time on D devices is a fixed part per call (dispatch, the optimizer step, a fixed-length decode
+loop's per-step overhead, a collective's latency) plus device-seconds per unit (token, byte) shared by the
+devices that run it (:class:`StageCost`). Going from the B devices the rates were taken on to twice as
+many, the fixed part grows by g seconds and the sharing keeps a share e of perfect (the data-parallel
+efficiency), both measured by a profile (:mod:`.profile`) and assumed to hold at each further doubling
+(or halving), k = log2(D / B):
 
-    gen       = gen.fixed + decode_step_s · max_new_tokens / TP_r + gen.device_s · R / G
-    log_prob  = passes · (log_prob.fixed + log_prob.device_s · T / W)         (old, ref, critic values)
-    train     = trains · max(train.fixed + c · train.device_s · T / W + a2a / bw,  m · 8·P·(S−1)/S / bw)
+    seconds(units, D) = max(0, fixed_s + g · k) + device_s · units / (D · e ** k)
+
+With W train devices (DP × SP × TP), G rollout devices (TP_r × DP_r), T tokens a step (prompt + response,
+every row), R response tokens, P parameters:
+
+    gen       = gen.seconds(R, G) + decode_step_s · max_new_tokens / TP_r
+    log_prob  = passes · log_prob.seconds(T, W)                                (old, ref, critic values)
+    train     = trains · max(train.fixed(W) + c · train.per_unit(T, W) + a2a / bw,
+                             m · 8·P·(S−1)/S / bw)
                 (c = 4/3 with gradient checkpointing; a2a: the bytes a rank sends in sequence parallelism's
                 all-to-alls (:func:`sequence_parallel_bytes`); m micro-batches per rank of at most the
                 micro-batch budget, each gathering bf16 weights forward and backward and reduce-scattering
                 float32 gradients over the S = W shards at the link bandwidth bw, overlapped with compute)
-    sync      = sync.fixed + sync.device_s · B + B·(S−1)/S / bw (gathering the shards) (+ B / bw between
-                pools), B the bytes of one weight copy
+    sync      = sync.seconds(Bw, 1) + Bw · (1/B_s − 1/S) / bw_g (gathering the shards; B_s: the pool size
+                the sync rates were taken on, bw_g: the profile's measured gather bandwidth, else bw)
+                (+ Bw / bw between pools), Bw the bytes of one weight copy
     offload   = 2 · 16·P/S / HOST_BANDWIDTH (train state out before generating and back after)
 
 Colocated (one pool: every stage takes its turn) and split pools in ``trainer.async_mode=sync``:
@@ -49,13 +58,26 @@ pinned copies reach about half of it, pageable ones less (an estimate, not measu
 
 @dataclass(frozen=True)
 class StageCost:
-    """``fixed_s`` per call plus ``device_s`` device-seconds per unit over the devices that share it."""
+    """``fixed_s`` per call plus ``device_s`` device-seconds per unit over the devices that share it, on
+    ``base_devices`` (the pool it was measured on); per doubling of the pool the fixed part grows by
+    ``growth_s`` and the sharing keeps ``efficiency`` of perfect (module docstring)."""
 
     fixed_s: float = 0.0
     device_s: float = 0.0
+    efficiency: float = 1.0
+    growth_s: float = 0.0
+    base_devices: int = 1
+
+    def fixed(self, devices: int) -> float:
+        """max(0, fixed_s + growth_s · log2(devices / base_devices))."""
+        return max(0.0, self.fixed_s + self.growth_s * math.log2(devices / self.base_devices))
+
+    def per_unit(self, units: float, devices: int) -> float:
+        """device_s · units / (devices · efficiency ** log2(devices / base_devices))."""
+        return self.device_s * units / (devices * self.efficiency ** math.log2(devices / self.base_devices))
 
     def seconds(self, units: float, devices: int) -> float:
-        return self.fixed_s + self.device_s * units / devices
+        return self.fixed(devices) + self.per_unit(units, devices)
 
 
 @dataclass(frozen=True)
@@ -63,7 +85,8 @@ class Rates:
     """The costs of a step's stages on one kind of device (from a profile or a roofline, :mod:`.rates`).
     ``sync`` is per byte of one weight copy; ``other_s``: the controller's own time a step (reward,
     advantages); ``decode_step_s``: reading the weights once per decode step at TP 1 (0 when a
-    profile's ``gen.fixed_s`` holds it)."""
+    profile's ``gen.fixed_s`` holds it); ``gather_bandwidth``: bytes/s of a sync's gather of the shards
+    as a profile measured it (0: the cluster's link)."""
 
     gen: StageCost
     train: StageCost
@@ -71,6 +94,7 @@ class Rates:
     sync: StageCost
     other_s: float = 0.0
     decode_step_s: float = 0.0
+    gather_bandwidth: float = 0.0
     source: str = ""
 
 
@@ -246,19 +270,28 @@ def stage_seconds(placement: Placement, shape: ModelShape, workload: Workload, r
            + rates.decode_step_s * workload.max_new_tokens / placement.rollout_tensor_parallel)
     log_prob = workload.log_prob_passes * rates.log_prob.seconds(workload.tokens, shards)
     compute_factor = 4 / 3 if placement.checkpointing else 1.0
-    compute = rates.train.fixed_s + compute_factor * rates.train.device_s * workload.tokens / shards
+    compute = rates.train.fixed(shards) + compute_factor * rates.train.per_unit(workload.tokens, shards)
     train_dp = shards // (placement.sequence_parallel * placement.train_tensor_parallel)
     micro_batches = math.ceil(workload.tokens / train_dp / micro_batch_tokens(placement, workload))
     communication = micro_batches * 8 * shape.params() * (shards - 1) / shards / bandwidth
     compute += sequence_parallel_bytes(placement, shape, workload.tokens / train_dp) / bandwidth
-    sync = rates.sync.seconds(workload.sync_bytes, 1) + workload.sync_bytes * (shards - 1) / shards / bandwidth
-    if not placement.colocated:
-        between = cluster.network_bandwidth if placement.devices > cluster.devices_per_node else bandwidth
-        sync += workload.sync_bytes / between
-    offload = 2 * 16 * shape.params() / shards / HOST_BANDWIDTH if placement.offload else 0.0
     stages = {"gen": gen, "log_prob": log_prob, "train": workload.trains * max(compute, communication),
-              "sync": sync, "offload": offload, "other": rates.other_s}
+              "sync": sync_seconds(placement, workload, rates, cluster), "offload": 0.0, "other": rates.other_s}
+    if placement.offload:
+        stages["offload"] = 2 * 16 * shape.params() / shards / HOST_BANDWIDTH
     return stages, communication > compute
+
+
+def sync_seconds(placement: Placement, workload: Workload, rates: Rates, cluster: Cluster) -> float:
+    """One weight sync (module docstring): the measured copy, the gather of the S train shards beyond what
+    the rates' pool of B_s already gathered, and between split pools the link or the network."""
+    shards, copy = placement.train_devices, workload.sync_bytes
+    bandwidth = link_bandwidth(cluster, shards)
+    gather = rates.gather_bandwidth if rates.gather_bandwidth and shards <= cluster.devices_per_node else bandwidth
+    sync = rates.sync.seconds(copy, 1) + copy * (1 / rates.sync.base_devices - 1 / shards) / gather
+    if not placement.colocated:
+        sync += copy / (cluster.network_bandwidth if placement.devices > cluster.devices_per_node else bandwidth)
+    return max(sync, 0.0)
 
 
 def link_bandwidth(cluster: Cluster, devices: int) -> float:
