@@ -136,8 +136,8 @@ def test_profile_fits_each_stage_from_the_logged_timings():
 def test_a_doubled_pool_gives_each_stage_its_scaling_and_the_sync_its_gather_bandwidth():
     fixed = {"gen": 0.1, "train": 0.2, "log_prob": 0.05, "sync": 0.01}
     slope = {"gen": 1e-3, "train": 2e-4, "log_prob": 5e-5, "sync": 1e-6}
-    # On 2 devices: gen at 0.6 of perfect sharing, train at 0.8 with 0.05 s more a call, log-probs faster than
-    # perfect (kept at 1) and 0.01 s less a call, the sync 5 ms longer: 1000 bytes / 2 gathered at 100 kB/s.
+    # On 2 devices: gen at 0.6 of perfect sharing, train at 0.8 with 0.05 s more a call, log-probs twice as fast
+    # as perfect sharing and 0.01 s less a call, the sync 5 ms longer: 1000 bytes / 2 gathered at 100 kB/s.
     fixed_2 = {"gen": 0.1, "train": 0.25, "log_prob": 0.04, "sync": 0.015}
     slope_2 = {"gen": 1e-3 / (2 * 0.6), "train": 2e-4 / (2 * 0.8), "log_prob": 5e-5 / 4, "sync": 1e-6}
     samples: dict[str, list] = {}
@@ -149,21 +149,23 @@ def test_a_doubled_pool_gives_each_stage_its_scaling_and_the_sync_its_gather_ban
                 pooled.setdefault(stage, []).extend(values)
     rates = fitted_rates(samples, devices=1, doubled=doubled)
     scaling = [value for cost in (rates.gen, rates.train, rates.log_prob) for value in (cost.efficiency, cost.growth_s)]
-    assert scaling == pytest.approx([0.6, 0.0, 0.8, 0.05, 1.0, -0.01])
+    assert scaling == pytest.approx([0.6, 0.0, 0.8, 0.05, 2.0, -0.01], abs=1e-12)
+    assert rates.gen.device_growth_s == pytest.approx(2 * 1e-3 / 1.2 - 1e-3)  # device-seconds of a unit on 2 - on 1
+    assert rates.other_growth_s == 0.0
     assert (rates.gen.base_devices, rates.sync.base_devices) == (1, 1)
     assert rates.gather_bandwidth == pytest.approx(1000 / 2 / 0.005)  # sync through the origin: 0.011 s on 1
     assert rates.train.seconds(16 * 24, 2) == pytest.approx(0.25 + 2e-4 * 16 * 24 / (2 * 0.8))  # the doubled fit
-    assert pool_scaling(0.1, 1e-3, 0.3, 0.01) == (pytest.approx(0.2), 0.05)  # 20x slower a unit: the floor
-    assert pool_scaling(0.1, 0.0, 0.1, 1e-3) == pool_scaling(0.1, 1e-3, 0.1, 0.0) == (0.0, 1.0)
+    assert pool_scaling(0.1, 1e-3, 0.3, 1e-3, devices=2) == (pytest.approx(0.2), pytest.approx(2e-3))  # no speed-up
+    assert StageCost(0.1, 2e-3, device_growth_s=2e-3).efficiency == 0.5
     alone = fitted_rates(samples, devices=1)  # no doubled runs: perfect sharing, no growth, the cluster's link
-    assert (alone.gen.efficiency, alone.gen.growth_s, alone.gather_bandwidth) == (1.0, 0.0, 0.0)
+    assert (alone.gen.device_growth_s, alone.gen.growth_s, alone.other_growth_s, alone.gather_bandwidth) == (0, 0, 0, 0)
     shape = ModelShape.named("qwen2.5-0.5b")
     profile = Profile("cpu", 1, shape, WORKLOAD, rates, {8: 1.5, 16: 2.0}, ["preset=tiny"], 1.4, {1: 1, 2: 1})
     assert Profile.from_json(profile.to_json()) == profile
     planned = plan_rates(shape, cpu_cluster(), profile)
     assert planned.train == rates.train and planned.gather_bandwidth == rates.gather_bandwidth  # same parameters
     assert planned.source == ("profile on cpu; data-parallel efficiency (pools of 1 -> 2): gen 0.6 +0.000 s, train "
-                              "0.8 +0.050 s, log-probs 1 -0.010 s a call; weight gather 0.1 MB/s")
+                              "0.8 +0.050 s, log-probs 2 -0.010 s a call, other +0.000 s; weight gather 0.1 MB/s")
 
 
 def test_the_doubled_pool_keeps_the_cpu_count():
@@ -227,28 +229,30 @@ def test_colocated_serializes_and_async_split_overlaps():
 
 
 def test_stage_cost_scales_its_fixed_part_and_its_sharing_per_doubling():
-    cost = StageCost(0.1, 2e-3, efficiency=0.8, growth_s=0.05)
+    cost = StageCost(0.1, 2e-3, growth_s=0.05, device_growth_s=5e-4)  # 2.5e-3 device-seconds a unit on 2: e = 0.8
+    assert cost.efficiency == pytest.approx(0.8)
     assert [cost.seconds(1000, devices) for devices in (1, 2, 4)] == pytest.approx(
-        [0.1 + 2.0, 0.15 + 2.0 / (2 * 0.8), 0.2 + 2.0 / (4 * 0.8 * 0.8)])
-    measured_on_two = StageCost(0.1, 2e-3, efficiency=0.8, growth_s=0.2, base_devices=2)
-    assert [measured_on_two.seconds(1000, devices) for devices in (1, 2)] == pytest.approx([0.0 + 2.0 * 0.8, 1.1])
+        [0.1 + 2.0, 0.15 + 2.5 / 2, 0.2 + 3.0 / 4])
+    measured_on_two = StageCost(0.1, 2e-3, growth_s=0.2, device_growth_s=5e-4, base_devices=2)
+    assert [measured_on_two.seconds(1000, devices) for devices in (1, 2)] == pytest.approx([0.0 + 1.5, 1.1])
 
 
-def test_a_profile_s_efficiencies_and_gather_bandwidth_price_a_larger_pool():
+def test_a_profile_s_pool_scaling_and_gather_bandwidth_price_a_larger_pool():
     shape = ModelShape.named("qwen2.5-0.5b")
-    rates = Rates(gen=StageCost(0.5, 1e-3, 0.5), train=StageCost(0.2, 4e-3, 0.8, growth_s=0.1),
-                  log_prob=StageCost(0.1, 1e-3, 0.9),
-                  sync=StageCost(0.05, 1e-9), other_s=0.3, gather_bandwidth=2e8)
+    rates = Rates(gen=StageCost(0.5, 1e-3, device_growth_s=1e-3), train=StageCost(0.2, 4e-3, 0.1, 1e-3),
+                  log_prob=StageCost(0.1, 1e-3, device_growth_s=1e-3 / 9), sync=StageCost(0.05, 1e-9), other_s=0.3,
+                  other_growth_s=0.1, gather_bandwidth=2e8)
     two = predict(Placement(2), shape, WORKLOAD, rates, cpu_cluster())
     tokens, generated = 32 * 250, 32 * 150
-    assert two.stages["gen"] == pytest.approx(0.5 + 1e-3 * generated / (2 * 0.5))
-    assert two.stages["log_prob"] == pytest.approx(0.1 + 1e-3 * tokens / (2 * 0.9))
-    assert two.stages["train"] == pytest.approx(0.3 + 4e-3 * tokens / (2 * 0.8))  # FSDP's 1.98 s of gathers overlap
+    assert two.stages["gen"] == pytest.approx(0.5 + 2e-3 * generated / 2)  # efficiency 0.5: no faster than on 1
+    assert two.stages["log_prob"] == pytest.approx(0.1 + 1e-3 / 0.9 * tokens / 2)
+    assert two.stages["train"] == pytest.approx(0.3 + 5e-3 * tokens / 2)  # FSDP's 1.98 s of gathers overlap it
     assert two.stages["sync"] == pytest.approx(0.05 + 1e-3 + 1e6 / 2 / 2e8)  # the measured gather, not the link
+    assert two.stages["other"] == pytest.approx(0.4)
     on_two = dataclasses.replace(rates, sync=StageCost(0.05, 1e-9, base_devices=2))  # the sync measured on 2
     assert predict(Placement(2), shape, WORKLOAD, on_two, cpu_cluster()).stages["sync"] == pytest.approx(0.051)
     four = predict(Placement(4), shape, WORKLOAD, rates, cpu_cluster(devices=4))
-    assert four.stages["gen"] == pytest.approx(0.5 + 1e-3 * generated / (4 * 0.25))
+    assert (four.stages["gen"], four.stages["other"]) == pytest.approx((0.5 + 3e-3 * generated / 4, 0.5))
     assert four.stages["sync"] == pytest.approx(0.05 + 1e-3 + 1e6 * 3 / 4 / 2e8)
 
 

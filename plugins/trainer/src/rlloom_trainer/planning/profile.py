@@ -20,11 +20,12 @@ process otherwise), are fitted by least squares as seconds = fixed_s + slope · 
 
 Under a launcher with pools (``launcher=ray``) the same two runs on every pool doubled
 (:func:`doubled_overrides`) are fitted alike, (fixed₂, slope₂) on 2·D devices; each stage then has
-(:func:`pool_scaling`) its fixed part's growth per doubling g = fixed₂ − fixed and its data-parallel
-efficiency e = slope / (2 · slope₂) within [MIN_EFFICIENCY, 1] (1 when either slope is 0), which the
-step-time model carries to other pool sizes; the sync's gather of the shards gets its bandwidth
-(:func:`gather_bandwidth`). On a fixed CPU count the doubled pools' workers get fewer CPUs (and torch
-threads) each when they would not fit otherwise; ``threads`` records the threads per worker of each.
+(:func:`pool_scaling`) its fixed part's change per doubling g = fixed₂ − fixed and its device-seconds'
+h = 2·D · slope₂ − D · slope (its data-parallel efficiency e = slope / (2 · slope₂)), which the step-time
+model carries to other pool sizes; the rest of the step its growth alike (the means' difference); the
+sync's gather of the shards gets its bandwidth (:func:`gather_bandwidth`). On a fixed CPU count the
+doubled pools' workers get fewer CPUs (and torch threads) each when they would not fit otherwise;
+``threads`` records the threads per worker of each.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ from rlloom_trainer.planning.memory import ModelShape
 from rlloom_trainer.planning.steptime import Rates, StageCost, Workload
 
 LOG_PROB_STAGES = ("old_log_prob", "ref", "values")
-MIN_EFFICIENCY = 0.05
-"""The least data-parallel efficiency a profile records (a doubled pool's per-unit part 10x one's)."""
 TRAIN_STAGES = ("update_actor", "update_critic")
 
 
@@ -131,27 +130,31 @@ def fitted_rates(samples: dict[str, list[tuple[float, float]]], devices: int,
                  doubled: dict[str, list[tuple[float, float]]] | None = None) -> Rates:
     """:class:`Rates` from :func:`stage_samples` (pooled over the runs on ``devices``): log-prob and train
     samples are per pass and engine; the slopes times ``devices`` become device-seconds. ``doubled``: the
-    samples of the runs on 2 × ``devices``, for each stage's :func:`pool_scaling` and the sync's
-    :func:`gather_bandwidth` (without them: no growth, perfect sharing and the cluster's link)."""
+    samples of the runs on 2 × ``devices``, for each stage's :func:`pool_scaling`, the other time's growth
+    and the sync's :func:`gather_bandwidth` (without them: perfect sharing, no growth, the cluster's link)."""
     doubled = doubled or {}
     costs = {}
     for stage in ("gen", "log_prob", "train"):
         fixed, slope = fit(samples[stage])
-        growth, share = pool_scaling(fixed, slope, *fit(doubled[stage])) if doubled.get(stage) else (0.0, 1.0)
-        costs[stage] = StageCost(fixed, slope * devices, share, growth, devices)
+        growth = pool_scaling(fixed, slope, *fit(doubled[stage]), devices) if doubled.get(stage) else (0.0, 0.0)
+        costs[stage] = StageCost(fixed, slope * devices, *growth, devices)
     costs["sync"] = StageCost(*fit(samples["sync"]), base_devices=devices)
-    other = statistics.fmean(second for _, second in samples["other"]) if samples["other"] else 0.0
+    other = mean_seconds(samples["other"])
+    other_growth = mean_seconds(doubled["other"]) - other if doubled.get("other") else 0.0
     gather = gather_bandwidth(costs["sync"], doubled["sync"], devices) if doubled.get("sync") else 0.0
-    return Rates(source="profile", other_s=max(other, 0.0), gather_bandwidth=gather, **costs)
+    return Rates(source="profile", other_s=other, other_growth_s=other_growth, gather_bandwidth=gather, **costs)
 
 
-def pool_scaling(fixed: float, slope: float, fixed_2: float, slope_2: float) -> tuple[float, float]:
-    """(growth_s, efficiency) of a stage fitted as fixed + slope · units on D devices and fixed₂ +
-    slope₂ · units on 2·D: growth_s = fixed₂ − fixed; efficiency = slope / (2 · slope₂) within
-    [MIN_EFFICIENCY, 1], 1 when either slope is 0 (nothing measured to share)."""
-    if slope <= 0 or slope_2 <= 0:
-        return fixed_2 - fixed, 1.0
-    return fixed_2 - fixed, min(1.0, max(MIN_EFFICIENCY, slope / (2 * slope_2)))
+def mean_seconds(samples: list[tuple[float, float]]) -> float:
+    """The mean seconds of ``samples``, at least 0 (0 without samples)."""
+    return max(statistics.fmean(seconds for _, seconds in samples), 0.0) if samples else 0.0
+
+
+def pool_scaling(fixed: float, slope: float, fixed_2: float, slope_2: float, devices: int) -> tuple[float, float]:
+    """(growth_s, device_growth_s) of a stage fitted as fixed + slope · units on D = ``devices`` and
+    fixed₂ + slope₂ · units on 2·D: the fixed part's change fixed₂ − fixed and the device-seconds'
+    2·D · slope₂ − D · slope."""
+    return fixed_2 - fixed, 2 * devices * slope_2 - devices * slope
 
 
 def gather_bandwidth(sync: StageCost, doubled: list[tuple[float, float]], devices: int) -> float:

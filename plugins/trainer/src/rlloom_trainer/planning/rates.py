@@ -12,10 +12,10 @@ Otherwise a roofline on the cluster's device, with P parameters, peak F FLOP/s, 
     gen       2 · P / (F · GEN_MFU), plus reading the bf16 weights once a decode step: 2 · P / M (over TP)
     sync      1 / M a byte (a device-local copy; between pools :mod:`.steptime` adds the links)
 
-each at ``ROOFLINE_EFFICIENCY`` of perfect sharing per doubling of a pool from one device
-(:class:`~.steptime.StageCost`). Attention's FLOPs (a few % at these lengths) and every fixed cost are
-left out: a roofline plan ranks placements, its absolute times are optimistic until a profile on that
-device calibrates them.
+each at ``ROOFLINE_EFFICIENCY`` of perfect sharing per doubling of a pool from one device (the
+device-seconds of a unit grow by device_s · (1 / e − 1) a doubling, :class:`~.steptime.StageCost`).
+Attention's FLOPs (a few % at these lengths) and every fixed cost are left out: a roofline plan ranks
+placements, its absolute times are optimistic until a profile on that device calibrates them.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def plan_rates(shape: ModelShape, cluster: Cluster, profile: Profile | None) -> 
         rates = profile.rates
 
         def scaled(cost: StageCost) -> StageCost:
-            return dataclasses.replace(cost, device_s=cost.device_s * ratio)
+            return dataclasses.replace(cost, device_s=cost.device_s * ratio,
+                                       device_growth_s=cost.device_growth_s * ratio)
 
         return dataclasses.replace(rates, gen=scaled(rates.gen), train=scaled(rates.train),
                                    log_prob=scaled(rates.log_prob), decode_step_s=rates.decode_step_s * ratio,
@@ -61,7 +62,7 @@ def plan_rates(shape: ModelShape, cluster: Cluster, profile: Profile | None) -> 
     token = 2 * shape.params() / device.bf16_flops
 
     def cost(device_s: float) -> StageCost:
-        return StageCost(0.0, device_s, ROOFLINE_EFFICIENCY)
+        return StageCost(0.0, device_s, device_growth_s=device_s * (1 / ROOFLINE_EFFICIENCY - 1))
 
     rates = Rates(gen=cost(token / GEN_MFU), train=cost(3 * token / TRAIN_MFU), log_prob=cost(token / TRAIN_MFU),
                   sync=StageCost(0.0, 1 / device.memory_bandwidth),
@@ -72,16 +73,20 @@ def plan_rates(shape: ModelShape, cluster: Cluster, profile: Profile | None) -> 
 
 def scaling(profile: Profile) -> str:
     """What the profile measured on its pools doubled: ``data-parallel efficiency (pools of 1 -> 2): gen 0.6
-    +0.000 s, train 0.8 +0.100 s, log-probs 1 +0.020 s a call; weight gather 51 MB/s`` (each stage's
-    efficiency and its fixed part's growth)."""
+    +0.000 s, train 0.8 +0.100 s, log-probs 1 +0.020 s a call, other +0.010 s; weight gather 51 MB/s``
+    (each stage's efficiency and its fixed part's change)."""
     if not profile.doubled_step_s:
         return "data-parallel efficiency not measured (a launcher without pools): perfect sharing assumed"
     rates = profile.rates
-    shares = ", ".join(f"{name} {cost.efficiency:.2g} {round(cost.growth_s, 3) or 0.0:+.3f} s" for name, cost in
+
+    def seconds(value: float) -> str:
+        return f"{round(value, 3) or 0.0:+.3f} s"
+
+    shares = ", ".join(f"{name} {cost.efficiency:.2g} {seconds(cost.growth_s)}" for name, cost in
                        (("gen", rates.gen), ("train", rates.train), ("log-probs", rates.log_prob)))
     gather = f"; weight gather {rates.gather_bandwidth / 1e6:.3g} MB/s" if rates.gather_bandwidth else ""
-    return (f"data-parallel efficiency (pools of {profile.devices} -> {2 * profile.devices}): {shares} a call"
-            f"{gather}")
+    return (f"data-parallel efficiency (pools of {profile.devices} -> {2 * profile.devices}): {shares} a call, "
+            f"other {seconds(rates.other_growth_s)}{gather}")
 
 
 def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_tokens: float) -> Workload:

@@ -2,12 +2,13 @@
 
 A stage's time on D devices is a fixed part per call (dispatch, the optimizer step, a fixed-length decode
 loop's per-step overhead, a collective's latency) plus device-seconds per unit (token, byte) shared by the
-devices that run it (:class:`StageCost`). Going from the B devices the rates were taken on to twice as
-many, the fixed part grows by g seconds and the sharing keeps a share e of perfect (the data-parallel
-efficiency), both measured by a profile (:mod:`.profile`) and assumed to hold at each further doubling
-(or halving), k = log2(D / B):
+devices that run it (:class:`StageCost`), as measured on a pool of B devices. A profile measures both parts
+again on 2·B (:mod:`.profile`): per doubling of a pool the fixed part changes by g seconds and a unit's
+device-seconds by h (perfect sharing: h = 0; the data-parallel efficiency of the doubling is
+e = device_s / (device_s + h)). Both are carried linearly in k = log2(D / B) to other pool sizes (through
+the two measured ones; beyond them an extrapolation):
 
-    seconds(units, D) = max(0, fixed_s + g · k) + device_s · units / (D · e ** k)
+    seconds(units, D) = max(0, fixed_s + g · k) + max(0, device_s + h · k) · units / D
 
 With W train devices (DP × SP × TP), G rollout devices (TP_r × DP_r), T tokens a step (prompt + response,
 every row), R response tokens, P parameters:
@@ -20,14 +21,14 @@ every row), R response tokens, P parameters:
                 all-to-alls (:func:`sequence_parallel_bytes`); m micro-batches per rank of at most the
                 micro-batch budget, each gathering bf16 weights forward and backward and reduce-scattering
                 float32 gradients over the S = W shards at the link bandwidth bw, overlapped with compute)
-    sync      = sync.seconds(Bw, 1) + Bw · (1/B_s − 1/S) / bw_g (gathering the shards; B_s: the pool size
-                the sync rates were taken on, bw_g: the profile's measured gather bandwidth, else bw)
-                (+ Bw / bw between pools), Bw the bytes of one weight copy
+    sync      = sync.seconds(Bw, 1) + Bw · (1/B − 1/S) / bw_g (gathering the shards; bw_g: the profile's
+                measured gather bandwidth, else bw) (+ Bw / bw between pools), Bw the bytes of one weight copy
     offload   = 2 · 16·P/S / HOST_BANDWIDTH (train state out before generating and back after)
 
-Colocated (one pool: every stage takes its turn) and split pools in ``trainer.async_mode=sync``:
-step = gen + log_prob + train + sync + offload + other. Split pools with an async mode (generation of
-the next batch overlaps this one's training): step = max(gen, log_prob + train + other) + sync.
+The controller's own time: other = max(0, other_s + g_o · log2(W / B)). Colocated (one pool: every stage
+takes its turn) and split pools in ``trainer.async_mode=sync``: step = gen + log_prob + train + sync +
+offload + other. Split pools with an async mode (generation of the next batch overlaps this one's
+training): step = max(gen, log_prob + train + other) + sync.
 
 Memory per device (:mod:`.memory`): the train pool holds the actor (and the critic) as a train engine,
 the reference as float32 weights sharded like the actor; the rollout pool the bf16 weights and the KV
@@ -59,32 +60,43 @@ pinned copies reach about half of it, pageable ones less (an estimate, not measu
 @dataclass(frozen=True)
 class StageCost:
     """``fixed_s`` per call plus ``device_s`` device-seconds per unit over the devices that share it, on
-    ``base_devices`` (the pool it was measured on); per doubling of the pool the fixed part grows by
-    ``growth_s`` and the sharing keeps ``efficiency`` of perfect (module docstring)."""
+    ``base_devices`` (the pool it was measured on); per doubling of the pool the fixed part changes by
+    ``growth_s`` and a unit's device-seconds by ``device_growth_s`` (module docstring)."""
 
     fixed_s: float = 0.0
     device_s: float = 0.0
-    efficiency: float = 1.0
     growth_s: float = 0.0
+    device_growth_s: float = 0.0
     base_devices: int = 1
+
+    def doublings(self, devices: int) -> float:
+        return math.log2(devices / self.base_devices)
 
     def fixed(self, devices: int) -> float:
         """max(0, fixed_s + growth_s · log2(devices / base_devices))."""
-        return max(0.0, self.fixed_s + self.growth_s * math.log2(devices / self.base_devices))
+        return max(0.0, self.fixed_s + self.growth_s * self.doublings(devices))
 
     def per_unit(self, units: float, devices: int) -> float:
-        """device_s · units / (devices · efficiency ** log2(devices / base_devices))."""
-        return self.device_s * units / (devices * self.efficiency ** math.log2(devices / self.base_devices))
+        """max(0, device_s + device_growth_s · log2(devices / base_devices)) · units / devices."""
+        return max(0.0, self.device_s + self.device_growth_s * self.doublings(devices)) * units / devices
 
     def seconds(self, units: float, devices: int) -> float:
         return self.fixed(devices) + self.per_unit(units, devices)
+
+    @property
+    def efficiency(self) -> float:
+        """The share of perfect sharing a doubling of the pool keeps: device_s / (device_s + device_growth_s)
+        (1 without per-unit work on either pool)."""
+        doubled = self.device_s + self.device_growth_s
+        return self.device_s / doubled if self.device_s > 0 and doubled > 0 else 1.0
 
 
 @dataclass(frozen=True)
 class Rates:
     """The costs of a step's stages on one kind of device (from a profile or a roofline, :mod:`.rates`).
     ``sync`` is per byte of one weight copy; ``other_s``: the controller's own time a step (reward,
-    advantages); ``decode_step_s``: reading the weights once per decode step at TP 1 (0 when a
+    advantages), growing by ``other_growth_s`` per doubling of the train pool from ``train.base_devices``;
+    ``decode_step_s``: reading the weights once per decode step at TP 1 (0 when a
     profile's ``gen.fixed_s`` holds it); ``gather_bandwidth``: bytes/s of a sync's gather of the shards
     as a profile measured it (0: the cluster's link)."""
 
@@ -93,6 +105,7 @@ class Rates:
     log_prob: StageCost
     sync: StageCost
     other_s: float = 0.0
+    other_growth_s: float = 0.0
     decode_step_s: float = 0.0
     gather_bandwidth: float = 0.0
     source: str = ""
@@ -276,7 +289,8 @@ def stage_seconds(placement: Placement, shape: ModelShape, workload: Workload, r
     communication = micro_batches * 8 * shape.params() * (shards - 1) / shards / bandwidth
     compute += sequence_parallel_bytes(placement, shape, workload.tokens / train_dp) / bandwidth
     stages = {"gen": gen, "log_prob": log_prob, "train": workload.trains * max(compute, communication),
-              "sync": sync_seconds(placement, workload, rates, cluster), "offload": 0.0, "other": rates.other_s}
+              "sync": sync_seconds(placement, workload, rates, cluster), "offload": 0.0,
+              "other": max(0.0, rates.other_s + rates.other_growth_s * rates.train.doublings(shards))}
     if placement.offload:
         stages["offload"] = 2 * 16 * shape.params() / shards / HOST_BANDWIDTH
     return stages, communication > compute
