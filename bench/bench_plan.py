@@ -5,7 +5,7 @@
    (a broadcast of 64 MiB, the best of 3) as its link bandwidth; written to ``<out>/cluster.yaml``.
 2. A profile of one configuration (``rlloom plan --profile``'s :func:`run_profile`): GRPO with the reference
    on (``algorithm.use_kl_loss=true``), colocated on one Ray worker at ``--profile-batch`` prompts and half
-   of them, then on two workers (the data-parallel efficiency); written to ``<out>/profile.json``.
+   of them, then the same on two workers (the pool scaling); written to ``<out>/profile.json``.
 3. Another configuration, ``--batch`` prompts, predicted from that profile (:func:`predict`) and run for
    ``--steps`` steps in every placement that fits here: colocated on 1 and on 2 workers, split 1 + 1
    (``resharder=broadcast``), sync, and split 1 + 1 with ``trainer.async_mode=one_step_off`` (generation
@@ -15,7 +15,7 @@
    model picks (the least predicted; a plan keeps the config's async mode) and the fastest measured, the
    wall time and ``uptime``'s load; writes ``<out>/results.json``.
 
-    python bench/bench_plan.py                  # 7 runs; under 8 minutes on an idle 2-core machine
+    python bench/bench_plan.py                  # 8 Ray runs of 5 steps
     python bench/bench_plan.py --hidden 512     # a model whose per-token work outweighs the fixed costs
 """
 

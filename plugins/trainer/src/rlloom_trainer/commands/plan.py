@@ -1,7 +1,8 @@
 """``rlloom plan``: choose where the roles run (:mod:`rlloom_trainer.planning`).
 
-``rlloom plan --profile [--out FILE] OVERRIDES``: a few steps of the config at two batch sizes; writes the
-measured :class:`~rlloom_trainer.planning.profile.Profile` (JSON). ``rlloom plan cluster=8xH100
+``rlloom plan --profile [--out FILE] OVERRIDES``: a few steps of the config at two batch sizes (under
+``launcher=ray`` also on its pools doubled); writes the measured
+:class:`~rlloom_trainer.planning.profile.Profile` (JSON). ``rlloom plan cluster=8xH100
 [--from FILE] [--shape NAME] OVERRIDES``: ranks the placements that fit the cluster by predicted step
 time, explains the fastest few, and prints the winner as the overrides ``rlloom train`` takes.
 """
@@ -110,7 +111,8 @@ def command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
         "offload, micro-batch) by predicted step time within each device's memory; print the fastest few and the "
         "winner's overrides for rlloom train. With --profile, measure the config's stage costs instead.")
     parser.add_argument("arguments", nargs="*", help="cluster=8xH100|2x8xH100|FILE.yaml and the config's overrides")
-    parser.add_argument("--profile", action="store_true", help="run a few steps at two batch sizes, write --out")
+    parser.add_argument("--profile", action="store_true",
+                        help="run a few steps at two batch sizes (and on the pools doubled), write --out")
     parser.add_argument("--out", default="profile.json", help="where --profile writes (default profile.json)")
     parser.add_argument("--steps", type=int, default=5, help="steps per --profile run (the first is not timed)")
     parser.add_argument("--from", dest="from_profile", metavar="FILE", help="a profile's rates (its device's kind)")

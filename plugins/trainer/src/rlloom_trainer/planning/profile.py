@@ -1,5 +1,5 @@
-"""``rlloom plan --profile``: a few steps of the user's config at two batch sizes and on a pool twice as
-large, and each stage's cost fitted from the metrics the trainer already logs (``metrics.jsonl``), as a
+"""``rlloom plan --profile``: a few steps of the user's config at two batch sizes, on its pools and on them
+doubled, and each stage's cost fitted from the metrics the trainer already logs (``metrics.jsonl``), as a
 :class:`Profile` (JSON).
 
 Per step after the first (warm-up) and per stage, (units, seconds):
