@@ -164,8 +164,9 @@ def test_a_doubled_pool_gives_each_stage_its_scaling_and_the_sync_its_gather_ban
     assert Profile.from_json(profile.to_json()) == profile
     planned = plan_rates(shape, cpu_cluster(), profile)
     assert planned.train == rates.train and planned.gather_bandwidth == rates.gather_bandwidth  # same parameters
-    assert planned.source == ("profile on cpu; data-parallel efficiency (pools of 1 -> 2): gen 0.6 +0.000 s, train "
-                              "0.8 +0.050 s, log-probs 2 -0.010 s a call, other +0.000 s; weight gather 0.1 MB/s")
+    assert planned.source == ("profile on cpu; data-parallel efficiency (pools of 1 -> 2, 1 -> 1 threads a worker): "
+                              "gen 0.6 +0.000 s, train 0.8 +0.050 s, log-probs 2 -0.010 s a call, other +0.000 s; "
+                              "weight gather 0.1 MB/s")
 
 
 def test_the_doubled_pool_keeps_the_cpu_count():

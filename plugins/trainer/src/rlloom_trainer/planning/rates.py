@@ -72,9 +72,9 @@ def plan_rates(shape: ModelShape, cluster: Cluster, profile: Profile | None) -> 
 
 
 def scaling(profile: Profile) -> str:
-    """What the profile measured on its pools doubled: ``data-parallel efficiency (pools of 1 -> 2): gen 0.6
-    +0.000 s, train 0.8 +0.100 s, log-probs 1 +0.020 s a call, other +0.010 s; weight gather 51 MB/s``
-    (each stage's efficiency and its fixed part's change)."""
+    """What the profile measured on its pools doubled: ``data-parallel efficiency (pools of 1 -> 2, 1 -> 1
+    threads a worker): gen 0.6 +0.000 s, train 0.8 +0.100 s, log-probs 1 +0.020 s a call, other +0.010 s;
+    weight gather 51 MB/s`` (each stage's efficiency and its fixed part's change)."""
     if not profile.doubled_step_s:
         return "data-parallel efficiency not measured (a launcher without pools): perfect sharing assumed"
     rates = profile.rates
@@ -85,8 +85,10 @@ def scaling(profile: Profile) -> str:
     shares = ", ".join(f"{name} {cost.efficiency:.2g} {seconds(cost.growth_s)}" for name, cost in
                        (("gen", rates.gen), ("train", rates.train), ("log-probs", rates.log_prob)))
     gather = f"; weight gather {rates.gather_bandwidth / 1e6:.3g} MB/s" if rates.gather_bandwidth else ""
-    return (f"data-parallel efficiency (pools of {profile.devices} -> {2 * profile.devices}): {shares} a call, "
-            f"other {seconds(rates.other_growth_s)}{gather}")
+    pools = f"pools of {profile.devices} -> {2 * profile.devices}"
+    if len(profile.threads) == 2:
+        pools += f", {' -> '.join(str(count) for _, count in sorted(profile.threads.items()))} threads a worker"
+    return f"data-parallel efficiency ({pools}): {shares} a call, other {seconds(rates.other_growth_s)}{gather}"
 
 
 def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_tokens: float) -> Workload:
