@@ -80,8 +80,9 @@ def test_weight_sync_makes_rollout_follow_the_trainer(engines):
 
 
 def test_step_context_sleeps_the_rollout_while_training_and_wakes_it_to_generate(engines):
-    """With sleep_rollout, update_actor puts the real hf engine to sleep (it then refuses to
-    generate) and the next generate / sync wakes it."""
+    """With sleep_rollout, the train engines' first pass after generating (old_log_probs here; else
+    update_actor) puts the real hf engine to sleep (it then refuses to generate), so its KV cache is not
+    held through the log-prob passes; the next generate / sync wakes it."""
     from rlloom.controller.step import Roles, StepContext
 
     actor, _, rollout = engines
@@ -89,6 +90,10 @@ def test_step_context_sleeps_the_rollout_while_training_and_wakes_it_to_generate
                   resharder=InProcessResharder(InProcessResharderConfig()), sleep_rollout=True)
     ctx = StepContext(roles, rollout.tokenizer, SamplingParams(max_new_tokens=4), step=1)
     batch = ctx.generate(prompt_batch(rollout), n=2)
+    assert not roles.rollout_asleep
+    ctx.old_log_probs(batch)
+    assert roles.rollout_asleep
+    ctx.generate(prompt_batch(rollout), n=1)  # woken to generate; update_actor sleeps it again
     batch["advantages"] = torch.zeros(batch["response_mask"].shape)
     ctx.update_actor(batch, advantage_loss, mini_batch_rows=len(batch))
     assert roles.rollout_asleep

@@ -9,9 +9,11 @@ import rlloom
 from rlloom_fsdp.config import FSDPConfig
 
 LORA_PRESET = ["train_engine=fsdp", "train_engine.lora.rank=16", "train_engine.lora.alpha=32", "train_engine.lr=2e-4",
-               "trainer.run_name=grpo-arithmetic-smollm2-135m-lora"]
+               "train_engine.gradient_checkpointing=true", "trainer.run_name=grpo-arithmetic-smollm2-135m-lora"]
 """The main job with LoRA adapters (docs/lora.md): rank 16, alpha 32 on every linear layer, at the learning rate
-adapters need (20x the full fine-tuning run's 1e-5), in a run folder of its own."""
+adapters need (20x the full fine-tuning run's 1e-5), with gradient checkpointing (the activations are what LoRA
+leaves of full fine-tuning's memory; QLoRA and PEFT's ``prepare_model_for_kbit_training`` turn it on too), in a run
+folder of its own."""
 
 
 @rlloom.hookimpl

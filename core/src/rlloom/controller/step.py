@@ -77,7 +77,8 @@ class Roles:
             self.rollout_asleep = False
 
     def sleep_rollout_if_asked(self) -> None:
-        """Before a training phase, with ``sleep_rollout``: the rollout engine frees what it can (KV cache)."""
+        """Before the train engines compute (log-probs, values, updates), with ``sleep_rollout``: the rollout
+        engine frees what it can (KV cache), which the train engines' passes then have."""
         if self.sleep_rollout and not self.rollout_asleep:
             self.rollout.sleep()
             self.rollout_asleep = True
@@ -250,6 +251,7 @@ class StepContext:
         """Behaviour log-probs from the actor (``old_log_probs``) and the rollout/trainer gap
         ``training/rollout_probs_diff_mean|max``: mean|max over response tokens of
         |exp(rollout_log_probs) − exp(old_log_probs)|."""
+        self.roles.sleep_rollout_if_asked()
         self._run("old_log_prob", self.roles.actor, "compute_log_probs", (batch,), {"entropy": True},
                   functools.partial(self._add_old_log_probs, batch))
         return batch
@@ -265,6 +267,7 @@ class StepContext:
 
     def ref_log_probs(self, batch: Batch) -> Batch:
         """Reference-policy log-probs (``ref_log_probs``)."""
+        self.roles.sleep_rollout_if_asked()
         self._run("ref", self.roles.get("ref"), "compute_log_probs", (batch,), {},
                   _store(batch, "ref_log_probs", "log_probs"))
         return batch
@@ -272,6 +275,7 @@ class StepContext:
     def values(self, batch: Batch, role: str = "critic", into: str = "values") -> Batch:
         """The role's current values (``<into>`` [B, R]): the critic's by default, or a declared critic's
         (Safe-RLHF: ``role="cost_critic", into="cost_values"``); timed as ``timing_s/<into>``."""
+        self.roles.sleep_rollout_if_asked()
         self._run(into, self.roles.get(role), "compute_values", (batch,), {}, _store(batch, into, "values"))
         return batch
 
