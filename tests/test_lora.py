@@ -1,7 +1,7 @@
 """LoRA end to end (``train_engine.lora``, docs/lora.md): the FSDP actor's merged weights reach the hf rollout
 engine under base names at every sync, the reference is the actor with its adapters off, a run with LoRA
 (syncing only its adapters into vLLM after the first sync) learns, keeps only adapters in its checkpoints and
-exports them in PEFT format or merged; bad LoRA
+exports them in PEFT format or merged (that run's vLLM generating in a process of its own); bad LoRA
 settings, and weight syncs the run's engines cannot take, exit 2 naming the key before any weights load."""
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def test_every_sync_gives_the_rollout_the_merged_weights_and_its_log_probs_match
      "rollout=vllm has LoRA slots of rank <= rollout.max_lora_rank=0, below train_engine.lora.rank=4: set "
      "rollout.max_lora_rank=8"),
     (["train_engine.lora.rank=8", "resharder.lora_sync=adapter", "rollout=vllm", "rollout.max_lora_rank=8",
-      "trainer.async_mode=one_step_off"], "it needs launcher=local and trainer.async_mode=sync"),
+      "trainer.async_mode=fully_async", "trainer.partial_rollout=true"],
+     "trainer.partial_rollout=true swaps the weights inside a generation, and the rollout process loads an adapter"),
     (["resharder.lora_sync=both"], "resharder.lora_sync=both: must be one of merged, adapter"),
 ])
 def test_bad_lora_input_exits_2_naming_the_key(overrides, named, tmp_path, capsys):
@@ -133,12 +134,15 @@ def test_bad_lora_input_exits_2_naming_the_key(overrides, named, tmp_path, capsy
 def lora_run(tmp_path_factory):
     """preset=tiny with LoRA and a KL loss (the reference from the actor), on a wider tiny model: the
     random-init model's logits are small, so adapters on its linear layers move them further when wider. The
-    rollout is vLLM taking adapter-only syncs (resharder.lora_sync=adapter)."""
+    rollout is vLLM taking adapter-only syncs (resharder.lora_sync=adapter) in a process of its own
+    (trainer.async_mode=fully_async, which loads each adapter between generations; max_staleness 0 keeps every batch
+    on the trainer's weights, so the log-probs compare as in a synchronous run)."""
     run_dir = str(tmp_path_factory.mktemp("lora-run"))
     train_tiny(run_dir, "model.hidden_size=256", "model.intermediate_size=512", "train_engine.lora.rank=8",
                "train_engine.lora.alpha=32", "train_engine.lr=1e-1", "algorithm.use_kl_loss=true",
                "algorithm.kl_loss_coef=0.001", "trainer.save_freq=10", "rollout=vllm", "rollout.max_lora_rank=8",
-               "resharder.lora_sync=adapter", cache_dir=tmp_path_factory.mktemp("cache"))
+               "resharder.lora_sync=adapter", "trainer.async_mode=fully_async", "trainer.max_staleness=0",
+               cache_dir=tmp_path_factory.mktemp("cache"))
     return run_dir
 
 
@@ -150,6 +154,7 @@ def test_grpo_with_lora_learns_without_a_reference_engine(lora_run):
     assert last > first + 0.05, (first, last)
     for row in train:
         assert row["training/rollout_probs_diff_mean"] < 1e-3  # vLLM with the adapters synced = the actor
+        assert row["async/staleness/max"] == 0  # generated in the rollout process, on the weights it trains
         assert row["perf/reference_memory_saved_gb"] > 0  # the actor served the reference
     assert train[-1]["actor/kl_loss"] > 0
     # the first sync sent W0 and the adapters, every later one the adapters alone (5.3 % of W0 at rank 8, hidden 256)

@@ -424,13 +424,22 @@ class FSDPTrainEngine:
         """The LoRA adapters as a PEFT folder naming ``base_model`` (default: this engine's model folder;
         :class:`rlloom_enginekit.lora.SavesAdapter`); every rank must call it (gathering is a collective), rank
         0 writes. ValueError on an engine without LoRA."""
+        self._write_adapter(out_dir, base_model, dist.get_rank() == 0)
+        dist.barrier()
+        return out_dir
+
+    def write_adapter(self, out_dir: str) -> str:
+        """:meth:`save_adapter` with every rank writing ``out_dir``, a folder of its own (adapter-only sync into
+        each rank's rollout engine; :class:`rlloom_enginekit.lora.SyncsAdapters`)."""
+        return self._write_adapter(out_dir, None, True)
+
+    def _write_adapter(self, out_dir: str, base_model: str | None, writes: bool) -> str:
         if self.lora is None:
             raise ValueError("save_adapter: this engine trains no LoRA adapters (train_engine.lora.rank=0)")
         self._ready()
         tensors = dict(adapter_tensors(self.model))
-        if dist.get_rank() == 0:
+        if writes:
             write_adapter_folder(tensors, self.lora, base_model or self.spec.model_path, out_dir)
-        dist.barrier()
         return out_dir
 
     def live_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -174,12 +174,40 @@ def reference_role(engine_config: Any, actor: Any) -> ActorReference | None:
 
 
 @runtime_checkable
-class SyncsAdapters(SavesAdapter, Protocol):
+class SyncsAdapters(Protocol):
     """Optional ability of a train engine with LoRA: what adapter-only sync (``resharder.lora_sync=adapter``) reads."""
 
     def base_weights(self) -> Iterator[tuple[str, Any]]:
         """The frozen base weights W0, full tensors under the base model's names, one at a time (as
         ``named_weights`` without the adapters' B A)."""
+
+    def write_adapter(self, out_dir: str) -> str:
+        """Write the adapters as the PEFT folder ``out_dir`` (as :meth:`SavesAdapter.save_adapter` does, naming the
+        engine's model folder), on every rank: all ranks call it together (a collective) and each writes its own
+        ``out_dir``, a folder of that process's rollout engine; returns ``out_dir``."""
+
+
+def read_adapter_files(folder: str) -> dict[str, bytes]:
+    """The two files of the PEFT adapter folder ``folder`` (:data:`ADAPTER_CONFIG`, :data:`ADAPTER_WEIGHTS`), read
+    into memory: what crosses to a rollout engine in another process."""
+    import os
+
+    files = {}
+    for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+        with open(os.path.join(folder, name), "rb") as handle:
+            files[name] = handle.read()
+    return files
+
+
+def write_adapter_files(files: dict[str, bytes], folder: str) -> str:
+    """Write :func:`read_adapter_files`' ``files`` as the folder ``folder`` (made if missing); returns ``folder``."""
+    import os
+
+    os.makedirs(folder, exist_ok=True)
+    for name, content in files.items():
+        with open(os.path.join(folder, name), "wb") as handle:
+            handle.write(content)
+    return folder
 
 
 @runtime_checkable
@@ -206,7 +234,7 @@ def check_weight_sync(sections: dict[str, Any], choices: dict[str, str]) -> None
     """ConfigError, before anything loads, when the resharder cannot sync this run's LoRA policy:
     ``resharder=shared`` with LoRA (no parameter holds W0 + (alpha / r) · B A to lend), or
     ``resharder.lora_sync=adapter`` without LoRA, with a rollout engine that takes no adapters
-    (:class:`TakesAdapters`), or outside one process (``launcher=local``, ``trainer.async_mode=sync``)."""
+    (:class:`TakesAdapters`), or with partial rollouts (``trainer.partial_rollout``)."""
     lora = getattr(sections["train_engine"], "lora", None)
     lora_on = lora is not None and lora.enabled
     if choices["resharder"] == "shared" and lora_on:
@@ -222,8 +250,7 @@ def check_weight_sync(sections: dict[str, Any], choices: dict[str, str]) -> None
     refusal = rollout.adapter_refusal(lora) if isinstance(rollout, TakesAdapters) else "loads full weights only"
     if refusal:
         raise ConfigError(f"{key}: rollout={choices['rollout']} {refusal}; or use resharder.lora_sync={MERGED}")
-    async_mode = getattr(sections["trainer"], "async_mode", "sync")
-    if choices["launcher"] != "local" or async_mode != "sync":
-        raise ConfigError(f"{key} hands the adapter folder to a rollout engine in the trainer's process: it needs "
-                          f"launcher=local and trainer.async_mode=sync (got launcher={choices['launcher']}, "
-                          f"trainer.async_mode={async_mode}); or use resharder.lora_sync={MERGED}")
+    if getattr(sections["trainer"], "partial_rollout", False):
+        raise ConfigError(f"{key}: trainer.partial_rollout=true swaps the weights inside a generation, and the rollout "
+                          "process loads an adapter between generations only; set trainer.partial_rollout=false or "
+                          f"resharder.lora_sync={MERGED}")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, ClassVar
 from rlloom.config.limits import Limited
 from rlloom.types import SyncStats
 
-from rlloom_enginekit.lora import ADAPTER, ADAPTER_WEIGHTS, LORA_SYNCS, MERGED, LoadsAdapters, SyncsAdapters
+from rlloom_enginekit.lora import (ADAPTER, ADAPTER_WEIGHTS, LORA_SYNCS, MERGED, LoadsAdapters, SyncsAdapters,
+                                   write_adapter_files)
 
 if TYPE_CHECKING:  # this module is imported to register the resharder: keep it free of torch
     import torch
@@ -29,8 +30,9 @@ class InProcessResharderConfig(Limited):
     ``lora_sync`` (train_engine.lora.rank > 0; docs/lora.md): ``merged`` streams W0 + (alpha / r) · B A
     under the base model's names at every sync; ``adapter`` sends W0 at the first sync and then only the
     adapters A and B, as a PEFT folder the rollout engine loads (:class:`AdapterSync`; rollout=vllm with
-    rollout.max_lora_rank >= the rank, rollout=server). ``adapter_dir``: where the adapter folders go
-    (servers on other machines must read it); None: a temporary folder, removed when the run ends.
+    rollout.max_lora_rank >= the rank, rollout=server), under launcher=local or ray, in every trainer.async_mode
+    but partial rollouts. ``adapter_dir``: where the adapter folders go (servers on other machines must read it);
+    None: a temporary folder, removed when the run ends.
     """
 
     section: ClassVar[str] = "resharder"
@@ -90,18 +92,20 @@ class InProcessResharder:
 class AdapterSync:
     """``resharder.lora_sync=adapter``: the first sync sends the train engine's frozen base weights W0
     (:meth:`~rlloom_enginekit.lora.SyncsAdapters.base_weights`) through ``update_weights``; every sync then
-    writes the adapters as the PEFT folder ``<directory>/<name>`` and has the rollout engine load it
-    (:class:`~rlloom_enginekit.lora.LoadsAdapters`) under ``name = rlloom-<random id>-<k>``, new at every
-    sync, so an engine never serves a cached older adapter. The previous folder is removed once the next is
-    loaded. ``SyncStats`` counts the tensor bytes sent: W0's (first sync only) plus the adapter file's."""
+    writes the adapters as a PEFT folder (:class:`AdapterFolders`) and has the rollout engine load it
+    (:class:`~rlloom_enginekit.lora.LoadsAdapters`) under ``name = rlloom-<random id>-<k>``, new at every sync,
+    so an engine never serves a cached older adapter. ``SyncStats`` counts the tensor bytes sent: W0's (first
+    sync only) plus the adapter file's.
+
+    Where it runs: in the process of both engines (``launcher=local``; each rank of a colocated Ray pool, every
+    rank writing a folder of its own), or in a rollout worker of its own Ray pool with the train side a
+    :class:`StoredAdapter` (what train rank 0 put in the object store). A rollout engine in another process
+    (``trainer.async_mode`` under ``launcher=local``) reads the folder's files when it is handed the folder
+    and loads its own copy between generations (``rlloom_trainer.rollout_process``)."""
 
     def __init__(self, directory: str | None) -> None:
-        self.directory = directory
-        self.root: str | None = None
-        self.prefix = f"rlloom-{uuid.uuid4().hex[:8]}"
-        self.count = 0
+        self.folders = AdapterFolders(directory)
         self.base_sent = False
-        self.loaded: str | None = None  # the folder the rollout engine reads now
 
     def sync(self, train: TrainEngine, rollout: RolloutEngine) -> SyncStats:
         from rlloom_enginekit.devices import CudaPeak
@@ -114,37 +118,87 @@ class AdapterSync:
                              "adapters (rollout=vllm with rollout.max_lora_rank, rollout=server can)")
         start = time.perf_counter()
         counter = _Counter(train.base_weights() if not self.base_sent else ())
-        self.count += 1
-        name = f"{self.prefix}-{self.count}"
-        folder = os.path.join(self._root(), name)
         with CudaPeak() as peak:
             if not self.base_sent:
                 rollout.update_weights(counter)
                 self.base_sent = True
-            train.save_adapter(folder)
-            rollout.load_adapter(folder, name)
+            name = self.folders.next_name()
+            folder = self.folders.folder(name)
+            rollout.load_adapter(train.write_adapter(folder), name)
         for size in adapter_tensor_bytes(folder):
             counter.add(size)
-        if self.loaded is not None:
-            shutil.rmtree(self.loaded, ignore_errors=True)
-        self.loaded = folder
+        self.folders.loaded(folder)
         return SyncStats(counter.num_tensors, counter.num_bytes, time.perf_counter() - start,
                          counter.max_tensor_bytes, peak.extra_bytes)
 
-    def _root(self) -> str:
+    def close(self) -> None:
+        self.folders.close()
+
+
+class AdapterFolders:
+    """The adapter folders one process hands its rollout engine: ``<root>/rlloom-<random id>-<k>``, the root
+    ``directory`` (made if missing) or a temporary folder. The folder loaded before is removed once the next one
+    is loaded (an engine reads its adapter when it loads it)."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.root: str | None = None
+        self.prefix = f"rlloom-{uuid.uuid4().hex[:8]}"
+        self.count = 0
+        self.current: str | None = None  # the folder the rollout engine loaded last
+
+    def next_name(self) -> str:
+        """The adapter name of the next load, new at every call."""
+        self.count += 1
+        return f"{self.prefix}-{self.count}"
+
+    def folder(self, name: str) -> str:
+        """The folder of the adapter ``name`` (not yet written)."""
         if self.root is None:
             self.root = self.directory or tempfile.mkdtemp(prefix="rlloom-adapters-")
             os.makedirs(self.root, exist_ok=True)
-        return self.root
+        return os.path.join(self.root, name)
+
+    def loaded(self, folder: str) -> None:
+        """``folder`` is loaded: remove the one before."""
+        if self.current is not None:
+            shutil.rmtree(self.current, ignore_errors=True)
+        self.current = folder
+
+    def load(self, rollout: LoadsAdapters, files: dict[str, bytes], name: str) -> None:
+        """Write ``files`` (:func:`~rlloom_enginekit.lora.read_adapter_files`) as the folder of ``name`` and have
+        ``rollout`` load it under that name."""
+        folder = self.folder(name)
+        rollout.load_adapter(write_adapter_files(files, folder), name)
+        self.loaded(folder)
 
     def close(self) -> None:
         """Remove the loaded folder, and the temporary root when ``directory`` is None."""
-        if self.loaded is not None:
-            shutil.rmtree(self.loaded, ignore_errors=True)
-            self.loaded = None
+        if self.current is not None:
+            shutil.rmtree(self.current, ignore_errors=True)
+            self.current = None
         if self.directory is None and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+
+
+class StoredAdapter:
+    """The train side of an :class:`AdapterSync` run in a process without the train engine (a rollout worker of
+    its own Ray pool): the adapter folder's ``files`` (:func:`~rlloom_enginekit.lora.read_adapter_files`) and, for
+    the first sync, the base weights ``base`` (``(name, tensor)`` pairs), as train rank 0 put them in the object
+    store (:class:`~rlloom_enginekit.lora.SyncsAdapters`)."""
+
+    def __init__(self, files: dict[str, bytes], base: list[tuple[str, torch.Tensor]] | None) -> None:
+        self.files, self.base = files, base
+
+    def base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        if self.base is None:
+            raise ValueError("resharder.lora_sync=adapter: the first sync into this rollout worker came without the "
+                             "base weights")
+        return iter(self.base)
+
+    def write_adapter(self, out_dir: str) -> str:
+        return write_adapter_files(self.files, out_dir)
 
 
 def adapter_tensor_bytes(folder: str) -> list[int]:

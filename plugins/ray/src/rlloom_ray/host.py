@@ -130,14 +130,35 @@ class Worker:
         weights = [(name, tensor.cpu()) for name, tensor in self.roles[role].named_weights()]
         return ray.put(weights) if keep_result else None
 
-    def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list) -> SyncStats:
-        """Run the resharder ``spec`` (``in_process``) here with ``weights``, (name, tensor) pairs
-        from another process, as the train side."""
+    def put_adapter(self, role: str, with_base: bool, keep_result: bool) -> Any:
+        """``resharder.lora_sync=adapter`` between pools: ``roles[role]``'s LoRA adapter folder
+        (:meth:`~rlloom_enginekit.lora.SyncsAdapters.write_adapter`, a collective, into a temporary folder) read into
+        memory, with its base weights when ``with_base`` (the first sync; a collective too), in the Ray object store:
+        a :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments; its ObjectRef when ``keep_result``."""
+        import tempfile
+
+        import ray
+        from rlloom_enginekit.lora import read_adapter_files
+
+        self._maybe_fault(role, "write_adapter")
+        engine = self.roles[role]
+        base = [(name, tensor.cpu()) for name, tensor in engine.base_weights()] if with_base else None
+        with tempfile.TemporaryDirectory(prefix="rlloom-adapter-") as folder:
+            files = read_adapter_files(engine.write_adapter(folder))
+        return ray.put({"files": files, "base": base}) if keep_result else None
+
+    def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list | dict) -> SyncStats:
+        """Run the resharder ``spec`` (``in_process``) here with what another process's train rank 0 put in the
+        object store as the train side: ``weights``, (name, tensor) pairs (:meth:`put_weights`), or a
+        :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments (:meth:`put_adapter`)."""
         from types import SimpleNamespace
 
+        from rlloom_enginekit.resharder import StoredAdapter
+
         self._maybe_fault("resharder", "load")
-        return self._resharder(spec).sync(SimpleNamespace(named_weights=lambda: iter(weights)),
-                                          self.roles[rollout_role])
+        train = (StoredAdapter(**weights) if isinstance(weights, dict)
+                 else SimpleNamespace(named_weights=lambda: iter(weights)))
+        return self._resharder(spec).sync(train, self.roles[rollout_role])
 
     def _resharder(self, spec: RoleSpec) -> Any:
         """The resharder of this process, built from ``spec`` on first use."""

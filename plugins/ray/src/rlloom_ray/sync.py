@@ -60,7 +60,10 @@ class SyncHandle:
       collective), rank 0 puts the result in the Ray object store (``Worker.put_weights``) and only
       its reference comes back; every rollout rank gets the reference and loads the tensors
       in-process (``Worker.sync_load``). The controller never holds the tensors. The stats count
-      what rollout rank 0 loaded, over the controller's wall time of the whole sync.
+      what rollout rank 0 loaded, over the controller's wall time of the whole sync. With
+      ``resharder.lora_sync=adapter`` what goes through the object store is the adapter folder's files
+      (and W0 at the first sync; ``Worker.put_adapter``), which each rollout rank writes and loads itself:
+      no folder is shared between nodes.
     - Otherwise (e.g. ``resharder=safetensors``) the resharder runs in the controller on the two
       handles: rank 0's full weights come back and are handed to the rollout role.
     """
@@ -68,6 +71,7 @@ class SyncHandle:
     def __init__(self, spec: RoleSpec, local: Any) -> None:
         self.spec, self.local = spec, local
         self.connected = False
+        self.syncs = 0  # syncs through the object store so far
 
     def sync(self, train: Any, rollout: Any) -> SyncStats:
         if not (isinstance(train, RoleHandle) and isinstance(rollout, RoleHandle)):
@@ -108,8 +112,14 @@ class SyncHandle:
     def _through_object_store(self, train: RoleHandle, rollout: RoleHandle) -> SyncStats:
         start = time.perf_counter()
         train_group, rollout_group = train._group, rollout._group
-        stored = train_group.wait(train._role, "named_weights", [
-            worker.put_weights.remote(train._role, rank == 0) for rank, worker in enumerate(train_group.workers)])[0]
+        if self.local.adapters is not None:  # resharder.lora_sync=adapter: W0 at the first sync, then the adapters
+            stored = train_group.wait(train._role, "write_adapter", [
+                worker.put_adapter.remote(train._role, self.syncs == 0, rank == 0)
+                for rank, worker in enumerate(train_group.workers)])[0]
+        else:
+            stored = train_group.wait(train._role, "named_weights", [
+                worker.put_weights.remote(train._role, rank == 0) for rank, worker in enumerate(train_group.workers)])[0]
+        self.syncs += 1
         loads = [worker.sync_load.remote(self.spec, rollout._role, stored) for worker in rollout_group.workers]
         loaded = rollout_group.wait(rollout._role, "sync_load", loads)[0]
         return dataclasses.replace(loaded, seconds=time.perf_counter() - start)

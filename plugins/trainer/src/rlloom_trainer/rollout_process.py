@@ -24,6 +24,7 @@ from typing import Any
 
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
+from rlloom_enginekit.resharder import AdapterFolders
 
 READY = -1  # the call id of the process's first reply: the engine is built (or failed to build)
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
@@ -102,6 +103,14 @@ class RolloutProcess:
         label = {} if self.weight_version is None else {"version": self.weight_version}
         self._unchecked.append(self.submit_call("update_weights", (copies,), label))
 
+    def load_adapter(self, path: str, name: str) -> None:
+        """Queue the load of the LoRA adapter folder ``path`` (``resharder.lora_sync=adapter``): its files are read
+        now and the process loads a copy of its own under ``name`` after the generation in flight; returns without
+        waiting (a failure is raised at the next wait on this process)."""
+        from rlloom_enginekit.lora import read_adapter_files
+
+        self._unchecked.append(self.submit_call("load_adapter", (read_adapter_files(path), name), {}))
+
     def close(self) -> None:
         """Close the engine and end the process (killed if it has not ended within ``CLOSE_TIMEOUT_S``)."""
         if self._process.is_alive():
@@ -133,6 +142,7 @@ def serve(spec: RoleSpec, threads: int, parent: int, requests: Any, replies: Any
     worker.listen(requests, parent)
     while (request := worker.next_request()) is not None:
         worker.run(request)
+    worker.adapters.close()
     if isinstance(engine, Closable):
         engine.close()
 
@@ -154,6 +164,7 @@ class Worker:
         self._waiting: collections.deque = collections.deque()
         self._arrived = threading.Condition()
         self._watched: Any = None  # the cancelled flags of the generation in flight (partial rollouts)
+        self.adapters = AdapterFolders(None)  # the LoRA adapters RolloutProcess.load_adapter sends
 
     def listen(self, requests: Any, parent: int) -> None:
         """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
@@ -208,6 +219,8 @@ class Worker:
             self.engine.update_weights(*args, **kwargs)
             self.version = self.version + 1 if version is None else version
             return None
+        if method == "load_adapter":
+            return self.adapters.load(self.engine, *args)
         if method == "generate" and self.partial:
             return generate_partial(self.engine, *args, gate=self)
         return getattr(self.engine, method)(*args, **kwargs)
