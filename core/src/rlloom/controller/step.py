@@ -77,8 +77,7 @@ class Roles:
             self.rollout_asleep = False
 
     def sleep_rollout_if_asked(self) -> None:
-        """Before the train engines compute (log-probs, values, updates), with ``sleep_rollout``: the rollout
-        engine frees what it can (KV cache), which the train engines' passes then have."""
+        """Before the train engines' passes (log-probs, values, updates), with ``sleep_rollout``: frees the KV cache."""
         if self.sleep_rollout and not self.rollout_asleep:
             self.rollout.sleep()
             self.rollout_asleep = True
