@@ -1,0 +1,96 @@
+"""Streamed generation: the finished *groups* (all ``n`` responses of one prompt) of one or more jobs handed
+on as they complete, not when the longest row of the call ends (docs/async.md, ``trainer.stream_groups``).
+
+:func:`generate_groups` runs the jobs' prompts as ONE ``engine.generate_requests`` call of a
+:class:`StreamsRows` engine, each prompt row keeping the randomness its own job's call would give it (its
+job's seed as the row's :data:`~rlloom.batch.SEED_FIELD`, its place in its job as its
+:data:`~rlloom.batch.PROMPT_INDEX_FIELD`), and calls ``send(job, row, group)`` the moment the ``n``-th
+response of a prompt is done. A group is what the job's own ``generate`` would have returned for that prompt
+row: the job's prompt fields repeated ``n`` times, ``responses`` / ``response_mask`` / ``rollout_log_probs``
+right-padded to the group's longest response, ``meta`` ``temperature`` and ``pad_token_id``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Optional, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+
+from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
+from rlloom.types import SamplingParams
+
+
+@runtime_checkable
+class StreamsRows(Protocol):
+    """A rollout engine whose ``generate_requests(prompts, sampling, cancelled, finished)`` calls
+    ``finished(rows, tokens, log_probs)`` with output rows as they are done, before the call returns, each row
+    once (withdrawn rows never); it says so with ``reports_finished_rows = True``. ``pad_id`` pads responses."""
+
+    reports_finished_rows: bool
+    pad_id: int
+
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams, cancelled: Optional[torch.Tensor] = None,
+                          finished: Optional[Callable] = None) -> Batch: ...
+
+
+Send = Callable[[int, int, Batch], None]
+"""``send(job, row, group)``: prompt ``row`` of job ``job`` (their places in the call's lists) is finished."""
+
+
+def merged(jobs: list[tuple[Batch, SamplingParams]]) -> tuple[Batch, SamplingParams]:
+    """One call for ``jobs`` (their prompts and sampling, equal but for the seed; every seed set): the prompts
+    left-padded to the widest, each row with its job's seed and its prompt index (its job's
+    :data:`~rlloom.batch.PROMPT_INDEX_FIELD`, else its place in its job); ``first_prompt`` 0."""
+    parts = []
+    for prompts, params in jobs:
+        if dataclasses.replace(params, seed=None) != dataclasses.replace(jobs[0][1], seed=None):
+            raise ValueError("generate_groups: the jobs' sampling differs beyond the seed")
+        part = prompts.select("prompts", "prompt_mask")
+        part[SEED_FIELD] = torch.full((len(prompts),), params.seed, dtype=torch.long)
+        part[PROMPT_INDEX_FIELD] = prompts.get(PROMPT_INDEX_FIELD, torch.arange(len(prompts), dtype=torch.long))
+        parts.append(part)
+    return Batch.concat_padded(parts), dataclasses.replace(jobs[0][1], seed=0, first_prompt=0)
+
+
+def group_batch(prompts: Batch, row: int, tokens: list[list[int]], log_probs: list[list[float]],
+                sampling: SamplingParams, pad_id: int) -> Batch:
+    """Prompt ``row`` of ``prompts`` repeated once per response, with the responses (module docstring)."""
+    width = max(len(ids) for ids in tokens)
+
+    def padded(values: list[list], fill: float, dtype: torch.dtype) -> torch.Tensor:
+        return torch.stack([F.pad(torch.tensor(row, dtype=dtype), (0, width - len(row)), value=fill) for row in values])
+
+    group = prompts.exclude(PROMPT_INDEX_FIELD).reorder([row] * len(tokens))
+    group["responses"] = padded(tokens, pad_id, torch.long)
+    group["response_mask"] = padded([[1] * len(ids) for ids in tokens], 0, torch.long)
+    group["rollout_log_probs"] = padded(log_probs, 0.0, torch.float32)
+    group.meta.update(temperature=sampling.policy_temperature, pad_token_id=pad_id)
+    return group
+
+
+def generate_groups(engine: StreamsRows, jobs: list[tuple[Batch, SamplingParams]], send: Send) -> None:
+    """Generate every prompt row of ``jobs`` in one engine call, ``send``-ing each group as it completes (its
+    ``n``-th response done; module docstring); returns once every group was sent."""
+    call, sampling = merged(jobs)
+    n = sampling.n
+    owners = [(job, row) for job, (prompts, _) in enumerate(jobs) for row in range(len(prompts))]
+    done: dict[int, dict[int, tuple[list[int], list[float]]]] = {}
+
+    def finished(rows: list[int], tokens: list[list[int]], log_probs: list[list[float]]) -> None:
+        for out_row, ids, values in zip(rows, tokens, log_probs):
+            prompt, copy = divmod(out_row, n)
+            responses = done.setdefault(prompt, {})
+            responses[copy] = (ids, values)
+            if len(responses) == n:
+                job, row = owners[prompt]
+                ordered = [responses[k] for k in range(n)]
+                send(job, row, group_batch(jobs[job][0], row, [r[0] for r in ordered], [r[1] for r in ordered],
+                                           jobs[job][1], engine.pad_id))
+
+    engine.generate_requests(call, sampling, None, finished)
+    missing = len(owners) - sum(len(responses) == n for responses in done.values())
+    if missing:
+        raise RuntimeError(f"generate_groups: the engine reported {missing} prompt(s) unfinished")
