@@ -121,7 +121,8 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
     jobs = []
     for seed, uids in ((5, ["draw1-0", "draw1-1"]), (6, ["draw2-0", "draw2-1"])):
         batch = prompts()
-        jobs.append((Batch(dict(batch.tensors.items()), {"uid": uids}), SamplingParams(max_new_tokens=6, n=2, seed=seed)))
+        sampling = SamplingParams(max_new_tokens=6, n=2, seed=seed)
+        jobs.append((Batch(dict(batch.tensors.items()), {"uid": uids}), sampling))
     apart = RolloutProcess(spec(tiny_model_path), threads=1)
     try:
         assert apart.submit_call(STREAM_GROUPS, (0,), {}).result() is None
@@ -143,4 +144,5 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
         draw, row = (int(part) for part in group["uid"][0].removeprefix("draw").split("-"))
         own = engine.generate(*jobs[draw - 1]).reorder([2 * row, 2 * row + 1])
         width = group["responses"].shape[1]
-        assert torch.equal(group["responses"], own["responses"][:, :width]) and list(group["uid"]) == [group["uid"][0]] * 2
+        assert torch.equal(group["responses"], own["responses"][:, :width])
+        assert list(group["uid"]) == [group["uid"][0]] * 2

@@ -19,6 +19,13 @@ generates with the weights of the last sync submitted before it: its ``version``
   (:class:`~rlloom_trainer.rollout_process.Worker`); the pipeline labels each sync's weights with its step, and
   a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
   sampled their tokens, as the process recorded them.
+- ``trainer.stream_groups`` (``fully_async`` under ``launcher=local``): the unit is the group (one prompt's
+  ``n`` responses). Prompts are submitted while the groups admitted and neither taken nor dropped stay within
+  ``(K + version + 1) × batch − groups taken``; the rollout process streams each group back as it finishes
+  (:func:`rlloom_enginekit.stream.generate_groups`) into a :class:`~rlloom_trainer.streaming.GroupBuffer`; a
+  step (after the first, which learns the call) takes the first ``batch`` fresh groups to arrive, ordered by
+  (draw, row), stale ones dropped or regenerated (``trainer.stale_policy``); a checkpoint records the data
+  position before the first drawn batch with a prompt not done, and the prompts done after it.
 
 The algorithm's step is unchanged: :class:`PipelinedContext` hands its ``ctx.generate(prompts, n)`` the job's
 batch. The first step's call teaches the pipeline the call (``n``, sampling, stage) that later jobs repeat;
@@ -60,16 +67,12 @@ def check_async(resolved: ResolvedConfig) -> None:
     a multi-turn agent (its loop drives an in-process engine), ``resharder=shared`` (one copy of the
     weights cannot be trained and generated with at once), ``trainer.offload_train_engines`` (the train
     engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool,
-    ``trainer.partial_rollout`` or ``trainer.stream_groups`` outside ``fully_async`` under ``launcher=local``, or
-    both at once."""
+    ``trainer.partial_rollout`` or ``trainer.stream_groups`` outside ``fully_async`` under ``launcher=local``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
     for key in ("partial_rollout", "stream_groups"):
         if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] != "local"):
             raise ConfigError(f"trainer.{key}=true needs trainer.async_mode=fully_async and launcher=local "
                               f"(not trainer.async_mode={mode}, launcher={choices['launcher']}); set it false")
-    if sections["trainer"].partial_rollout and sections["trainer"].stream_groups:
-        raise ConfigError("trainer.stream_groups=true does not run with trainer.partial_rollout=true yet; "
-                          "set one of them false")
     if mode == SYNC:
         return
     prefix = f"trainer.async_mode={mode}"
@@ -266,7 +269,8 @@ class RolloutPipeline:
             self.generated_s += max(0.0, end - max(begin, last))
             self.generator_span = (self.generator_span[0] if self.generator_span else begin, max(end, last))
             uid = batch["uid"][0]
-            self.buffer.arrive(Group(uid, self.versions[uid], batch))
+            oldest = batch[VERSION_FIELD] if VERSION_FIELD in batch else torch.tensor([self.versions[uid]])
+            self.buffer.arrive(Group(uid, int(oldest.min()), batch))
 
     def _take_groups(self, step: int) -> Job:
         """Step ``step``'s job: the buffer's first ``batch_size`` fresh groups (waited for; the wait is the
@@ -312,7 +316,8 @@ class RolloutPipeline:
         pad = groups[0].batch.meta["pad_token_id"]
         batch = Batch.concat_padded([group.batch for group in groups], {"responses": pad})
         prompts = Batch.concat_padded([group.batch.exclude(*RESPONSE_FIELDS).reorder([0]) for group in groups])
-        oldest = torch.cat([torch.full((len(group.batch),), group.version, dtype=torch.long) for group in groups])
+        oldest = batch[VERSION_FIELD] if VERSION_FIELD in batch else torch.cat(
+            [torch.full((len(group.batch),), group.version, dtype=torch.long) for group in groups])
         first = self.buffer.first_open(max(self.positions))
         self.trained_position = self.positions[first - 1]
         return Job(step, prompts, self.trained_position, version=int(oldest.min()), oldest=oldest, batch=batch)
@@ -334,7 +339,8 @@ class RolloutPipeline:
         groups so far (``trainer.stale_policy``)."""
         metrics = self._batch_metrics(step, batch)
         if self.buffer is not None:
-            metrics.update({"async/dropped": float(self.buffer.dropped), "async/regenerated": float(self.buffer.regenerated),
+            metrics.update({"async/dropped": float(self.buffer.dropped),
+                            "async/regenerated": float(self.buffer.regenerated),
                             "async/buffer_samples": float(len(self.versions) * self.call[0])})
         return metrics
 

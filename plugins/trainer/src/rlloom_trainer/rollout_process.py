@@ -193,6 +193,7 @@ class Worker:
         self._arrived = threading.Condition()
         self._watched: Any = None  # the cancelled flags of the generation in flight (partial rollouts)
         self.adapters = AdapterFolders(None)  # the LoRA adapters RolloutProcess.load_adapter sends
+        self._joined: list[tuple] | None = None  # the requests of the streamed call in flight (partial rollouts)
 
     def listen(self, requests: Any, parent: int) -> None:
         """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
@@ -247,7 +248,9 @@ class Worker:
     def _stream(self, requests: list[tuple]) -> None:
         """The ``generate_stream`` ``requests`` as one engine call
         (:func:`rlloom_enginekit.stream.generate_groups`): each group put as a :data:`GROUP` reply as it
-        finishes; a failed call answers each request with its error (raised by :meth:`RolloutProcess.streamed`)."""
+        finishes; a failed call answers each request with its error (raised by :meth:`RolloutProcess.streamed`).
+        Under partial rollouts this worker is the call's :class:`~rlloom_enginekit.stream.StreamGate`: weight
+        updates and ``generate_stream`` requests that arrive withdraw it, and the latter join it (:meth:`more`)."""
         from rlloom_enginekit.stream import generate_groups
 
         start = time.time()
@@ -256,11 +259,14 @@ class Worker:
             group.meta["generated"] = (start, time.time())
             self.replies.put((GROUP, group, None, group.meta["generated"]))
 
+        self._joined = requests
         try:
-            generate_groups(self.engine, [request[2] for request in requests], send)
+            generate_groups(self.engine, [request[2] for request in requests], send, self if self.partial else None)
         except Exception as caught:  # noqa: BLE001 - the trainer raises it
-            for request in requests:
+            for request in self._joined:
                 self.replies.put((request[0], None, portable(caught), (start, time.time())))
+        finally:
+            self._joined = None
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
         from rlloom_enginekit.partial import Interruptible, generate_partial
@@ -306,6 +312,13 @@ class Worker:
                 request = self._pop(first)
             self.run(request)
 
+    def more(self) -> list[tuple]:
+        """The ``generate_stream`` requests waiting at the head of the line, joining the streamed call in flight:
+        their prompts and sampling."""
+        joining = self._streams_waiting()
+        self._joined += joining
+        return [request[2] for request in joining]
+
     def _pop(self, place: int) -> tuple | None:
         """The waiting request at ``place``, taken out of the line (call under the lock)."""
         request = self._waiting[place]
@@ -317,7 +330,11 @@ class Worker:
         return next((i for i, request in enumerate(self._waiting) if request and request[1] == "update_weights"), None)
 
     def _flag_if_weights_wait(self) -> None:
-        if self._watched is not None and self._weights_at() is not None:
+        """Set the watched flags when a weight update waits, or (in a streamed call) a ``generate_stream``
+        request waits at the head of the line (call under the lock)."""
+        head = self._waiting[0] if self._waiting else None
+        joins = self._joined is not None and head is not None and head[1] == GENERATE_STREAM
+        if self._watched is not None and (self._weights_at() is not None or joins):
             self._watched.fill_(True)
 
 
