@@ -14,7 +14,7 @@ from rlloom.types import SamplingParams
 from rlloom.batch import PROMPT_INDEX_FIELD
 from rlloom_trainer.pipeline import FULLY_ASYNC, ONE_STEP_OFF, RolloutPipeline
 from rlloom_trainer.rollout_process import GENERATE_STREAM
-from rlloom_trainer.streaming import DROP, REGENERATE, GroupBuffer, place
+from rlloom_trainer.streaming import DROP, REGENERATE, Group, GroupBuffer, place
 
 ROWS, N = 2, 3  # prompts per batch, samples per prompt
 
@@ -265,3 +265,17 @@ def test_a_resumed_streamed_run_generates_only_the_prompts_not_done():
     assert [uids for uids, _, _ in calls][:4] == [["draw4-0"], ["draw5-0"], ["draw5-1"], ["draw6-0"]]
     assert pipeline.rollout.indices[:4] == [[0], [0], [1], [0]]
     assert not any("draw4-1" in uids for uids, _, _ in calls)
+
+
+def test_the_buffer_takes_the_first_fresh_groups_to_arrive_ordered_by_draw_and_row():
+    """K=1, 2 groups a step; step 3 trains at version 2, so a group of version 0 is stale."""
+    buffer = GroupBuffer(2, 1, DROP)
+    for uid, version in (("draw3-1", 2), ("draw1-0", 0), ("draw2-0", 1), ("draw2-1", 2)):
+        buffer.arrive(Group(uid, version, Batch(objects={"uid": [uid]})))
+    taken, stale = buffer.take(3)
+    assert [group.uid for group in stale] == ["draw1-0"] and buffer.dropped == 1
+    assert [group.uid for group in taken] == ["draw2-0", "draw3-1"]  # the first two fresh ones, by (draw, row)
+    assert [group.uid for group in buffer.groups] == ["draw2-1"] and buffer.take(3) == (None, [])
+    assert buffer.first_open(3) == 1 and buffer.done == {"draw1-0", "draw2-0", "draw3-1"}  # draw1-1 not done
+    buffer.done |= {"draw1-1"}
+    assert buffer.first_open(3) == 2 and buffer.done == {"draw2-0", "draw3-1"}  # draw 1's uids forgotten
