@@ -92,8 +92,8 @@ class StreamGate(WeightGate, Protocol):
 def generate_groups(engine: StreamsRows, jobs: list[tuple[Batch, SamplingParams]], send: Send,
                     gate: StreamGate | None = None) -> None:
     """Generate every prompt row of ``jobs`` in one engine call, ``send``-ing each group as it completes (its
-    ``n``-th response done; module docstring); returns once every group was sent. With ``gate``: partial
-    rollouts, new jobs joining (:class:`_Pool`)."""
+    ``n``-th response done; module docstring); returns once every group was sent. The jobs' sampling is equal
+    but for the seed, every seed set. With ``gate``: partial rollouts, new jobs joining (:class:`_Pool`)."""
     if gate is not None:
         _Pool(engine, jobs, send, gate).run()
         return

@@ -50,12 +50,12 @@ from rlloom.controller.futures import submit
 from rlloom.controller.step import StepContext, derive_seed
 from rlloom.protocols import Future, RemoteHandle
 from rlloom.types import SamplingParams
-from rlloom_enginekit.partial import VERSION_FIELD
+from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD
 
 from rlloom_trainer.rollout_process import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 from rlloom_trainer.streaming import REGENERATE, Group, GroupBuffer, place
 
-RESPONSE_FIELDS = ("responses", "response_mask", "rollout_log_probs")
+GENERATED_FIELDS = ("responses", "response_mask", "rollout_log_probs", VERSION_FIELD, VERSION_MAX_FIELD)
 SYNC = "sync"
 ONE_STEP_OFF = "one_step_off"
 FULLY_ASYNC = "fully_async"
@@ -315,7 +315,7 @@ class RolloutPipeline:
         self.taken_groups += len(groups)
         pad = groups[0].batch.meta["pad_token_id"]
         batch = Batch.concat_padded([group.batch for group in groups], {"responses": pad})
-        prompts = Batch.concat_padded([group.batch.exclude(*RESPONSE_FIELDS).reorder([0]) for group in groups])
+        prompts = Batch.concat_padded([group.batch.exclude(*GENERATED_FIELDS).reorder([0]) for group in groups])
         oldest = batch[VERSION_FIELD] if VERSION_FIELD in batch else torch.cat(
             [torch.full((len(group.batch),), group.version, dtype=torch.long) for group in groups])
         first = self.buffer.first_open(max(self.positions))
@@ -367,7 +367,7 @@ class RolloutPipeline:
 def _rows_of(batch: Batch, rows: list[int]) -> Batch:
     """The prompt fields of ``batch``'s ``rows``, each with its index in its drawn batch (from its uid) as its
     :data:`~rlloom.batch.PROMPT_INDEX_FIELD`, which keys its randomness."""
-    picked = batch.exclude(*RESPONSE_FIELDS, PROMPT_INDEX_FIELD).reorder(rows)
+    picked = batch.exclude(*GENERATED_FIELDS, PROMPT_INDEX_FIELD).reorder(rows)
     picked[PROMPT_INDEX_FIELD] = torch.tensor([place(uid)[1] for uid in picked["uid"]], dtype=torch.long)
     return picked
 
@@ -376,8 +376,8 @@ def _rows_of(batch: Batch, rows: list[int]) -> Batch:
 class PipelinedContext(StepContext):
     """A training step's context in an async mode: ``generate`` returns the step's job (the batch, stamped with
     the version that generated it; ``timing_s/gen`` is the wait for it, streamed the wait for the step's groups
-    before it began) and adds the pipeline's ``async/*``
-    metrics; ``sync_weights`` tells the pipeline, which may admit more jobs."""
+    before it began) and adds the pipeline's ``async/*`` metrics; ``sync_weights`` tells the pipeline, which may
+    admit more jobs."""
 
     pipeline: RolloutPipeline | None = None
 
