@@ -1,11 +1,12 @@
 """``trainer.async_mode`` on one variable-length workload, in one invocation: ``sync``, ``one_step_off``,
 ``fully_async``, ``fully_async_partial`` (``fully_async`` with ``trainer.partial_rollout=true``) and
-``fully_async_stream`` (``fully_async`` with ``trainer.stream_groups=true`` and ``trainer.partial_rollout=true``:
-new prompts and new weights join the generation in flight; ``rollout.max_batch_rows`` = (K + 1) x 8 x 8 so that
-every admitted row decodes in one batch), each a fresh ``rlloom train``
-subprocess on the same work, then their samples/s and the ratios to sync, how idle the generator and the
-trainer were, how many rows weight updates interrupted (not counted by streamed runs) and how many stale groups a
-streamed run dropped (``trainer.stale_policy=drop``).
+``fully_async_stream`` (``fully_async`` with ``trainer.stream_groups=true``: a step trains the first groups to
+finish; ``rollout.max_batch_rows`` = (K + 1) x 8 x 8 so that the jobs a streamed call merges decode as one
+batch), each a fresh ``rlloom train`` subprocess on the same work, then their samples/s and the ratios to sync,
+how idle the generator and the trainer were, how many rows weight updates interrupted (not counted by streamed
+runs) and how many stale groups a streamed run dropped (``trainer.stale_policy=drop``). The streamed flow with
+partial rollouts: ``--modes fully_async_stream --rlloom trainer.partial_rollout=true`` (``--rlloom`` overrides go
+to every mode's run).
 
 The workload is ``bench_vs_trl.py``'s ``varlen`` shape: a tiny random Phi (hidden 256, 4 layers) whose EOS
 has probability 1/64 at every step, so response lengths are geometric from 1 to the 256-token cap; here with
@@ -43,7 +44,7 @@ PROMPTS, N = 8, 8
 def variant(mode: str, max_staleness: int) -> list[str]:
     """The overrides of ``mode``: its ``trainer.async_mode``, and for the variants of ``fully_async`` their keys."""
     variants = {"fully_async_partial": ["trainer.partial_rollout=true"],
-                "fully_async_stream": ["trainer.stream_groups=true", "trainer.partial_rollout=true",
+                "fully_async_stream": ["trainer.stream_groups=true",
                                        f"rollout.max_batch_rows={(max_staleness + 1) * PROMPTS * N}"]}
     if mode in variants:
         return ["trainer.async_mode=fully_async", *variants[mode]]
