@@ -277,7 +277,6 @@ class Worker:
                 raise TypeError(f"trainer.stream_groups=true: the rollout engine {type(self.engine).__name__} "
                                 "cannot hand on rows as they finish; set it false")
             return None
-
         if method == PARTIAL_ROLLOUTS:
             if not isinstance(self.engine, Interruptible):
                 raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
