@@ -1,7 +1,12 @@
 """``trainer.async_mode`` on one variable-length workload, in one invocation: ``sync``, ``one_step_off``,
-``fully_async`` and ``fully_async_partial`` (``fully_async`` with ``trainer.partial_rollout=true``), each a fresh
-``rlloom train`` subprocess on the same work, then their samples/s and the ratios to sync, how idle the
-generator and the trainer were, and how many rows weight updates interrupted.
+``fully_async``, ``fully_async_partial`` (``fully_async`` with ``trainer.partial_rollout=true``) and
+``fully_async_stream`` (``fully_async`` with ``trainer.stream_groups=true``: a step trains the first groups to
+finish; ``rollout.max_batch_rows`` = (K + 1) x 8 x 8 so that the jobs a streamed call merges decode as one
+batch), each a fresh ``rlloom train`` subprocess on the same work, then their samples/s and the ratios to sync,
+how idle the generator and the trainer were, how many rows weight updates interrupted (not counted by streamed
+runs) and how many stale groups a streamed run dropped (``trainer.stale_policy=drop``). The streamed flow with
+partial rollouts: ``--modes fully_async_stream --rlloom trainer.partial_rollout=true`` (``--rlloom`` overrides go
+to every mode's run).
 
 The workload is ``bench_vs_trl.py``'s ``varlen`` shape: a tiny random Phi (hidden 256, 4 layers) whose EOS
 has probability 1/64 at every step, so response lengths are geometric from 1 to the 256-token cap; here with
@@ -32,9 +37,18 @@ import tempfile
 
 from bench_vs_trl import VARLEN_TOKENS, varlen_folder
 
-MODES = ("sync", "one_step_off", "fully_async", "fully_async_partial")
-PARTIAL = "_partial"
+MODES = ("sync", "one_step_off", "fully_async", "fully_async_partial", "fully_async_stream")
 PROMPTS, N = 8, 8
+
+
+def variant(mode: str, max_staleness: int) -> list[str]:
+    """The overrides of ``mode``: its ``trainer.async_mode``, and for the variants of ``fully_async`` their keys."""
+    variants = {"fully_async_partial": ["trainer.partial_rollout=true"],
+                "fully_async_stream": ["trainer.stream_groups=true",
+                                       f"rollout.max_batch_rows={(max_staleness + 1) * PROMPTS * N}"]}
+    if mode in variants:
+        return ["trainer.async_mode=fully_async", *variants[mode]]
+    return [f"trainer.async_mode={mode}"]
 
 
 def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> dict:
@@ -49,9 +63,8 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
         f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
         "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
         "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
-        f"launcher.num_threads={threads}", f"trainer.async_mode={mode.removesuffix(PARTIAL)}",
-        f"trainer.partial_rollout={str(mode.endswith(PARTIAL)).lower()}", f"trainer.max_staleness={args.max_staleness}",
-        *args.rlloom,
+        f"launcher.num_threads={threads}", *variant(mode, args.max_staleness),
+        f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
     ]
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", cli, "train", *overrides], check=True, stdout=subprocess.DEVNULL)
@@ -64,7 +77,8 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
     else:
         trainer_idle, generator_idle = (steps[-2][f"async/{side}_idle_frac"] for side in ("trainer", "generator"))
     lengths = [row["response_length/mean"] for row in steps]
-    return dict(samples_per_s=len(timed) * PROMPTS * N / wall, trainer_idle=trainer_idle,
+    return dict(samples_per_s=len(timed) * PROMPTS * N / wall, trainer_idle=trainer_idle, stale_groups=sum(
+                    steps[-1].get(f"async/{what}", 0.0) for what in ("dropped", "regenerated")),
                 generator_idle=generator_idle, response_len=sum(lengths) / len(lengths),
                 staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps),
                 interrupted=sum(row.get("async/interrupted", 0.0) for row in steps))
@@ -94,11 +108,12 @@ def main() -> None:
         print(f"{name}: {json.dumps(results[name])}", flush=True)
     base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
     print(f"\n{'mode':<27}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}"
-          f"{'interrupted':>13}")
+          f"{'interrupted':>13}{'stale groups':>14}")
     for name, result in results.items():
         ratio = f"{result['samples_per_s'] / base:.2f}" if base else "-"
         print(f"{name:<27}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
-              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}{result['interrupted']:>13.0f}")
+              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}{result['interrupted']:>13.0f}"
+              f"{result['stale_groups']:>14.0f}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump({"args": vars(args), "results": results}, handle, indent=1)

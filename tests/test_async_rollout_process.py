@@ -110,3 +110,39 @@ def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refuse
     call_id, value, error, _span = replies.get_nowait()
     assert call_id == 7 and value is None and isinstance(error, TypeError)
     assert "trainer.partial_rollout=true" in str(error) and "Plain" in str(error)
+
+
+def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generate_them(tiny_model_path):
+    """Two ``generate_stream`` jobs (seeds 5 and 6) submitted back to back: every prompt's group comes back once,
+    equal to its rows of the job's own ``generate`` in process; a job that fails is raised by ``streamed``."""
+    from rlloom.batch import Batch
+    from rlloom_trainer.rollout_process import GENERATE_STREAM, STREAM_GROUPS
+
+    jobs = []
+    for seed, uids in ((5, ["draw1-0", "draw1-1"]), (6, ["draw2-0", "draw2-1"])):
+        batch = prompts()
+        sampling = SamplingParams(max_new_tokens=6, n=2, seed=seed)
+        jobs.append((Batch(dict(batch.tensors.items()), {"uid": uids}), sampling))
+    apart = RolloutProcess(spec(tiny_model_path), threads=1)
+    try:
+        assert apart.submit_call(STREAM_GROUPS, (0,), {}).result() is None
+        for job in jobs:
+            apart.submit_call(GENERATE_STREAM, job, {})
+        groups = []
+        while len(groups) < 4:
+            groups += apart.streamed(wait=True)
+        right_padded = Batch({"prompts": torch.tensor([[65, 66]]), "prompt_mask": torch.tensor([[1, 0]])})
+        apart.submit_call(GENERATE_STREAM, (right_padded, SamplingParams(max_new_tokens=6, n=2, seed=1)), {})
+        with pytest.raises(ValueError, match="left-padded"):
+            while True:
+                apart.streamed(wait=True)
+    finally:
+        apart.close()
+    engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(tiny_model_path, "rollout", seed=3))
+    assert sorted(group["uid"][0] for group in groups) == ["draw1-0", "draw1-1", "draw2-0", "draw2-1"]
+    for group in groups:
+        draw, row = (int(part) for part in group["uid"][0].removeprefix("draw").split("-"))
+        own = engine.generate(*jobs[draw - 1]).reorder([2 * row, 2 * row + 1])
+        width = group["responses"].shape[1]
+        assert torch.equal(group["responses"], own["responses"][:, :width])
+        assert list(group["uid"]) == [group["uid"][0]] * 2

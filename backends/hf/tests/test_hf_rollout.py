@@ -777,3 +777,77 @@ def test_tokens_after_an_update_are_the_new_weights_and_the_budget_holds(model_d
         seam = int(old.long().cumprod(dim=0).sum())  # the tokens the main model's weights sampled
         assert out["weight_version"][row] == 0 and (seam == len(response)) == (not swapped[row])
         assert seam >= 1 and bool(new[seam:].all())
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_streamed_groups_are_each_jobs_own_rows_sent_as_they_finish(model_dirs, decode):
+    """Two jobs (seeds 3 and 4) in one streamed call: each group sent equals its prompt's rows of the job's
+    own ``generate`` (tokens, mask; log-probs within 1e-5), every prompt once; in the eager loop a group is
+    sent once its longest response stopped, so groups arrive shortest-longest first (rows that run to the
+    24-token cap, and in the static loop every row, are sent when their chunk ends)."""
+    from rlloom_enginekit.stream import StreamsRows, generate_groups
+
+    engine = make_engine(model_dirs["main"], decode=decode)
+    assert isinstance(engine, StreamsRows)
+    base = SamplingParams(n=3, temperature=1.0, max_new_tokens=24)
+    jobs = [(left_padded(PROMPTS[:3], objects={"uid": ["a0", "a1", "a2"]}), dataclasses.replace(base, seed=3)),
+            (left_padded(PROMPTS[3:], objects={"uid": ["b0"]}), dataclasses.replace(base, seed=4))]
+    sent = []
+    generate_groups(engine, jobs, lambda job, row, group: sent.append((job, row, group)))
+    assert sorted((job, row) for job, row, _ in sent) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    for job, row, group in sent:
+        own = engine.generate(*jobs[job])
+        rows = own.reorder([row * 3 + k for k in range(3)])
+        width = group["responses"].shape[1]
+        assert width == int(rows["response_mask"].sum(dim=1).max())
+        assert torch.equal(group["responses"], rows["responses"][:, :width])
+        assert torch.equal(group["response_mask"], rows["response_mask"][:, :width])
+        assert torch.allclose(group["rollout_log_probs"], rows["rollout_log_probs"][:, :width], atol=1e-5)
+        assert list(group["uid"]) == [jobs[job][0]["uid"][row]] * 3 and group.meta["pad_token_id"] == PAD
+    longest = [int(group["response_mask"].sum(dim=1).max()) for _, _, group in sent]
+    if decode == "eager":
+        assert longest == sorted(longest) and min(longest) < 24  # shortest first: sent as they finished
+
+
+class JoinAfterCalls(UpdateAfterCalls):
+    """:class:`UpdateAfterCalls` that is also a :class:`rlloom_enginekit.stream.StreamGate`: the jobs ``joining``
+    arrive once the engine has made ``at`` model calls."""
+
+    def __init__(self, engine: HFRolloutEngine, updates: list[tuple[int, list]], at: int, joining: list) -> None:
+        super().__init__(engine, updates)
+        self.at, self.joining = at, joining
+
+    def watch(self, cancelled) -> None:
+        super().watch(cancelled)
+        if cancelled is not None and self.joining and self.calls >= self.at:
+            cancelled.fill_(True)
+
+    def swap(self) -> None:
+        if self.updates and self.calls >= self.updates[0][0]:
+            super().swap()
+
+    def more(self) -> list:
+        joined, self.joining = self.joining, []
+        return joined
+
+
+def test_a_streamed_call_with_partial_rollouts_takes_new_jobs_and_weights_mid_generation(model_dirs):
+    """Job a (3 prompts x 2, up to 16 tokens) runs; job b (1 prompt) arrives after 3 model calls and the
+    ``other`` weights after 8: every group is sent once, each response within its 16-token budget with one
+    log-prob per token; a response whose tokens span the update carries versions 0 and 1."""
+    from rlloom_enginekit.stream import generate_groups
+
+    engine = make_engine(model_dirs["main"], decode="eager")
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=16, ignore_eos=True)
+    joining = [(left_padded(PROMPTS[3:], objects={"uid": ["b0"]}), dataclasses.replace(sampling, seed=4))]
+    gate = JoinAfterCalls(engine, [(8, weights_of(model_dirs["other"]))], 3, joining)
+    sent = []
+    first = (left_padded(PROMPTS[:3], objects={"uid": ["a0", "a1", "a2"]}), dataclasses.replace(sampling, seed=3))
+    generate_groups(engine, [first], lambda job, row, group: sent.append((job, row, group)), gate)
+    assert sorted((job, row) for job, row, _ in sent) == [(0, 0), (0, 1), (0, 2), (1, 0)] and gate.version == 1
+    for _, _, group in sent:
+        assert group["response_mask"].sum(dim=1).tolist() == [16, 16]  # ignore_eos: exactly the budget
+        assert torch.equal(group["response_mask"].bool(), group["rollout_log_probs"] < 0)
+    spans = {(int(low), int(high)) for _, _, group in sent
+             for low, high in zip(group["weight_version"], group["weight_version_max"])}
+    assert (0, 1) in spans and spans <= {(0, 0), (0, 1), (1, 1)}

@@ -11,7 +11,10 @@ from rlloom.config import ConfigError
 from rlloom.controller.futures import Completed
 from rlloom.controller.step import derive_seed
 from rlloom.types import SamplingParams
+from rlloom.batch import PROMPT_INDEX_FIELD
 from rlloom_trainer.pipeline import FULLY_ASYNC, ONE_STEP_OFF, RolloutPipeline
+from rlloom_trainer.rollout_process import GENERATE_STREAM
+from rlloom_trainer.streaming import DROP, REGENERATE, Group, GroupBuffer, place
 
 ROWS, N = 2, 3  # prompts per batch, samples per prompt
 
@@ -143,3 +146,136 @@ def test_partial_rollouts_turn_on_at_the_pipelines_version_and_each_sync_is_labe
     with pytest.raises(ConfigError, match="trainer.partial_rollout=true: the rollout engine Plain"):
         RolloutPipeline(FULLY_ASYNC, LabellingRollout(refuse=True), lambda: None, lambda: ({}, 0), SamplingParams(),
                         0, 6, 2, partial=True)
+
+
+# ---------------------------------------------------------------------------------------- streamed groups
+def finish_order(group: Batch) -> tuple[bool, int]:
+    """The fake engine's finishing order: every draw's row 1 before any row 0, earlier draws first."""
+    draw, row = place(group["uid"][0])
+    return row == 0, draw
+
+
+class StreamingRollout:
+    """A rollout process streaming groups: each wait for groups releases the pending group that finishes first
+    (:func:`finish_order`); nothing finishes unless the trainer waits. Records each job (its uids, the
+    pipeline's version, its seed)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int, int]] = []
+        self.pending: list[Batch] = []
+        self.indices: list[list[int]] = []  # each job's prompt indices
+        self.pipeline: RolloutPipeline | None = None
+
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Completed:
+        if method == GENERATE_STREAM:
+            prompts, params = args
+            self.calls.append((list(prompts["uid"]), self.pipeline.version, params.seed))
+            self.indices.append(prompts[PROMPT_INDEX_FIELD].tolist())
+            for row in range(len(prompts)):
+                group = prompts.exclude(PROMPT_INDEX_FIELD).reorder([row] * params.n)
+                group["responses"] = torch.full((params.n, 1), 7)
+                group["response_mask"] = torch.ones((params.n, 1), dtype=torch.long)
+                group["rollout_log_probs"] = torch.zeros((params.n, 1))
+                group.meta.update(pad_token_id=0, generated=(0.0, 1.0))
+                self.pending.append(group)
+        return Completed(None, 0.0, 0.0)
+
+    def streamed(self, wait: bool) -> list[Batch]:
+        if not wait or not self.pending:
+            return []
+        first = min(self.pending, key=finish_order)
+        self.pending.remove(first)
+        return [first]
+
+
+def streamed_pipeline(policy: str, done: set[str] = frozenset(), version: int = 0, drawn: int = 0
+                      ) -> RolloutPipeline:
+    """fully_async K=1, 2 prompts a batch, 4 steps, streaming with ``policy``; resumed: at ``version``, after
+    ``drawn`` batches, with the uids ``done``."""
+    draws = [drawn]
+
+    def draw() -> Batch:
+        draws[0] += 1
+        return Batch({"prompts": torch.ones((ROWS, 1), dtype=torch.long)},
+                     {"uid": [f"draw{draws[0]}-{i}" for i in range(ROWS)]})
+
+    rollout = StreamingRollout()
+    pipeline = RolloutPipeline(FULLY_ASYNC, rollout, draw, lambda: ({"offset": draws[0]}, draws[0]), SamplingParams(),
+                               seed=7, total_steps=4, max_staleness=1, version=version,
+                               buffer=GroupBuffer(ROWS, 1, policy, done=set(done)))
+    rollout.pipeline = pipeline
+    return pipeline
+
+
+def run_streamed(pipeline: RolloutPipeline, first: int, last: int) -> list[tuple[list[str], list[int]]]:
+    """Steps ``first`` to ``last`` as the trainer drives them: (uids trained, one per group; their versions)."""
+    trained = []
+    for step in range(first, last + 1):
+        prompts = pipeline.prompts(step)
+        job = pipeline.take(step, prompts, N, None, "gen")
+        batch = pipeline.wait(job)
+        assert list(batch["uid"]) == [uid for uid in prompts["uid"] for _ in range(N)]
+        trained.append((list(prompts["uid"]), job.oldest[::N].tolist()))
+        pipeline.synced(step)
+    return trained
+
+
+def test_a_streamed_step_takes_the_first_finished_groups_and_drops_the_stale():
+    """Row 1 of every draw finishes before any row 0 (K=1, 2 prompts a batch). Step 1 trains its own draw (it
+    teaches the call) while draw 2 is generated; step 2 the two groups that finished first, draw2-1 (version
+    0) and draw3-1 (admitted after sync 1); step 3 (trainer at version 2) gets draw4-1, then draw2-0, which is
+    2 versions old: dropped, its place given to draw5-0; then draw3-0 (version 1) arrives; step 4 (version 3,
+    room for no more: 8 groups in all) takes draw4-0 and draw5-0."""
+    pipeline = streamed_pipeline(DROP)
+    trained = run_streamed(pipeline, 1, 4)
+    assert trained == [(["draw1-0", "draw1-1"], [0, 0]), (["draw2-1", "draw3-1"], [0, 1]),
+                       (["draw3-0", "draw4-1"], [1, 2]), (["draw4-0", "draw5-0"], [2, 2])]
+    assert all(step - 1 - version <= 1 for step, (_, versions) in enumerate(trained, 1) for version in versions)
+    assert pipeline.buffer.dropped == 1 and pipeline.buffer.regenerated == 0
+    # AReaL's bound, in groups: admitted - dropped <= (K + version + 1) x batch = 4, 4, 6, 8, 8 at each job;
+    # admitted: 2, 4, 6, 8, then 9 with 1 dropped
+    assert [(uids, version) for uids, version, _ in pipeline.rollout.calls] == [
+        (["draw1-0", "draw1-1"], 0), (["draw2-0", "draw2-1"], 0), (["draw3-0", "draw3-1"], 1),
+        (["draw4-0", "draw4-1"], 2), (["draw5-0"], 2)]
+    # the checkpoint: the data position after draw 4 (draw5-1, drawn, was never needed), and the prompts done
+    # after it
+    assert pipeline.trained_position == ({"offset": 4}, 4)
+    assert pipeline.stream_record() == ["draw5-0"]
+
+
+def test_a_stale_group_regenerated_is_generated_again_by_the_current_weights():
+    """As above with ``regenerate``: at step 3 draw2-0 (version 0) is submitted again, by version 2, with a
+    seed of its own; it finishes first (the fake's order) and is trained with draw4-1."""
+    pipeline = streamed_pipeline(REGENERATE)
+    trained = run_streamed(pipeline, 1, 3)
+    assert pipeline.buffer.regenerated == 1 and pipeline.buffer.dropped == 0
+    again = [call for call in pipeline.rollout.calls if "draw2-0" in call[0]]
+    assert [(uids, version) for uids, version, _ in again] == [(["draw2-0", "draw2-1"], 0), (["draw2-0"], 2)]
+    assert again[1][2] == derive_seed(7, 2, "regenerate", 1) != again[0][2]
+    assert trained[2] == (["draw2-0", "draw4-1"], [2, 2])
+
+
+def test_a_resumed_streamed_run_generates_only_the_prompts_not_done():
+    """Resumed after step 2 from the position after draw 3, with draw4-1 done: step 3 trains the first two
+    prompts not done (draw4-0, draw5-0), each row keeping its index in its draw; draw4-1 is never generated."""
+    pipeline = streamed_pipeline(DROP, done={"draw4-1"}, version=2, drawn=3)
+    trained = run_streamed(pipeline, 3, 4)
+    assert trained[0] == (["draw4-0", "draw5-0"], [2, 2])
+    calls = pipeline.rollout.calls
+    assert [uids for uids, _, _ in calls][:4] == [["draw4-0"], ["draw5-0"], ["draw5-1"], ["draw6-0"]]
+    assert pipeline.rollout.indices[:4] == [[0], [0], [1], [0]]
+    assert not any("draw4-1" in uids for uids, _, _ in calls)
+
+
+def test_the_buffer_takes_the_first_fresh_groups_to_arrive_ordered_by_draw_and_row():
+    """K=1, 2 groups a step; step 3 trains at version 2, so a group of version 0 is stale."""
+    buffer = GroupBuffer(2, 1, DROP)
+    for uid, version in (("draw3-1", 2), ("draw1-0", 0), ("draw2-0", 1), ("draw2-1", 2)):
+        buffer.arrive(Group(uid, version, Batch(objects={"uid": [uid]})))
+    taken, stale = buffer.take(3)
+    assert [group.uid for group in stale] == ["draw1-0"] and buffer.dropped == 1
+    assert [group.uid for group in taken] == ["draw2-0", "draw3-1"]  # the first two fresh ones, by (draw, row)
+    assert [group.uid for group in buffer.groups] == ["draw2-1"] and buffer.take(3) == (None, [])
+    assert buffer.first_open(3) == 1 and buffer.done == {"draw1-0", "draw2-0", "draw3-1"}  # draw1-1 not done
+    buffer.done |= {"draw1-1"}
+    assert buffer.first_open(3) == 2 and buffer.done == {"draw2-0", "draw3-1"}  # draw 1's uids forgotten

@@ -115,6 +115,7 @@ def decode_chunk(
     pad_id: int,
     streams: ResponseStreams | None,
     cancelled: Callable[[], torch.Tensor] | None = None,
+    stopped: Callable[[torch.Tensor, ResponseSlots], None] | None = None,
 ) -> DecodedChunk:
     """Sample responses for ``copies[i]`` rows of each distinct prompt ``i``.
 
@@ -123,7 +124,9 @@ def decode_chunk(
     ``stop_ids``: 1-D int64 ids that end a response (may be empty: then only ``max_new_tokens``
     does). ``streams``: the rows' random streams (None when greedy). All tensors live on the model's
     device. ``cancelled()``: [N] bool (CPU), called before every decode step: rows flagged True stop
-    there (:meth:`ResponseSlots.withdraw`) and leave the batch as stopped rows do.
+    there (:meth:`ResponseSlots.withdraw`) and leave the batch as stopped rows do. ``stopped(rows, slots)``:
+    called after every step with the chunk's rows [k] that drew a stop id at that step (not those that run
+    to ``max_new_tokens``), so that a caller can hand them on before the chunk ends.
     """
     # Columns that are padding in every row carry no information: drop them.
     first_real = int(prompt_mask.any(dim=0).nonzero()[0])
@@ -151,6 +154,8 @@ def decode_chunk(
     running = torch.arange(rows, device=logits.device)  # the chunk's rows the model still runs, in batch order
     for step in range(max_new):
         slots.record_running(step, running, *next_tokens(logits, sampling, streams), stop_ids)
+        if stopped is not None:
+            stopped(running[slots.finished[running]], slots)
         if cancelled is not None:
             slots.withdraw(cancelled())
         if step + 1 == max_new or bool(slots.finished.all()):

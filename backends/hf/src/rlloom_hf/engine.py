@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import DECODE_MODES, HFRolloutConfig
 from rlloom_hf.counter_rng import CounterStreams
-from rlloom_hf.decode import DecodedChunk, decode_chunk
+from rlloom_hf.decode import DecodedChunk, ResponseSlots, decode_chunk
 from rlloom_hf.sampling import ResponseStreams, use_float32_head
 from rlloom_hf.static_decode import StaticDecoder, static_decode_problem
 
@@ -35,6 +35,36 @@ def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, tor
 
     return (stack([c.tokens for c in chunks], pad_id), stack([c.mask for c in chunks], 0),
             stack([c.log_probs for c in chunks], 0.0))
+
+
+FinishedRows = Callable[[list[int], list[list[int]], list[list[float]]], None]
+"""``finished(rows, tokens, log_probs)``: output rows done, each row's sampled tokens and their log-probs."""
+
+
+class _Reporter:
+    """Hands a chunk's rows (output rows ``rows``) to ``finished`` as they stop, each once."""
+
+    def __init__(self, rows: torch.Tensor, finished: FinishedRows) -> None:
+        self.rows, self.finished = rows, finished
+        self.reported = torch.zeros(len(rows), dtype=torch.bool)
+
+    def stopped(self, local: torch.Tensor, slots: ResponseSlots) -> None:
+        """The decoding loop's ``stopped``: the chunk rows ``local`` drew a stop id."""
+        if len(local):
+            self._report(local.cpu(), slots.tokens, slots.mask, slots.log_probs)
+
+    def ended(self, chunk: DecodedChunk) -> None:
+        """The chunk's rows neither reported nor withdrawn."""
+        left = (~self.reported & ~chunk.cut.cpu()).nonzero().squeeze(1)
+        if len(left):
+            self._report(left, chunk.tokens, chunk.mask, chunk.log_probs)
+
+    def _report(self, local: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor) -> None:
+        self.reported[local] = True
+        lengths = mask[local.to(mask.device)].sum(dim=1).tolist()
+        picked, values = tokens[local.to(tokens.device)].cpu(), log_probs[local.to(tokens.device)].cpu()
+        self.finished(self.rows[local].tolist(), [row[:n].tolist() for row, n in zip(picked, lengths)],
+                      [row[:n].tolist() for row, n in zip(values, lengths)])
 
 
 def decode_mode(decode: str, device: torch.device, config) -> str:
@@ -65,6 +95,7 @@ class HFRolloutEngine:
     """
 
     flags_interrupted_rows = True  # rlloom_enginekit.partial.Interruptible: generate_requests flags withdrawn rows
+    reports_finished_rows = True  # rlloom_enginekit.stream.StreamsRows: generate_requests hands on finished rows
 
     def __init__(self, cfg: HFRolloutConfig, spec: EngineSpec) -> None:
         self.config = cfg
@@ -113,19 +144,22 @@ class HFRolloutEngine:
         """
         return self.generate_requests(prompts, sampling)
 
-    def generate_requests(self, prompts: Batch, sampling: SamplingParams,
-                          cancelled: torch.Tensor | None = None) -> Batch:
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams, cancelled: torch.Tensor | None = None,
+                          finished: FinishedRows | None = None) -> Batch:
         """:meth:`generate` with rows withdrawn mid-call (contract:
         ``rlloom.protocols.BatchesRequests``): a chunk whose prompts are all ``cancelled`` is not
-        decoded, and the decoding loops read ``cancelled`` before every step. Adds the chunks'
-        response lengths (one model call per token) to :attr:`decode_steps`."""
+        decoded, and the decoding loops read ``cancelled`` before every step. ``finished(rows, tokens,
+        log_probs)`` (:class:`rlloom_enginekit.stream.StreamsRows`) gets each output row once it is done, before
+        the call returns: in the eager loop at the step it draws a stop id, else (``max_new_tokens`` reached, the
+        static loops) when its chunk ends; withdrawn rows are not reported. Adds the chunks' response lengths
+        (one model call per token) to :attr:`decode_steps`."""
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
         check_left_padded(prompts["prompts"], prompts["prompt_mask"])
         seed = sampling.seed
         if seed is None:
             seed = int(torch.randint(2**62, (), generator=self._generator))
-        chunks = self._decode_chunks(model, prompts, sampling, row_seeds(prompts, seed), cancelled)
+        chunks = self._decode_chunks(model, prompts, sampling, row_seeds(prompts, seed), cancelled, finished)
         out = prompts.repeat(sampling.n)
         out["responses"], out["response_mask"], out["rollout_log_probs"] = _collate(chunks, self.pad_id)
         if cancelled is not None:
@@ -136,7 +170,7 @@ class HFRolloutEngine:
         return out
 
     def _decode_chunks(self, model, prompts: Batch, sampling: SamplingParams, seeds: torch.Tensor,
-                       cancelled: torch.Tensor | None) -> list[DecodedChunk]:
+                       cancelled: torch.Tensor | None, finished: FinishedRows | None) -> list[DecodedChunk]:
         """The responses of every row, ``cfg.max_batch_rows`` rows at a time (see :meth:`generate`)."""
         prompt_ids, prompt_mask = prompts["prompts"], prompts["prompt_mask"]
         stop_ids = torch.tensor(stop_ids_for(self.stop_ids, sampling), dtype=torch.long, device=self.device)
@@ -155,9 +189,13 @@ class HFRolloutEngine:
             unique, copies = torch.unique_consecutive(owners, return_counts=True)
             streams = None if sampling.greedy else stream_type(
                 seeds[owners], indices[owners], rows % sampling.n, self.device)
-            chunk = decode(prompt_ids[unique].to(self.device), prompt_mask[unique].to(self.device),
-                           copies.to(self.device), sampling, stop_ids, self.pad_id, streams,
-                           None if cancelled is None else functools.partial(cancelled.__getitem__, owners))
+            report = None if finished is None else _Reporter(rows, finished)
+            watch = None if cancelled is None else functools.partial(cancelled.__getitem__, owners)
+            args = (prompt_ids[unique].to(self.device), prompt_mask[unique].to(self.device), copies.to(self.device),
+                    sampling, stop_ids, self.pad_id, streams, watch)
+            chunk = decode(*args) if report is None or self._static else decode(*args, stopped=report.stopped)
+            if report is not None:
+                report.ended(chunk)
             self.decode_steps += chunk.tokens.shape[1]
             chunks.append(chunk)
         return chunks

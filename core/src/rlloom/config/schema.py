@@ -59,7 +59,7 @@ class TrainerConfig(Limited):
         **dict.fromkeys(("test_freq", "save_freq", "keep_last_n", "dump_rollouts", "max_nonfinite_steps",
                          "max_staleness"), ">= 0"),
         "seed": "in [0, 4294967295]", "val_temperature": "in [0, inf)",
-        "async_mode": ("sync", "one_step_off", "fully_async"),
+        "async_mode": ("sync", "one_step_off", "fully_async"), "stale_policy": ("drop", "regenerate"),
     }
 
     total_steps: int = 15  # training steps (one batch of train_batch_size prompts each)
@@ -87,6 +87,8 @@ class TrainerConfig(Limited):
     async_mode: str = "sync"  # sync; one_step_off or fully_async: generation overlaps training (docs/async.md)
     max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
     partial_rollout: bool = False  # fully_async: a weight update interrupts the generation in flight (docs/async.md)
+    stream_groups: bool = False  # fully_async: a step trains the first finished prompt groups, not its own batch
+    stale_policy: str = "drop"  # stream_groups: a group more than max_staleness versions old is dropped or regenerated
 
     def __post_init__(self) -> None:
         super().__post_init__()

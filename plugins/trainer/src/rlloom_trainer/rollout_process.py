@@ -7,7 +7,9 @@ queues the call and returns a :class:`ProcessFuture` at once; the process runs i
 the order submitted, so a weight update submitted after a generation takes effect after it; with partial
 rollouts on (:class:`Worker`) a weight update interrupts the generation in flight instead. Tensors cross
 through shared memory (``torch.multiprocessing``); ``update_weights`` sends copies, so that the trainer may
-go on training while the process still generates with the weights it had.
+go on training while the process still generates with the weights it had. A ``generate_stream(prompts,
+sampling)`` call (``trainer.stream_groups``) answers with each finished group as it completes
+(:meth:`RolloutProcess.streamed`), and only with its error when it fails.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from rlloom.batch import Batch
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
 from rlloom_enginekit.resharder import AdapterFolders
@@ -30,6 +33,9 @@ READY = -1  # the call id of the process's first reply: the engine is built (or 
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
 CLOSE_TIMEOUT_S = 30.0
 PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts on (:class:`Worker`)
+STREAM_GROUPS = "stream_groups"  # the request that checks the engine can stream groups (:class:`Worker`)
+GENERATE_STREAM = "generate_stream"  # a job whose groups come back one by one (:meth:`RolloutProcess.streamed`)
+GROUP = -2  # the call id of a streamed group's reply
 
 
 class ProcessFuture:
@@ -63,6 +69,7 @@ class RolloutProcess:
         self._done: dict[int, tuple[Any, BaseException | None, tuple[float, float]]] = {}
         self._next_id = 0
         self._unchecked: list[ProcessFuture] = []  # calls nobody waits for (weight updates): checked at the next wait
+        self._groups: list[Batch] = []  # streamed groups not yet handed on, in arrival order
         self.weight_version: int | None = None  # the version the next update_weights labels its weights with
         self.result_of(READY)
 
@@ -80,18 +87,39 @@ class RolloutProcess:
 
     def result_of(self, call_id: int) -> tuple[Any, tuple[float, float]]:
         while call_id not in self._done:
-            try:
-                done_id, value, error, span = self._replies.get(timeout=POLL_S)
-            except queue.Empty:
-                if not self._process.is_alive():
-                    raise RuntimeError(f"the rollout process exited (code {self._process.exitcode}) "
-                                       "before it answered") from None
-                continue
-            self._done[done_id] = (value, error, span)
+            self._pump(POLL_S)
         value, error, span = self._done.pop(call_id)
         if error is not None:
             raise error
         return value, span
+
+    def streamed(self, wait: bool) -> list[Batch]:
+        """The groups streamed since the last call, in the order they finished; with ``wait``, at least one
+        (blocks until one comes). A failed call's error is raised here."""
+        while True:
+            failed = next(((done_id, error) for done_id, (_, error, _) in self._done.items() if error), None)
+            if failed is not None:
+                del self._done[failed[0]]
+                raise failed[1]
+            if not self._pump(POLL_S if wait and not self._groups else 0.0) and (self._groups or not wait):
+                groups, self._groups = self._groups, []
+                return groups
+
+    def _pump(self, timeout: float) -> bool:
+        """Move one reply, waiting up to ``timeout`` s (0: not at all), to the answered calls or the streamed
+        groups; False when none came. A RuntimeError once the process has died."""
+        try:
+            done_id, value, error, span = self._replies.get(timeout=timeout) if timeout else self._replies.get_nowait()
+        except queue.Empty:
+            if not self._process.is_alive():
+                raise RuntimeError(f"the rollout process exited (code {self._process.exitcode}) "
+                                   "before it answered") from None
+            return False
+        if done_id == GROUP:
+            self._groups.append(value)
+        else:
+            self._done[done_id] = (value, error, span)
+        return True
 
     def generate(self, prompts: Any, sampling: Any) -> Any:
         return self.submit_call("generate", (prompts, sampling), {}).result()
@@ -165,6 +193,7 @@ class Worker:
         self._arrived = threading.Condition()
         self._watched: Any = None  # the cancelled flags of the generation in flight (partial rollouts)
         self.adapters = AdapterFolders(None)  # the LoRA adapters RolloutProcess.load_adapter sends
+        self._joined: list[tuple] | None = None  # the requests of the streamed call in flight (partial rollouts)
 
     def listen(self, requests: Any, parent: int) -> None:
         """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
@@ -196,8 +225,11 @@ class Worker:
             return self._pop(0 if first is None else first)
 
     def run(self, request: tuple) -> None:
-        """Run ``request`` and put its reply."""
+        """Run ``request`` and put its reply; a ``generate_stream`` runs with the ones waiting right after it."""
         call_id, method, args, kwargs = request
+        if method == GENERATE_STREAM:
+            self._stream([request, *self._streams_waiting()])
+            return
         start = time.time()
         try:
             value, error = self._call(method, args, kwargs), None
@@ -205,9 +237,46 @@ class Worker:
             value, error = None, portable(caught)
         self.replies.put((call_id, value, error, (start, time.time())))
 
+    def _streams_waiting(self) -> list[tuple]:
+        """The ``generate_stream`` requests at the head of the waiting line, taken out of it."""
+        with self._arrived:
+            taken = []
+            while self._waiting and self._waiting[0] and self._waiting[0][1] == GENERATE_STREAM:
+                taken.append(self._pop(0))
+            return taken
+
+    def _stream(self, requests: list[tuple]) -> None:
+        """The ``generate_stream`` ``requests`` as one engine call
+        (:func:`rlloom_enginekit.stream.generate_groups`): each group put as a :data:`GROUP` reply as it
+        finishes; a failed call answers each request with its error (raised by :meth:`RolloutProcess.streamed`).
+        Under partial rollouts this worker is the call's :class:`~rlloom_enginekit.stream.StreamGate`: weight
+        updates and ``generate_stream`` requests that arrive withdraw it, and the latter join it (:meth:`more`)."""
+        from rlloom_enginekit.stream import generate_groups
+
+        start = time.time()
+
+        def send(_job: int, _row: int, group: Any) -> None:
+            group.meta["generated"] = (start, time.time())
+            self.replies.put((GROUP, group, None, group.meta["generated"]))
+
+        self._joined = requests
+        try:
+            generate_groups(self.engine, [request[2] for request in requests], send, self if self.partial else None)
+        except Exception as caught:  # noqa: BLE001 - the trainer raises it
+            for request in self._joined:
+                self.replies.put((request[0], None, portable(caught), (start, time.time())))
+        finally:
+            self._joined = None
+
     def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
         from rlloom_enginekit.partial import Interruptible, generate_partial
+        from rlloom_enginekit.stream import StreamsRows
 
+        if method == STREAM_GROUPS:
+            if not isinstance(self.engine, StreamsRows):
+                raise TypeError(f"trainer.stream_groups=true: the rollout engine {type(self.engine).__name__} "
+                                "cannot hand on rows as they finish; set it false")
+            return None
         if method == PARTIAL_ROLLOUTS:
             if not isinstance(self.engine, Interruptible):
                 raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
@@ -242,6 +311,13 @@ class Worker:
                 request = self._pop(first)
             self.run(request)
 
+    def more(self) -> list[tuple]:
+        """The ``generate_stream`` requests waiting at the head of the line, joining the streamed call in flight:
+        their prompts and sampling."""
+        joining = self._streams_waiting()
+        self._joined += joining
+        return [request[2] for request in joining]
+
     def _pop(self, place: int) -> tuple | None:
         """The waiting request at ``place``, taken out of the line (call under the lock)."""
         request = self._waiting[place]
@@ -253,7 +329,11 @@ class Worker:
         return next((i for i, request in enumerate(self._waiting) if request and request[1] == "update_weights"), None)
 
     def _flag_if_weights_wait(self) -> None:
-        if self._watched is not None and self._weights_at() is not None:
+        """Set the watched flags when a weight update waits, or (in a streamed call) a ``generate_stream``
+        request waits at the head of the line (call under the lock)."""
+        head = self._waiting[0] if self._waiting else None
+        joins = self._joined is not None and head is not None and head[1] == GENERATE_STREAM
+        if self._watched is not None and (self._weights_at() is not None or joins):
             self._watched.fill_(True)
 
 

@@ -36,7 +36,9 @@ class TrainerState:
     - ``rng``: :func:`rng_state`;
     - ``choices`` (group → option) and ``config`` (the composed config, resolved, as plain dicts);
     - ``model_path``: the run's base model folder; ``optimizer_steps``: the LR schedules' length;
-    - ``metrics``: the step's metrics (empty in checkpoints from before 2026-11-24).
+    - ``metrics``: the step's metrics (empty in checkpoints from before 2026-11-24);
+    - ``streamed``: with ``trainer.stream_groups``, the uids of the prompts trained or dropped in the batches
+      drawn after ``data`` (:mod:`rlloom_trainer.streaming`); else None.
     """
 
     step: int
@@ -50,6 +52,7 @@ class TrainerState:
     model_path: str
     optimizer_steps: int
     metrics: dict[str, float] = field(default_factory=dict)
+    streamed: list[str] | None = None
 
     def save(self, folder: str) -> None:
         """Write ``folder/trainer_state.pt`` (a plain dict of the fields, as every version wrote it)."""

@@ -55,6 +55,7 @@ from rlloom_trainer.record import absolute_paths, record_yaml
 from rlloom_trainer.resume import FINAL_METRICS, resume_target
 from rlloom_trainer.run_state import TrainerState, rng_state, set_rng_state
 from rlloom_trainer.sigint import received
+from rlloom_trainer.streaming import GroupBuffer
 from rlloom_trainer.validation import validate
 
 
@@ -166,6 +167,7 @@ class Trainer:
         self.guard = NonFiniteGuard(self.config.max_nonfinite_steps, self.run_dir)
         self.step = 0
         self.draws = 0
+        self.streamed_done: list[str] = []  # trainer.stream_groups: the prompts done past the data position
         self.last_metrics: dict[str, float] = {}  # the latest step's, saved with each checkpoint
         if resume_from is not None:
             self._restore(resume_from)
@@ -175,7 +177,9 @@ class Trainer:
         self.pipeline = None if self.config.async_mode == SYNC else RolloutPipeline(
             self.config.async_mode, self.roles.rollout, self.next_training_prompts,
             lambda: (self.data.state(), self.draws), self.sampling, self.config.seed, self.config.total_steps,
-            self.config.max_staleness, version=self.roles.weight_version, partial=self.config.partial_rollout)
+            self.config.max_staleness, version=self.roles.weight_version, partial=self.config.partial_rollout,
+            buffer=GroupBuffer(self.config.train_batch_size, self.config.max_staleness, self.config.stale_policy,
+                               done=set(self.streamed_done)) if self.config.stream_groups else None)
 
     def _rollout_starts_with_other_weights(self) -> bool:
         """Whether the rollout engine may not hold the run's starting weights (a server started
@@ -209,6 +213,7 @@ class Trainer:
             engine.load(os.path.join(checkpoint.path, role))
         state = TrainerState.read(checkpoint.path)
         self.step, self.draws, self.last_metrics = state.step, state.draws, state.metrics
+        self.streamed_done = state.streamed or []
         self.data.load_state(state.data)
         self.guard.consecutive = state.nonfinite_in_a_row
         if state.algorithm is not None:
@@ -239,6 +244,7 @@ class Trainer:
                 model_path=self.model_path,
                 optimizer_steps=self.optimizer_steps,
                 metrics=self.last_metrics,
+                streamed=self.pipeline.stream_record() if self.pipeline else None,
             ).save(folder)
             with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
                 f.write(self.record)
