@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, get_origin, get_type_hints
+from typing import Any
 
 from hydra import compose, initialize
 from hydra.core.config_store import ConfigStore
@@ -148,7 +148,8 @@ def _no_such_key(full_key: str, schema: Any, choices: dict[str, str], run_config
     """``<key>: no such key``, naming the valid keys of its section (of a top-level key: the sections)."""
     group, typed = full_key.split(".")[0], full_key.split(".")[-1]
     mapping = ".".join(full_key.split(".")[:2])
-    if dataclasses.is_dataclass(schema) and get_origin(get_type_hints(schema).get(mapping[len(group) + 1:])) is dict:
+    types = {f.name: str(f.type) for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+    if types.get(mapping[len(group) + 1:], "").startswith(("dict[", "Dict[", "typing.Dict[")):  # as written, unresolved
         return f"{full_key}: {mapping} is a mapping; a key it does not hold yet takes a '+': +{full_key}=<value>"
     if dataclasses.is_dataclass(schema):
         valid = [f.name for f in dataclasses.fields(schema)]
