@@ -105,6 +105,24 @@ class ResponseSlots:
 
 
 @torch.no_grad()
+def _prefill(
+    model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, copies: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, DynamicCache, torch.Tensor]:
+    """One forward over each distinct prompt (columns that are padding in every row dropped: they carry no
+    information): ``(the trimmed prompt_mask [U, P'], owner [N]: each output row's prompt, the KV cache
+    expanded to the N rows, the N rows' next-token logits)``."""
+    first_real = int(prompt_mask.any(dim=0).nonzero()[0])
+    prompt_ids, prompt_mask = prompt_ids[:, first_real:], prompt_mask[:, first_real:]
+    positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    prefill = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+    owner = torch.repeat_interleave(torch.arange(len(copies), device=copies.device), copies)
+    if len(owner) != len(copies):
+        cache.reorder_cache(owner)
+    return prompt_mask, owner, cache, prefill.logits[owner, -1]
+
+
 def decode_chunk(
     model: PreTrainedModel,
     prompt_ids: torch.Tensor,
@@ -128,25 +146,7 @@ def decode_chunk(
     called after every step with the chunk's rows [k] that drew a stop id at that step (not those that run
     to ``max_new_tokens``), so that a caller can hand them on before the chunk ends.
     """
-    # Columns that are padding in every row carry no information: drop them.
-    first_real = int(prompt_mask.any(dim=0).nonzero()[0])
-    prompt_ids, prompt_mask = prompt_ids[:, first_real:], prompt_mask[:, first_real:]
-    positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-
-    cache = DynamicCache(config=model.config)
-    prefill = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    owner = torch.repeat_interleave(torch.arange(len(copies), device=copies.device), copies)
-    if len(owner) != len(copies):
-        cache.reorder_cache(owner)
-    logits = prefill.logits[owner, -1]
-
+    prompt_mask, owner, cache, logits = _prefill(model, prompt_ids, prompt_mask, copies)
     rows, prompt_len, max_new = len(owner), prompt_mask.shape[1], sampling.max_new_tokens
     attention = prompt_mask[owner]
     next_position = prompt_mask.sum(dim=1)[owner].unsqueeze(1)
