@@ -134,6 +134,7 @@ def test_output_layout_and_padding(model_dirs):
     assert 1 <= R <= 12
     assert out["responses"].dtype == torch.long and out["response_mask"].dtype == torch.long
     assert out["rollout_log_probs"].dtype == torch.float32
+    assert not out["rollout_log_probs"].requires_grad  # decoding builds no autograd graph (it runs under no_grad)
     for name in ("responses", "response_mask", "rollout_log_probs"):
         assert out[name].shape == (rows, R)
     assert out["prompts"].shape == (rows, prompts["prompts"].shape[1])

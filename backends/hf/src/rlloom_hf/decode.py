@@ -104,7 +104,6 @@ class ResponseSlots:
         return DecodedChunk(self.tokens[:, :length], self.mask[:, :length], self.log_probs[:, :length], self.cut)
 
 
-@torch.no_grad()
 def _prefill(
     model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, copies: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache, torch.Tensor]:
@@ -123,6 +122,7 @@ def _prefill(
     return prompt_mask, owner, cache, prefill.logits[owner, -1]
 
 
+@torch.no_grad()
 def decode_chunk(
     model: PreTrainedModel,
     prompt_ids: torch.Tensor,
