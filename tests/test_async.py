@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from lifecycle_helpers import kill_when_logged, run, train_command
+from lifecycle_helpers import run, run_env, train_command
 from rlloom.cli import main
 from rlloom_trainer.testing import metric_rows, train_tiny, training_rows
 
@@ -85,7 +85,8 @@ def test_tiny_grpo_learns_with_rollout_correction_in_each_async_mode(tmp_path, m
 @pytest.mark.slow
 @pytest.mark.parametrize("streamed", [False, True], ids=["batches", "streamed"])
 def test_a_sigkilled_fully_async_run_resumes_without_losing_or_repeating_a_batch(tmp_path, streamed):
-    """Killed inside step 4 (after global_step_2): the resumed run regenerates what was not trained from the
+    """Killed inside the save of global_step_4 (the checkpoint seam, so the kill's place does not depend on
+    timing; the run resumes from global_step_2): the resumed run regenerates what was not trained from the
     checkpoint's data position, by batches so that each step trains its own draw once; streamed (with partial
     rollouts, stale groups regenerated: groups of any draw, the checkpoint recording the prompts trained past
     its data position) so that every prompt of draws 1 to 6 is trained once in all."""
@@ -93,7 +94,7 @@ def test_a_sigkilled_fully_async_run_resumes_without_losing_or_repeating_a_batch
     streaming = STREAMED if streamed else []
     command = train_command(run_dir, cache, "trainer.async_mode=fully_async", "trainer.max_staleness=2",
                             "trainer.trackers=[jsonl]", DUMP, *streaming)
-    assert kill_when_logged(command, run_dir, 3) == -9
+    assert run(command, run_env(RLLOOM_TEST_KILL_AT="during_save:4")).returncode == -9
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resumed from {run_dir}/checkpoints/global_step_2 (step 2)" in result.stderr
