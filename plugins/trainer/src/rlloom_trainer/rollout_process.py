@@ -22,12 +22,14 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlloom.batch import Batch
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
 from rlloom_enginekit.resharder import AdapterFolders
+
+if TYPE_CHECKING:  # the streamed groups' type; importing it here would load torch with the plugin
+    from rlloom.batch import Batch
 
 READY = -1  # the call id of the process's first reply: the engine is built (or failed to build)
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
