@@ -147,10 +147,10 @@ def _store(options: Options, run_config: type) -> None:
 def _no_such_key(full_key: str, schema: Any, choices: dict[str, str], run_config: type) -> str:
     """``<key>: no such key``, naming the valid keys of its section (of a top-level key: the sections)."""
     group, typed = full_key.split(".")[0], full_key.split(".")[-1]
-    mapping = ".".join(full_key.split(".")[:2])
+    key = full_key.split(".")[1] if "." in full_key else ""
     types = {f.name: str(f.type) for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
-    if types.get(mapping[len(group) + 1:], "").startswith(("dict[", "Dict[", "typing.Dict[")):  # as written, unresolved
-        return f"{full_key}: {mapping} is a mapping; a key it does not hold yet takes a '+': +{full_key}=<value>"
+    if types.get(key, "").startswith(("dict[", "Dict[", "typing.Dict[")):  # as written, unresolved
+        return f"{full_key}: {group}.{key} is a mapping; a key it does not hold yet takes a '+': +{full_key}=<value>"
     if dataclasses.is_dataclass(schema):
         valid = [f.name for f in dataclasses.fields(schema)]
         where = f"{group}={choices[group]}" if group in choices else group

@@ -75,10 +75,11 @@ class RayLauncher:
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(placement)
+            free = ray.available_resources()
             raise RuntimeError(
                 f"launcher.resource_pools.{pool}: could not reserve {size} x {cfg.bundle()} within "
-                f"launcher.start_timeout_s={cfg.start_timeout_s:g} s; the cluster has "
-                f"{ray.available_resources().get('CPU', 0):g} CPU and {ray.available_resources().get('GPU', 0):g} GPU free (lower launcher.cpus_per_worker / "
+                f"launcher.start_timeout_s={cfg.start_timeout_s:g} s; the cluster has {free.get('CPU', 0):g} CPU and "
+                f"{free.get('GPU', 0):g} GPU free (lower launcher.cpus_per_worker / "
                 f"launcher.gpus_per_worker or raise launcher.num_cpus)"
             )
         env = {key: value for key, value in os.environ.items() if key.startswith("RLLOOM_")}
@@ -95,8 +96,8 @@ class RayLauncher:
             host, port = group.wait("pool " + pool, "rendezvous_address", [workers[0].rendezvous_address.remote()],
                                     **self._start_wait())[0]
             group.wait("pool " + pool, "init_process_group",
-                       [worker.init_process_group.remote(host, port, cfg.process_group_backend()) for worker in workers],
-                       **self._start_wait())
+                       [worker.init_process_group.remote(host, port, cfg.process_group_backend())
+                        for worker in workers], **self._start_wait())
         return group
 
     def _start_wait(self) -> dict[str, Any]:
