@@ -8,7 +8,7 @@ import torch
 
 from rlloom import Batch, EngineSpec
 from rlloom_enginekit.packing import pack_rows
-from rlloom_fsdp.attention import FLEX, packing_block_mask, use_attention
+from rlloom_fsdp.attention import FLEX, VARLEN, packing_block_mask, sequence_runs, use_attention
 from rlloom_fsdp.scoring import model_input, score_responses
 from test_fsdp_devices import BF16_EPS, BF16_LOG_PROB_ATOL, BF16_UPDATE_GAP, BF16_WEIGHT_ATOL, relative_gap
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
@@ -104,6 +104,60 @@ def test_flex_attention_equals_the_padded_sdpa_forward(device, model_dir):
     use_attention(model, "flex", torch.device(device), trainable=False)
     results = score_layouts(model, device, {"padded": "sdpa"} | dict.fromkeys(PACKED, FLEX), grad=device == "cuda")
     assert_layouts_equal_padded(results, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_varlen_attention_equals_the_padded_sdpa_forward(device, model_dir):
+    """``attention=varlen`` (causal SDPA per run, K/V heads not repeated: 4 query and 2 KV heads) in
+    both packed layouts against the padded SDPA forward: log-probs, entropy and every parameter's
+    gradient (``grouped_batch``'s shared layout has responses after the first of a prompt, which
+    attend to a copy of it)."""
+    model = reference_model(model_dir).to(device)
+    use_attention(model, "varlen", torch.device(device), trainable=True)
+    assert any(run[0] < run[1] for runs in model_input(grouped_batch(), "shared_prompt").runs for run in runs)
+    results = score_layouts(model, device, {"padded": "sdpa"} | dict.fromkeys(PACKED, VARLEN), grad=True)
+    assert_layouts_equal_padded(results, atol=1e-5)
+
+
+def test_sequence_runs_tile_the_tokens_and_attend_as_the_dense_mask():
+    """``sequence_runs``: each run's ``[start, end)`` tiles a pack's tokens in order (the right padding
+    left out), and "query q sees key j" over the runs — j in the run's context or in ``[start, q]`` —
+    is the packing's dense mask on the real tokens, in both layouts; ``packed`` has one run per row,
+    ``shared_prompt`` responses with their prompt as context."""
+    batch = grouped_batch(groups=4, n=4)
+    for share in (True, False):
+        packing = pack_rows(batch, share_prompts=share)
+        runs = sequence_runs(packing.segments, packing.owners)
+        dense = packing.attention_mask()[:, 0]
+        for pack, pack_runs in enumerate(runs):
+            real = int((packing.segments[pack] >= 0).sum())
+            assert [run[2] for run in pack_runs] == [0] + [run[3] for run in pack_runs[:-1]]
+            assert pack_runs[-1][3] == real
+            seen = torch.zeros(real, real, dtype=torch.bool)
+            for context_start, context_end, start, end in pack_runs:
+                seen[start:end, context_start:context_end] = True
+                seen[start:end, start:end] = torch.ones(end - start, end - start, dtype=torch.bool).tril()
+            assert torch.equal(seen, dense[pack, :real, :real])
+        with_context = [run for pack_runs in runs for run in pack_runs if run[0] < run[1]]
+        assert len(with_context) > 0 if share else (not with_context and sum(map(len, runs)) == len(batch))
+
+
+def test_varlen_saves_no_slot_by_slot_tensor_for_backward(model_dir, engines):
+    """What the training forward keeps for backward with ``attention=varlen`` holds no [W, W] tensor (the
+    dense mask every layer of ``sdpa`` keeps: ``test_sdpa_layers_share_one_additive_mask``)."""
+    engine = engines(model_dir, attention="varlen")
+    assert engine.model.config._attn_implementation == VARLEN
+    inputs = model_input(grouped_batch(), "shared_prompt")
+    width = inputs.input_ids.shape[1]
+    shapes: list[tuple[int, ...]] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        shapes.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        engine.train_outputs(inputs, 1.0)
+    assert shapes and not [shape for shape in shapes if shape[-2:].count(width) == 2]
 
 
 def test_flex_block_mask_skips_blocks_and_keeps_the_dense_mask():
@@ -253,10 +307,11 @@ def test_layout_is_validated():
 
     with pytest.raises(ValueError, match=r"train_engine\.sequence_layout=.*: must be one of shared_prompt, packed, padded\."):
         FSDPConfig(sequence_layout="varlen")
-    with pytest.raises(ValueError, match=r"train_engine\.attention=varlen: must be one of sdpa, flex\."):
-        FSDPConfig(attention="varlen")
-    with pytest.raises(ValueError, match="attention=flex needs a packed train_engine.sequence_layout"):
-        FSDPConfig(attention="flex", sequence_layout="padded")
+    with pytest.raises(ValueError, match=r"train_engine\.attention=dense: must be one of sdpa, flex, varlen\."):
+        FSDPConfig(attention="dense")
+    for attention in ("flex", "varlen"):
+        with pytest.raises(ValueError, match=f"attention={attention} needs a packed train_engine.sequence_layout"):
+            FSDPConfig(attention=attention, sequence_layout="padded")
     with pytest.raises(ValueError, match="train_engine.max_tokens_per_micro_batch=.*: must be >= 1"):
         FSDPConfig(max_tokens_per_micro_batch=0)
 

@@ -14,7 +14,7 @@ from rlloom_enginekit.engine_config import TrainEngineConfig
 PACKED_ATTENTION = ("sdpa", "eager")
 """Attention implementations that take the packed layouts' 4D mask."""
 
-ATTENTION_CHOICES = ("sdpa", "flex")
+ATTENTION_CHOICES = ("sdpa", "flex", "varlen")
 """``train_engine.attention`` choices (:mod:`rlloom_fsdp.attention`)."""
 
 
@@ -72,7 +72,11 @@ class FSDPConfig(TrainEngineConfig):
     (default) gives the model's own SDPA (or eager) attention a dense ``[k, 1, W, W]`` mask; ``flex``
     runs torch's FlexAttention over a block mask of the packing (compiled on a GPU at the first steps,
     skips the masked-out blocks, no repeated K/V heads); it needs a packed ``sequence_layout`` and, to
-    train, a CUDA GPU.
+    train, a CUDA GPU; ``varlen`` runs causal SDPA on each sequence of the packing alone (no mask, memory
+    O(W) instead of W², on the CPU and a GPU; one kernel call per sequence and layer; it replaces the
+    model's attention, and refuses models with attention softcapping, sliding windows or sinks); it
+    needs a packed ``sequence_layout``. With sequence parallelism ``varlen`` keeps the mask, which SP
+    does not split, off every rank.
 
     ``sequence_parallel_size`` (SP): Ulysses sequence parallelism (:mod:`rlloom_fsdp.sequence_parallel`):
     the engine's ranks form groups of SP consecutive ranks; a group runs one micro-batch together,
@@ -97,7 +101,7 @@ class FSDPConfig(TrainEngineConfig):
 
     reshard_after_forward: bool = True  # free each layer's gathered weights after forward (ZeRO-3); False: ZeRO-2
     sequence_layout: str = "shared_prompt"  # shared_prompt (each prompt once per group), packed, padded: same numbers
-    attention: str = "sdpa"  # packed layouts' attention: sdpa (dense mask) or flex (block mask; trains on CUDA)
+    attention: str = "sdpa"  # packed layouts: sdpa (dense mask), flex (block mask; trains on CUDA), varlen (no mask)
     head_chunk_rows: int = 0  # response tokens per LM-head chunk for log-probs/entropy; 0: automatic
     sequence_parallel_size: int = 1  # ranks sharing each micro-batch by its tokens (Ulysses); divides world and heads
 

@@ -35,7 +35,7 @@ from rlloom.batch import Batch
 from rlloom_enginekit.packing import Packing, pack_rows
 from rlloom_enginekit.sequences import concat_prompt_response
 
-from rlloom_fsdp.attention import FLEX, kernel_of, packing_block_mask
+from rlloom_fsdp.attention import FLEX, VARLEN, kernel_of, packing_block_mask, sequence_runs
 from rlloom_fsdp.config import PACKED_ATTENTION
 from rlloom_fsdp.head import chunked_log_probs
 from rlloom_fsdp.sequence_parallel import SequenceGroups, TokenShard
@@ -48,7 +48,8 @@ class ModelInput:
     ``input_ids``, ``position_ids`` [k, W]; ``predictors`` [n]: for each real response token, row-major
     over ``response_mask`` [b, R], the flat index (``row * W + slot``) of the state that predicts it;
     ``targets`` [n]: those tokens; ``positions`` [n]: their flat indices in ``response_mask``. The attention mask: ``padding_mask`` [b, P + R] (0/1) in the padded
-    layout, else the packing's ``segments`` and ``owners`` [k, W] (:class:`rlloom_enginekit.packing.Packing`).
+    layout, else the packing's ``segments`` and ``owners`` [k, W] (:class:`rlloom_enginekit.packing.Packing`)
+    and its ``runs`` (:func:`rlloom_fsdp.attention.sequence_runs`, read on the CPU).
     ``tokens``: the real (non-padding) tokens the forward runs over, counted on the CPU.
     ``shard``: under sequence parallelism this rank's part (:func:`split_sequence`): then ``input_ids``,
     ``position_ids``, ``predictors`` and ``targets`` are its own, the rest the whole micro-batch's.
@@ -64,6 +65,7 @@ class ModelInput:
     padding_mask: torch.Tensor | None = None
     segments: torch.Tensor | None = None
     owners: torch.Tensor | None = None
+    runs: tuple | None = None
     shard: TokenShard | None = None
 
     def to(self, device: torch.device) -> ModelInput:
@@ -79,16 +81,21 @@ class ModelInput:
         (:meth:`rlloom_fsdp.sequence_parallel.TokenShard.gather`; as they are without a ``shard``)."""
         return values if self.shard is None else self.shard.gather(values)
 
-    def attention_mask(self, base: nn.Module) -> torch.Tensor | BlockMask:
-        """The mask ``base`` takes: the padding mask, or the packing's per-sequence mask — a block mask
-        for :data:`rlloom_fsdp.attention.FLEX` (:func:`rlloom_fsdp.attention.packing_block_mask`), else
+    def attention_inputs(self, base: nn.Module) -> dict[str, torch.Tensor | BlockMask | tuple | None]:
+        """The keyword arguments of ``base``'s forward that say what each slot attends to: the padding
+        mask, or the packing's per-sequence mask — a block mask for :data:`rlloom_fsdp.attention.FLEX`
+        (:func:`rlloom_fsdp.attention.packing_block_mask`), no mask but the ``sequence_runs`` (which
+        transformers hands the attention function) for :data:`rlloom_fsdp.attention.VARLEN`, else
         :func:`packed_attention_mask`."""
         if self.padding_mask is not None:
-            return self.padding_mask
-        if kernel_of(base.config._attn_implementation) == FLEX:
-            return packing_block_mask(self.segments, self.owners)
+            return {"attention_mask": self.padding_mask}
+        kernel = kernel_of(base.config._attn_implementation)
+        if kernel == VARLEN:
+            return {"attention_mask": None, "sequence_runs": self.runs}
+        if kernel == FLEX:
+            return {"attention_mask": packing_block_mask(self.segments, self.owners)}
         packing = Packing(self.input_ids, self.position_ids, self.segments, self.owners, self.predictors)
-        return packed_attention_mask(base, packing.attention_mask())
+        return {"attention_mask": packed_attention_mask(base, packing.attention_mask())}
 
 
 def model_input(micro: Batch, layout: str, groups: SequenceGroups | None = None) -> ModelInput:
@@ -107,7 +114,8 @@ def model_input(micro: Batch, layout: str, groups: SequenceGroups | None = None)
                           tokens=int(padding_mask.sum()), padding_mask=padding_mask)
     packing = pack_rows(micro, share_prompts=layout == "shared_prompt")
     whole = ModelInput(packing.input_ids, packing.position_ids, packing.predictors, targets, positions, response_mask,
-                       tokens=int((packing.segments >= 0).sum()), segments=packing.segments, owners=packing.owners)
+                       tokens=int((packing.segments >= 0).sum()), segments=packing.segments, owners=packing.owners,
+                       runs=sequence_runs(packing.segments, packing.owners))
     return whole if groups is None or groups.size == 1 else split_sequence(whole, groups)
 
 
@@ -115,7 +123,8 @@ def split_sequence(inputs: ModelInput, groups: SequenceGroups) -> ModelInput:
     """Rank r's share of a packed input ``[k, W]`` in a sequence-parallel group of SP ranks: the
     packs padded to width SP·w (w = ⌈W / SP⌉; padding as the packing's own: segment −1) and its slots
     ``[r·w, (r+1)·w)`` of each; its predictors are those in its slots (re-indexed to ``[k, w]``), with
-    their targets; the mask's ``segments`` and ``owners`` stay whole (:mod:`rlloom_fsdp.sequence_parallel`)."""
+    their targets; the mask's ``segments``, ``owners`` and ``runs`` stay whole
+    (:mod:`rlloom_fsdp.sequence_parallel`)."""
     width = inputs.input_ids.shape[1]
     slots = -(-width // groups.size)
     room = slots * groups.size - width
@@ -155,9 +164,9 @@ def response_states(base: nn.Module, inputs: ModelInput) -> torch.Tensor:
     tokens of ``inputs``, row-major over its ``response_mask``."""
     states = base(
         input_ids=inputs.input_ids,
-        attention_mask=inputs.attention_mask(base),
         position_ids=inputs.position_ids,
         use_cache=False,
+        **inputs.attention_inputs(base),
     ).last_hidden_state
     return states.flatten(0, 1)[inputs.predictors]
 

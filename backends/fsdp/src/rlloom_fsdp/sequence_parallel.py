@@ -15,9 +15,9 @@ token, so each rank runs them on its slots only. Attention needs every key: the 
 implementation the model runs is replaced by ``rlloom_ulysses<n>:<kernel>``
 (:func:`use_sequence_parallel`), which takes q, k, v ``[k, H, W/SP, D]`` (all heads, this rank's
 slots) through an all-to-all to ``[k, H/SP, W, D]`` (its share of the heads, every slot), runs the
-model's kernel (sdpa, eager or flex) with the whole packing's mask, and sends the output back the
-other way. Each rank's share of the heads lines up with its share of the key/value heads, since SP
-divides both.
+model's kernel (sdpa, eager, flex or varlen) with the whole packing's mask (varlen: its runs), and
+sends the output back the other way. Each rank's share of the heads lines up with its share of the
+key/value heads, since SP divides both.
 
 Outputs and loss. The LM head (:func:`rlloom_fsdp.head.chunked_log_probs`) or value head runs on
 the response tokens whose predicting state lies in the rank's slots; their log-probs, entropy or
@@ -43,7 +43,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from rlloom_fsdp.attention import FLEX, ULYSSES, flex_attention_forward, kernel_of
+from rlloom_fsdp.attention import KERNELS, ULYSSES, kernel_of
 
 _names = itertools.count()  # each engine's implementation gets a name of its own (its group)
 
@@ -113,10 +113,11 @@ def all_to_all(x: torch.Tensor, group: dist.ProcessGroup, scatter_dim: int, gath
 
 
 def attention_kernel(kernel: str, module: nn.Module) -> Callable:
-    """transformers' attention function for ``kernel``: :func:`rlloom_fsdp.attention.flex_attention_forward`,
-    a registered one (``sdpa``), or ``eager``: the ``eager_attention_forward`` of ``module``'s modeling file."""
-    if kernel == FLEX:
-        return flex_attention_forward
+    """transformers' attention function for ``kernel``: one of :data:`rlloom_fsdp.attention.KERNELS`
+    (flex, varlen), a registered one (``sdpa``), or ``eager``: the ``eager_attention_forward`` of
+    ``module``'s modeling file."""
+    if kernel in KERNELS:
+        return KERNELS[kernel]
     if kernel != "eager":
         return ALL_ATTENTION_FUNCTIONS[kernel]
     eager = getattr(inspect.getmodule(type(module)), "eager_attention_forward", None)
@@ -129,7 +130,8 @@ def attention_kernel(kernel: str, module: nn.Module) -> Callable:
 def ulysses_attention(group: dist.ProcessGroup, kernel: str) -> Callable:
     """An attention function (transformers' contract) for one sequence-parallel ``group``: q [k, Hq, w, D],
     k and v [k, Hkv, w, D] of this rank's w slots through :func:`all_to_all` to [k, H/SP, SP·w, D],
-    ``kernel`` on them with the whole packing's ``attention_mask``, and its output [k, SP·w, Hq/SP, D]
+    ``kernel`` on them with the whole packing's ``attention_mask`` (or, for varlen, the ``sequence_runs``
+    among ``kwargs``), and its output [k, SP·w, Hq/SP, D]
     back to [k, w, Hq, D]; no weights."""
 
     def forward(module, query, key, value, attention_mask, **kwargs):
