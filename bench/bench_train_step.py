@@ -16,12 +16,13 @@ both on the GPU in the engine's default precision there (bf16 compute; the basel
 bf16 with float32 weights, the usual way a plain PyTorch loop trains in mixed precision).
 ``--attention flex``: the engine's packed layouts compute attention with FlexAttention over a block
 mask (``train_engine.attention``; compiled on a GPU during the first, untimed step: its time is
-reported as the warm-up). ``--out FILE``: the numbers as JSON.
+reported as the warm-up); ``--attention varlen``: causal SDPA on each packed sequence, no mask.
+``--out FILE``: the numbers as JSON.
 
 ``--sequence-parallel N``: instead of the comparison with plain transformers, the FSDP engine's step
 at ``train_engine.sequence_parallel_size=1`` in one process against N in N processes (one
 sequence-parallel group; gloo on the CPU, NCCL on N GPUs), each rank's peak memory during its second
-step and the step's time. Two peaks per rank: ``total``, beyond what the process held before the engine
+step and the step's time, with the ``--attention`` given (both sizes). Two peaks per rank: ``total``, beyond what the process held before the engine
 was built (weights, gradients, optimizer state, activations; on the CPU also the code and buffers
 loaded at the first steps), and ``step``, beyond what it held when the step began (activations,
 gradients and transient buffers: what grows with the tokens). On a GPU they come from
@@ -32,7 +33,8 @@ freed tensors leave the resident set.
     python bench/bench_train_step.py --model smollm2-135m --rows 32 --prompt-len 40 --response-len 16
     python bench/bench_train_step.py --device cuda --model smollm2-135m [--attention flex] [--out FILE]
     python bench/bench_train_step.py --engine megatron --model smollm2-135m [--gradient-checkpointing]
-    python bench/bench_train_step.py --sequence-parallel 2 --rows 2 --n 2 --prompt-len 64 --response-len 2000
+    python bench/bench_train_step.py --sequence-parallel 2 --rows 2 --n 2 --prompt-len 64 --response-len 2000 \
+        --attention varlen
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def step_peaks(engine, batch: Batch, device: torch.device, before_engine: int) -
 
 
 def _sequence_parallel_rank(rank: int, world: int, store: str, path: str, batch: Batch, device_name: str,
-                            threads: int, out_dir: str) -> None:
+                            threads: int, attention: str, out_dir: str) -> None:
     """One rank of the ``--sequence-parallel`` measurement: a warm-up step, then the measured one."""
     torch.set_num_threads(threads)
     os.environ["LOCAL_RANK"] = str(rank)
@@ -175,7 +177,7 @@ def _sequence_parallel_rank(rank: int, world: int, store: str, path: str, batch:
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
     device = torch.device(device_name, rank) if device_name == "cuda" else torch.device(device_name)
     before = held_bytes(device)
-    engine = FSDPTrainEngine(FSDPConfig(micro_batch_size=len(batch), train_entropy=False,
+    engine = FSDPTrainEngine(FSDPConfig(micro_batch_size=len(batch), train_entropy=False, attention=attention,
                                         sequence_parallel_size=world), EngineSpec(path, "actor", 0, 3, device_name))
     local = batch.chunk(world)[rank]
     engine.train_step(local, pg_loss)
@@ -186,7 +188,8 @@ def _sequence_parallel_rank(rank: int, world: int, store: str, path: str, batch:
         json.dump(result, handle)
 
 
-def sequence_parallel_memory(path: str, batch: Batch, size: int, device: torch.device, threads: int) -> dict:
+def sequence_parallel_memory(path: str, batch: Batch, size: int, device: torch.device, threads: int,
+                             attention: str) -> dict:
     """``{"sp1": [rank results], "sp<size>": [...]}``: one step at SP = 1 (one process) and at SP = ``size``
     (``size`` processes), measured by :func:`_sequence_parallel_rank` in fresh processes."""
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # read by the spawned processes' glibc
@@ -195,22 +198,25 @@ def sequence_parallel_memory(path: str, batch: Batch, size: int, device: torch.d
         for world in (1, size):
             store = os.path.join(out_dir, f"store{world}")
             mp.start_processes(_sequence_parallel_rank, nprocs=world, start_method="spawn",
-                               args=(world, store, path, batch, device.type, threads, out_dir))
+                               args=(world, store, path, batch, device.type, threads, attention, out_dir))
             results[f"sp{world}"] = [json.load(open(os.path.join(out_dir, f"{world}-{rank}.json")))
                                      for rank in range(world)]
     return results
 
 
 def report_sequence_parallel(results: dict, size: int, tokens: int) -> dict:
-    """Print each SP size's per-rank peaks and step time, and the ratios of the largest peaks."""
+    """Print each SP size's per-rank peaks and step time, and the ratios of the largest peaks and of the
+    slowest ranks' step times."""
     for name, ranks in results.items():
         peaks = "; ".join(f"{rank['total_bytes'] / 2**20:.0f} total, {rank['step_bytes'] / 2**20:.0f} step"
                           for rank in ranks)
         print(f"{name}: peak MiB per rank: {peaks}; step {max(r['seconds'] for r in ranks):.2f} s ({tokens} tokens)")
     ratios = {kind: max(rank[f"{kind}_bytes"] for rank in results[f"sp{size}"]) / results["sp1"][0][f"{kind}_bytes"]
               for kind in ("total", "step")}
-    print(f"peak memory per rank, SP={size} / SP=1: total {ratios['total']:.2f}, step {ratios['step']:.2f}")
-    return {"memory_ratio": ratios, **results}
+    seconds = max(rank["seconds"] for rank in results[f"sp{size}"]) / results["sp1"][0]["seconds"]
+    print(f"peak memory per rank, SP={size} / SP=1: total {ratios['total']:.2f}, step {ratios['step']:.2f}; "
+          f"step time {seconds:.2f}")
+    return {"memory_ratio": ratios, "time_ratio": seconds, **results}
 
 
 def main() -> None:
@@ -241,8 +247,9 @@ def main() -> None:
     batch = make_batch(args.rows, args.n, args.prompt_len, args.response_len, vocab, args.ragged)
     tokens = int(batch["prompt_mask"].sum() + batch["response_mask"].sum())
     if args.sequence_parallel > 1:
-        print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens={tokens} threads={args.threads}")
-        results = sequence_parallel_memory(path, batch, args.sequence_parallel, device, args.threads)
+        print(f"model={args.model} device={device} rows={args.rows} n={args.n} tokens={tokens} threads={args.threads} "
+              f"attention={args.attention}")
+        results = sequence_parallel_memory(path, batch, args.sequence_parallel, device, args.threads, args.attention)
         summary = report_sequence_parallel(results, args.sequence_parallel, tokens)
         if args.out:
             with open(args.out, "w") as handle:

@@ -16,6 +16,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rlloom import Batch, EngineSpec
 from rlloom_enginekit.dispatch import DataParallelSplit, TokenBalancedSplit
 from rlloom_fsdp import FSDPConfig, FSDPTrainEngine
+from rlloom_fsdp.attention import VARLEN
 from rlloom_fsdp.config import check_sequence_parallel
 from rlloom_fsdp.scoring import model_input, split_sequence
 from rlloom_fsdp.sequence_parallel import SequenceGroups
@@ -32,11 +33,15 @@ from test_fsdp_engine import (  # the shared fixtures and helpers
 )
 
 TOLERANCE = 1e-5
-CASES = [  # (sequence_layout, the model's attention, gradient_checkpointing)
+CASES = [  # (sequence_layout, the model's attention or train_engine.attention=varlen, gradient_checkpointing)
     ("packed", "sdpa", False),
     ("shared_prompt", "sdpa", False),
     ("shared_prompt", "eager", True),
+    ("packed", "varlen", False),
+    ("shared_prompt", "varlen", True),
 ]
+DENSE = {"sdpa": "sdpa", "eager": "eager", "varlen": "sdpa"}
+"""The attention of each case's SP = 1 reference: the dense mask (varlen is compared with it)."""
 
 
 def grouped_batch() -> Batch:
@@ -48,9 +53,11 @@ def grouped_batch() -> Batch:
     return batch
 
 
-def settings(layout: str, checkpointing: bool, sp: int) -> FSDPConfig:
+def settings(layout: str, checkpointing: bool, sp: int, attention: str = "sdpa") -> FSDPConfig:
+    """The engine config of a case; ``attention``: the model's (sdpa, eager) or ``varlen``."""
     return FSDPConfig(lr=LR, weight_decay=0.1, eps=EPS, grad_clip=1.0, micro_batch_size=4, sequence_layout=layout,
-                      gradient_checkpointing=checkpointing, sequence_parallel_size=sp)
+                      gradient_checkpointing=checkpointing, sequence_parallel_size=sp,
+                      attention="varlen" if attention == "varlen" else "sdpa")
 
 
 def record_gradients(engine: FSDPTrainEngine) -> dict[str, torch.Tensor]:
@@ -121,8 +128,8 @@ def _sp2_worker(rank: int, store: str, model_dirs: dict, batch: Batch, out_dir: 
     mine = batch.chunk(2)[rank]  # the controller's dp_split: 3 rows each
     results = []
     for layout, attention, checkpointing in CASES:
-        engine = FSDPTrainEngine(settings(layout, checkpointing, 2),
-                                 EngineSpec(model_dirs[attention], "actor", total_train_steps=10))
+        engine = FSDPTrainEngine(settings(layout, checkpointing, 2, attention),
+                                 EngineSpec(model_dirs[DENSE[attention]], "actor", total_train_steps=10))
         results.append(run_case(engine, mine))
         engine.close()
     results.append(run_other_roles(2, model_dirs["sdpa"], mine))
@@ -145,11 +152,11 @@ def eager_model_dir(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a collective out of step between the ranks would hang
 def test_sequence_parallel_2_equals_one_process(model_dir, eager_model_dir, engines, tmp_path):
-    """Per case: SP = 2 on two processes (DP = 1) against one process, the same micro-batches; then a
-    critic and a flex reference the same way."""
+    """Per case: SP = 2 on two processes (DP = 1) against one process with the dense mask, the same
+    micro-batches; then a critic and a flex reference the same way."""
     batch = grouped_batch()
     model_dirs = {"sdpa": model_dir, "eager": eager_model_dir}
-    expected = [run_case(engines(model_dirs[attention], **vars(settings(layout, checkpointing, 1))), batch)
+    expected = [run_case(engines(model_dirs[DENSE[attention]], **vars(settings(layout, checkpointing, 1))), batch)
                 for layout, attention, checkpointing in CASES]
     mp.start_processes(_sp2_worker, args=(str(tmp_path / "store"), model_dirs, batch, str(tmp_path)), nprocs=2,
                        join=True, start_method="spawn")
@@ -160,9 +167,10 @@ def test_sequence_parallel_2_equals_one_process(model_dir, eager_model_dir, engi
             got = torch.cat([ranks[rank][index][name] for rank in range(2)])
             torch.testing.assert_close(got, want[name], atol=TOLERANCE, rtol=0, msg=f"{case} {name}")
         assert want["metrics"]["grad_norm"] > 1.0  # clipping is active in both runs
-        assert want["attention"] == case[1]
+        assert want["attention"] == DENSE[case[1]]
         for result in (ranks[rank][index] for rank in range(2)):
-            assert result["attention"].startswith("rlloom_ulysses") and result["attention"].endswith(f":{case[1]}")
+            kernel = VARLEN if case[1] == "varlen" else case[1]
+            assert result["attention"].startswith("rlloom_ulysses") and result["attention"].endswith(f":{kernel}")
             assert result["widths"] == [(width + 1) // 2 for width in want["widths"]]  # each rank half the slots
             for metric in ("loss_share", "grad_norm", "rows", "perf/model_flops/actor"):
                 assert result["metrics"][metric] == pytest.approx(want["metrics"][metric], rel=TOLERANCE), (case, metric)
