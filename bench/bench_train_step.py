@@ -22,8 +22,8 @@ reported as the warm-up); ``--attention varlen``: causal SDPA on each packed seq
 ``--sequence-parallel N``: instead of the comparison with plain transformers, the FSDP engine's step
 at ``train_engine.sequence_parallel_size=1`` in one process against N in N processes (one
 sequence-parallel group; gloo on the CPU, NCCL on N GPUs), each rank's peak memory during its second
-step and the step's time, with the ``--attention`` given (both sizes). Two peaks per rank: ``total``, beyond what the process held before the engine
-was built (weights, gradients, optimizer state, activations; on the CPU also the code and buffers
+step and the step's time, with the ``--attention`` given (both sizes). Two peaks per rank: ``total``,
+beyond what the process held before the engine was built (weights, gradients, optimizer state, activations; on the CPU also the code and buffers
 loaded at the first steps), and ``step``, beyond what it held when the step began (activations,
 gradients and transient buffers: what grows with the tokens). On a GPU they come from
 ``torch.cuda.max_memory_allocated``; on the CPU from the process's resident-set high-water mark

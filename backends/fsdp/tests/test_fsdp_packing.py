@@ -8,7 +8,14 @@ import torch
 
 from rlloom import Batch, EngineSpec
 from rlloom_enginekit.packing import pack_rows
-from rlloom_fsdp.attention import FLEX, VARLEN, packing_block_mask, sequence_runs, use_attention
+from rlloom_fsdp.attention import (
+    FLEX,
+    VARLEN,
+    packing_block_mask,
+    sequence_runs,
+    use_attention,
+    varlen_attention_forward,
+)
 from rlloom_fsdp.scoring import model_input, score_responses
 from test_fsdp_devices import BF16_EPS, BF16_LOG_PROB_ATOL, BF16_UPDATE_GAP, BF16_WEIGHT_ATOL, relative_gap
 from test_fsdp_engine import (  # the shared fixtures and plain-transformers references
@@ -158,6 +165,21 @@ def test_varlen_saves_no_slot_by_slot_tensor_for_backward(model_dir, engines):
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
         engine.train_outputs(inputs, 1.0)
     assert shapes and not [shape for shape in shapes if shape[-2:].count(width) == 2]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"sliding_window": 4}, r"softcapping, sliding window or sinks; the model asks for \['sliding_window'\]"),
+    ({"softcap": 30.0}, r"the model asks for \['softcap'\]: set train_engine.attention=sdpa"),
+    ({"dropout": 0.1}, r"no attention dropout.*asks for dropout 0.1"),
+    ({"sequence_runs": None}, r"attention=varlen needs a packed train_engine.sequence_layout"),
+])
+def test_varlen_refuses_what_it_cannot_compute(kwargs, message):
+    """An attention the per-run causal SDPA cannot give (a window, softcapping, dropout) or no runs:
+    a ValueError naming the key, not other numbers."""
+    states = torch.zeros(1, 2, 4, 8)
+    runs = kwargs.pop("sequence_runs", ((0, 0, 0, 4),))
+    with pytest.raises(ValueError, match=message):
+        varlen_attention_forward(None, states, states, states, None, sequence_runs=runs, **kwargs)
 
 
 def test_flex_block_mask_skips_blocks_and_keeps_the_dense_mask():
