@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from rlloom_trainer import testing
+from rlloom_trainer.testing import default_sigint
 
 RLLOOM = Path(sys.executable).parent / "rlloom"
 # 6 steps, checkpoints after steps 2, 4 and 6, validation at steps 0, 3 and 6.
@@ -25,13 +26,6 @@ def run_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RLLOOM_TEST_KILL_AT", "RLLOOM_PLUGINS")}
     env.update(OMP_NUM_THREADS="1", **extra)
     return env
-
-
-def default_sigint() -> None:
-    """``preexec_fn`` of a run that a test stops with SIGINT: Ctrl-C as a terminal delivers it to a foreground
-    command. A test session started as a background job of a script inherits SIGINT ignored, and Python (like
-    rlloom) leaves an ignored SIGINT alone: the run would never see the signal."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 import rlloom
 import yaml
-from lifecycle_helpers import RLLOOM, default_sigint, run_env
+from lifecycle_helpers import RLLOOM, run_env
 from rlloom.config import ConfigError
 from rlloom_trainer import testing
 from rlloom_trainer.checkpoint import CheckpointManager
+from rlloom_trainer.testing import default_sigint
 from rlloom_trainer.config_files import compose_with_file
 from rlloom_trainer.run_lock import LOCK_FILE, run_lock
 

@@ -16,7 +16,7 @@ import pytest
 from rlloom_trainer.checkpoint import (
     KILL_ENV, CheckpointError, CheckpointManager, damage, is_complete, read_step, verified_step, write_atomic,
 )
-from rlloom_trainer.testing import mounted_tmpfs
+from rlloom_trainer.testing import default_sigint, mounted_tmpfs, python_sigint
 
 
 def write_files(sizes: dict[str, int]):
@@ -258,17 +258,18 @@ def test_a_sigint_a_library_turned_into_its_own_error_is_still_an_interrupt(tmp_
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
 
     manager = CheckpointManager(str(tmp_path))
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)  # another test may have changed them
-    with recording_interrupts():
-        with pytest.raises(KeyboardInterrupt):
-            manager.save(2, loses_the_interrupt)
-        assert received()
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before and not received()
-    with recording_interrupts():  # no interrupt in this block
-        assert not received()
-        with pytest.raises(CheckpointError, match="unexpected pos"):
-            manager.save(2, fails)
-    assert manager.latest() is None
+    with python_sigint():  # what SIGINT does in this process, whatever it inherited
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)  # another test may have changed them
+        with recording_interrupts():
+            with pytest.raises(KeyboardInterrupt):
+                manager.save(2, loses_the_interrupt)
+            assert received()
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before and not received()
+        with recording_interrupts():  # no interrupt in this block
+            assert not received()
+            with pytest.raises(CheckpointError, match="unexpected pos"):
+                manager.save(2, fails)
+        assert manager.latest() is None
 
 
 SECOND_SIGNAL = textwrap.dedent("""
@@ -292,7 +293,7 @@ SECOND_SIGNAL = textwrap.dedent("""
 def test_the_first_signal_interrupts_and_a_second_exits_at_once(signum):
     """Also when a library replaced the handlers inside the block (``retake_signals``)."""
     process = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=default_sigint)
     assert process.stdout.readline() == "running\n"
     process.send_signal(signum)
     assert process.stdout.readline() == f"closing after {int(signum)}\n"

@@ -18,6 +18,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -55,6 +56,24 @@ def mounted_tmpfs(folder: str | os.PathLike[str], size: str) -> Iterator[str]:
         yield os.fspath(folder)
     finally:
         subprocess.run(["umount", os.fspath(folder)], check=True)
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a process a test stops with SIGINT: Ctrl-C at a terminal reaches a foreground command,
+    but a test session started as a background job of a script inherits SIGINT ignored, and Python (like
+    rlloom) leaves an ignored SIGINT alone, so the process would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def python_sigint() -> Iterator[None]:
+    """In this process, SIGINT raises KeyboardInterrupt (Python's own handler) for the block, whatever this
+    process inherited (see :func:`default_sigint`); the handler from before is put back after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict]:
