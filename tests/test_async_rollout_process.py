@@ -100,14 +100,14 @@ def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollo
 def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refused_naming_the_key():
     import queue
 
-    from rlloom_trainer.rollout_process import Worker
+    from rlloom_trainer.rollout_process import Channel, Worker
 
     class Plain:  # generate_requests without the interrupted flags
         def generate_requests(self, prompts, sampling, cancelled=None): ...
 
-    replies = queue.Queue()
+    replies = Channel(queue.Queue())
     Worker(Plain(), replies).run((7, "partial_rollouts", (0,), {}))
-    call_id, value, error, _span = replies.get_nowait()
+    call_id, value, error, _span = replies.get(0)
     assert call_id == 7 and value is None and isinstance(error, TypeError)
     assert "trainer.partial_rollout=true" in str(error) and "Plain" in str(error)
 
@@ -146,3 +146,51 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
         width = group["responses"].shape[1]
         assert torch.equal(group["responses"], own["responses"][:, :width])
         assert list(group["uid"]) == [group["uid"][0]] * 2
+
+
+@pytest.mark.timeout(120)  # bounds the test: before messages were pickled by their sender, both calls hung
+def test_a_request_or_reply_that_cannot_be_pickled_is_an_error_naming_it_not_a_wait(tiny_model_path):
+    """A prompt batch carrying lambdas: the submit raises, naming the request and what failed to pickle. An
+    async engine method called through the process answers a coroutine: the trainer raises, naming the reply.
+    The process answers the next call."""
+    from pickle import PicklingError
+
+    from rlloom.batch import Batch
+
+    unsendable = Batch(dict(prompts().tensors.items()), {"uid": [lambda: 0, lambda: 1]})
+    sampling = SamplingParams(max_new_tokens=2, n=1)
+    apart = RolloutProcess(spec(tiny_model_path), threads=1)
+    try:
+        with pytest.raises(PicklingError, match=r"the request generate \(call 0\) cannot be pickled.*lambda"):
+            apart.submit_call("generate", (unsendable, sampling), {}).result()
+        with pytest.raises(PicklingError, match=r"the reply to generate_one \(call 1\) cannot be pickled.*coroutine"):
+            apart.submit_call("generate_one", ([65, 66], sampling), {}).result()
+        assert apart.generate(prompts(), sampling)["responses"].shape[0] == 2
+    finally:
+        apart.close()
+
+
+def test_a_streamed_group_that_cannot_be_pickled_answers_its_call_with_the_error():
+    """A ``generate_stream`` job whose prompts carry lambdas (in process, so the request is not pickled): its
+    first group cannot be sent, and the job is answered with the error naming the group."""
+    import queue
+    from pickle import PicklingError
+
+    from rlloom.batch import Batch
+    from rlloom_trainer.rollout_process import GENERATE_STREAM, Channel, Worker
+
+    class Finishing:  # rlloom_enginekit.stream.StreamsRows: every row done at once, with one token
+        reports_finished_rows, pad_id = True, 0
+
+        def generate_requests(self, prompts, sampling, cancelled=None, finished=None):
+            rows = list(range(len(prompts) * sampling.n))
+            finished(rows, [[5]] * len(rows), [[-1.0]] * len(rows))
+
+    replies = Channel(queue.Queue())
+    job = (Batch(dict(prompts().tensors.items()), {"uid": [lambda: 0, lambda: 1]}), SamplingParams(n=2, seed=1))
+    Worker(Finishing(), replies).run((3, GENERATE_STREAM, job, {}))
+    call_id, value, error, _span = replies.get(0)
+    assert call_id == 3 and value is None and isinstance(error, PicklingError)
+    assert "the streamed group of row 0 of job 0 cannot be pickled" in str(error) and "lambda" in str(error)
+    with pytest.raises(queue.Empty):
+        replies.get(0)

@@ -10,12 +10,17 @@ through shared memory (``torch.multiprocessing``); ``update_weights`` sends copi
 go on training while the process still generates with the weights it had. A ``generate_stream(prompts,
 sampling)`` call (``trainer.stream_groups``) answers with each finished group as it completes
 (:meth:`RolloutProcess.streamed`), and only with its error when it fails.
+
+Every message is pickled by the side that sends it (:class:`Channel`): a request that cannot be pickled raises
+in the trainer's ``submit_call``, and a reply that cannot be is answered with that error instead, raised in
+the trainer, so that no message is lost in a queue's feeder thread while the other side waits for it.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import pickle
 import queue
 import signal
 import threading
@@ -38,6 +43,32 @@ PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts
 STREAM_GROUPS = "stream_groups"  # the request that checks the engine can stream groups (:class:`Worker`)
 GENERATE_STREAM = "generate_stream"  # a job whose groups come back one by one (:meth:`RolloutProcess.streamed`)
 GROUP = -2  # the call id of a streamed group's reply
+
+
+class Channel:
+    """A queue between the trainer and the rollout process whose messages are pickled by :meth:`put`, in the
+    sender's thread, as the queue's feeder thread would pickle them (torch's shared-memory reductions included)."""
+
+    def __init__(self, line: Any) -> None:
+        self.line = line
+
+    def put(self, message: Any, what: str) -> None:
+        """Send ``message``; a :class:`pickle.PicklingError` naming ``what`` and the pickler's error when it
+        cannot be pickled (nothing is sent)."""
+        from multiprocessing.reduction import ForkingPickler
+
+        try:
+            data = bytes(ForkingPickler.dumps(message))
+        except Exception as error:  # noqa: BLE001 - pickling raises PicklingError, TypeError, AttributeError, ...
+            raise pickle.PicklingError(f"{what} cannot be pickled to cross between the trainer and the rollout "
+                                       f"process: {type(error).__name__}: {error}") from error
+        self.line.put(data)
+
+    def get(self, timeout: float) -> Any:
+        """The next message, waiting up to ``timeout`` s (0: not at all); :class:`queue.Empty` when none came."""
+        from multiprocessing.reduction import ForkingPickler
+
+        return ForkingPickler.loads(self.line.get(timeout=timeout) if timeout else self.line.get_nowait())
 
 
 class ProcessFuture:
@@ -64,7 +95,7 @@ class RolloutProcess:
         import torch.multiprocessing as mp
 
         context = mp.get_context("spawn")
-        self._requests, self._replies = context.Queue(), context.Queue()
+        self._requests, self._replies = Channel(context.Queue()), Channel(context.Queue())
         self._process = context.Process(target=serve, args=(spec, threads, os.getpid(), self._requests,
                                                             self._replies), name=f"rlloom-{spec.role}", daemon=True)
         self._process.start()
@@ -77,7 +108,7 @@ class RolloutProcess:
 
     def submit_call(self, method: str, args: tuple, kwargs: dict) -> ProcessFuture:
         call_id, self._next_id = self._next_id, self._next_id + 1
-        self._requests.put((call_id, method, args, kwargs))
+        self._requests.put((call_id, method, args, kwargs), f"the request {method} (call {call_id})")
         return ProcessFuture(self, call_id)
 
     def reply(self, call_id: int) -> tuple[Any, tuple[float, float]]:
@@ -111,7 +142,7 @@ class RolloutProcess:
         """Move one reply, waiting up to ``timeout`` s (0: not at all), to the answered calls or the streamed
         groups; False when none came. A RuntimeError once the process has died."""
         try:
-            done_id, value, error, span = self._replies.get(timeout=timeout) if timeout else self._replies.get_nowait()
+            done_id, value, error, span = self._replies.get(timeout)
         except queue.Empty:
             if not self._process.is_alive():
                 raise RuntimeError(f"the rollout process exited (code {self._process.exitcode}) "
@@ -144,14 +175,14 @@ class RolloutProcess:
     def close(self) -> None:
         """Close the engine and end the process (killed if it has not ended within ``CLOSE_TIMEOUT_S``)."""
         if self._process.is_alive():
-            self._requests.put(None)
+            self._requests.put(None, "the request to stop")
             self._process.join(CLOSE_TIMEOUT_S)
         if self._process.is_alive():
             self._process.kill()
             self._process.join()
 
 
-def serve(spec: RoleSpec, threads: int, parent: int, requests: Any, replies: Any) -> None:
+def serve(spec: RoleSpec, threads: int, parent: int, requests: Channel, replies: Channel) -> None:
     """The process's body: build ``spec``'s role, then run each request ``(id, method, args, kwargs)`` and put
     ``(id, value, error, (start, end))`` (:class:`Worker`), until ``None`` arrives or the parent ``parent`` is
     gone (killed). Ctrl-C is the trainer's to handle: this process ignores SIGINT."""
@@ -165,9 +196,9 @@ def serve(spec: RoleSpec, threads: int, parent: int, requests: Any, replies: Any
     try:
         engine = build_role(spec, get_registry())
     except Exception as error:  # noqa: BLE001 - the trainer raises it
-        replies.put((READY, None, portable(error), (start, time.time())))
+        replies.put((READY, None, portable(error), (start, time.time())), "the engine's error")
         return
-    replies.put((READY, None, None, (start, time.time())))
+    replies.put((READY, None, None, (start, time.time())), "the ready reply")
     worker = Worker(engine, replies)
     worker.listen(requests, parent)
     while (request := worker.next_request()) is not None:
@@ -188,7 +219,7 @@ class Worker:
     :class:`~rlloom_enginekit.partial.WeightGate`); ``version`` is then the ``version`` an update carries (else
     one more). Without it a weight update waits for the generation before it."""
 
-    def __init__(self, engine: Any, replies: Any) -> None:
+    def __init__(self, engine: Any, replies: Channel) -> None:
         self.engine, self.replies = engine, replies
         self.version, self.partial = 0, False
         self._waiting: collections.deque = collections.deque()
@@ -197,14 +228,14 @@ class Worker:
         self.adapters = AdapterFolders(None)  # the LoRA adapters RolloutProcess.load_adapter sends
         self._joined: list[tuple] | None = None  # the requests of the streamed call in flight (partial rollouts)
 
-    def listen(self, requests: Any, parent: int) -> None:
+    def listen(self, requests: Channel, parent: int) -> None:
         """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
         process ``parent`` is gone; a weight update that arrives sets the watched flags."""
 
         def read() -> None:
             while True:
                 try:
-                    request = requests.get(timeout=POLL_S)
+                    request = requests.get(POLL_S)
                 except queue.Empty:
                     if os.getppid() == parent:
                         continue
@@ -237,7 +268,16 @@ class Worker:
             value, error = self._call(method, args, kwargs), None
         except Exception as caught:  # noqa: BLE001 - the trainer raises it
             value, error = None, portable(caught)
-        self.replies.put((call_id, value, error, (start, time.time())))
+        self.answer(call_id, value, error, start, f"the reply to {method} (call {call_id})")
+
+    def answer(self, call_id: int, value: Any, error: Exception | None, start: float, what: str) -> None:
+        """Put the reply ``(call_id, value, error, (start, now))``; one that cannot be pickled is answered with
+        the :class:`pickle.PicklingError` naming ``what`` instead (raised in the trainer)."""
+        span = (start, time.time())
+        try:
+            self.replies.put((call_id, value, error, span), what)
+        except pickle.PicklingError as unsendable:
+            self.replies.put((call_id, None, unsendable, span), what)
 
     def _streams_waiting(self) -> list[tuple]:
         """The ``generate_stream`` requests at the head of the waiting line, taken out of it."""
@@ -257,16 +297,17 @@ class Worker:
 
         start = time.time()
 
-        def send(_job: int, _row: int, group: Any) -> None:
+        def send(job: int, row: int, group: Any) -> None:
             group.meta["generated"] = (start, time.time())
-            self.replies.put((GROUP, group, None, group.meta["generated"]))
+            self.replies.put((GROUP, group, None, group.meta["generated"]), f"the streamed group of row {row} of "
+                             f"job {job}")
 
         self._joined = requests
         try:
             generate_groups(self.engine, [request[2] for request in requests], send, self if self.partial else None)
         except Exception as caught:  # noqa: BLE001 - the trainer raises it
             for request in self._joined:
-                self.replies.put((request[0], None, portable(caught), (start, time.time())))
+                self.answer(request[0], None, portable(caught), start, f"the error of {GENERATE_STREAM}")
         finally:
             self._joined = None
 
