@@ -149,16 +149,10 @@ def test_partial_rollouts_turn_on_at_the_pipelines_version_and_each_sync_is_labe
 
 
 # ---------------------------------------------------------------------------------------- streamed groups
-def finish_order(group: Batch) -> tuple[bool, int]:
-    """The fake engine's finishing order: every draw's row 1 before any row 0, earlier draws first."""
-    draw, row = place(group["uid"][0])
-    return row == 0, draw
-
-
 class StreamingRollout:
     """A rollout process streaming groups: each wait for groups releases the pending group that finishes first
-    (:func:`finish_order`); nothing finishes unless the trainer waits. Records each job (its uids, the
-    pipeline's version, its seed)."""
+    (:meth:`order`); nothing finishes unless the trainer waits. Records each job (its uids, the pipeline's
+    version, its seed)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], int, int]] = []
@@ -183,15 +177,21 @@ class StreamingRollout:
     def streamed(self, wait: bool) -> list[Batch]:
         if not wait or not self.pending:
             return []
-        first = min(self.pending, key=finish_order)
+        first = min(self.pending, key=self.order)
         self.pending.remove(first)
         return [first]
 
+    def order(self, group: Batch) -> tuple:
+        """The finishing order: every draw's row 1 before any row 0, earlier draws first."""
+        draw, row = place(group["uid"][0])
+        return row == 0, draw
 
-def streamed_pipeline(policy: str, done: set[str] = frozenset(), version: int = 0, drawn: int = 0
-                      ) -> RolloutPipeline:
-    """fully_async K=1, 2 prompts a batch, 4 steps, streaming with ``policy``; resumed: at ``version``, after
-    ``drawn`` batches, with the uids ``done``."""
+
+def streamed_pipeline(policy: str, done: set[str] = frozenset(), version: int = 0, drawn: int = 0,
+                      rollout: StreamingRollout | None = None, total_steps: int = 4) -> RolloutPipeline:
+    """fully_async K=1, 2 prompts a batch, ``total_steps`` steps, streaming with ``policy`` (over ``rollout``, by
+    default a :class:`StreamingRollout`); resumed: at ``version``, after ``drawn`` batches, with the uids
+    ``done``."""
     draws = [drawn]
 
     def draw() -> Batch:
@@ -199,9 +199,9 @@ def streamed_pipeline(policy: str, done: set[str] = frozenset(), version: int = 
         return Batch({"prompts": torch.ones((ROWS, 1), dtype=torch.long)},
                      {"uid": [f"draw{draws[0]}-{i}" for i in range(ROWS)]})
 
-    rollout = StreamingRollout()
+    rollout = rollout or StreamingRollout()
     pipeline = RolloutPipeline(FULLY_ASYNC, rollout, draw, lambda: ({"offset": draws[0]}, draws[0]), SamplingParams(),
-                               seed=7, total_steps=4, max_staleness=1, version=version,
+                               seed=7, total_steps=total_steps, max_staleness=1, version=version,
                                buffer=GroupBuffer(ROWS, 1, policy, done=set(done)))
     rollout.pipeline = pipeline
     return pipeline
@@ -255,6 +255,29 @@ def test_a_stale_group_regenerated_is_generated_again_by_the_current_weights():
     assert trained[2] == (["draw2-0", "draw4-1"], [2, 2])
 
 
+class SlowAgain(StreamingRollout):
+    """A prompt submitted again finishes after every other group."""
+
+    def order(self, group: Batch) -> tuple:
+        again = sum(group["uid"][0] in uids for uids, _, _ in self.calls) > 1
+        return again, *super().order(group)
+
+
+def test_a_regenerated_group_stale_again_is_dropped_not_regenerated_again():
+    """As above over 6 steps, the regenerated draw2-0 (version 2) finishing last: at step 5 (version 4) it is
+    stale again, so it is dropped (done, never trained) and draw7-0 takes its slot; no third generation."""
+    pipeline = streamed_pipeline(REGENERATE, rollout=SlowAgain(), total_steps=6)
+    trained = run_streamed(pipeline, 1, 6)
+    calls = pipeline.rollout.calls
+    assert [(uids, version) for uids, version, _ in calls if "draw2-0" in uids] == [(["draw2-0", "draw2-1"], 0),
+                                                                                   (["draw2-0"], 2)]
+    assert (pipeline.buffer.regenerated, pipeline.buffer.dropped) == (1, 1)
+    assert trained[5] == (["draw6-0", "draw7-0"], [4, 5])
+    assert pipeline.trained_position == ({"offset": 6}, 6) and pipeline.stream_record() == ["draw7-0"]  # all done
+    assert not any("draw2-0" in uids for uids, _ in trained[1:])
+    assert all(step - 1 - version <= 1 for step, (_, versions) in enumerate(trained, 1) for version in versions)
+
+
 def test_a_resumed_streamed_run_generates_only_the_prompts_not_done():
     """Resumed after step 2 from the position after draw 3, with draw4-1 done: step 3 trains the first two
     prompts not done (draw4-0, draw5-0), each row keeping its index in its draw; draw4-1 is never generated."""
@@ -272,10 +295,28 @@ def test_the_buffer_takes_the_first_fresh_groups_to_arrive_ordered_by_draw_and_r
     buffer = GroupBuffer(2, 1, DROP)
     for uid, version in (("draw3-1", 2), ("draw1-0", 0), ("draw2-0", 1), ("draw2-1", 2)):
         buffer.arrive(Group(uid, version, Batch(objects={"uid": [uid]})))
-    taken, stale = buffer.take(3)
-    assert [group.uid for group in stale] == ["draw1-0"] and buffer.dropped == 1
+    taken, dropped, again = buffer.take(3)
+    assert [group.uid for group in dropped] == ["draw1-0"] and buffer.dropped == 1 and again == []
     assert [group.uid for group in taken] == ["draw2-0", "draw3-1"]  # the first two fresh ones, by (draw, row)
-    assert [group.uid for group in buffer.groups] == ["draw2-1"] and buffer.take(3) == (None, [])
+    assert [group.uid for group in buffer.groups] == ["draw2-1"] and buffer.take(3) == (None, [], [])
     assert buffer.first_open(3) == 1 and buffer.done == {"draw1-0", "draw2-0", "draw3-1"}  # draw1-1 not done
     buffer.done |= {"draw1-1"}
     assert buffer.first_open(3) == 2 and buffer.done == {"draw2-0", "draw3-1"}  # draw 1's uids forgotten
+
+
+def test_a_prompt_is_regenerated_once_then_dropped_when_stale_again():
+    """K=1: draw1-0 of version 0 is stale for step 3 (version 2): regenerated; its new group, of version 2, is
+    stale again for step 5: dropped, done. draw1-1, stale for step 3 too, is regenerated and then trained: the
+    prompts regenerated are forgotten once done."""
+    buffer = GroupBuffer(1, 1, REGENERATE)
+    for uid in ("draw1-0", "draw1-1"):
+        buffer.arrive(Group(uid, 0, Batch(objects={"uid": [uid]})))
+    taken, dropped, again = buffer.take(3)
+    assert (taken, dropped, [group.uid for group in again]) == (None, [], ["draw1-0", "draw1-1"])
+    buffer.arrive(Group("draw1-1", 2, Batch(objects={"uid": ["draw1-1"]})))
+    assert [group.uid for group in buffer.take(3)[0]] == ["draw1-1"]
+    buffer.arrive(Group("draw1-0", 2, Batch(objects={"uid": ["draw1-0"]})))
+    taken, dropped, again = buffer.take(5)
+    assert (taken, [group.uid for group in dropped], again) == (None, ["draw1-0"], [])
+    assert (buffer.regenerated, buffer.dropped) == (2, 1)
+    assert buffer.done == {"draw1-0", "draw1-1"} and buffer.again == set()

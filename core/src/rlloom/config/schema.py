@@ -88,7 +88,7 @@ class TrainerConfig(Limited):
     max_staleness: int = 2  # fully_async: no trained sample is more than this many policy versions old
     partial_rollout: bool = False  # fully_async: a weight update interrupts the generation in flight (docs/async.md)
     stream_groups: bool = False  # fully_async: a step trains the first finished prompt groups, not its own batch
-    stale_policy: str = "drop"  # stream_groups: a group more than max_staleness versions old is dropped or regenerated
+    stale_policy: str = "drop"  # stream_groups: a group over max_staleness versions old: dropped, or regenerated once
 
     def __post_init__(self) -> None:
         super().__post_init__()

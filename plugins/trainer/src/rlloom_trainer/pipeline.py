@@ -53,7 +53,7 @@ from rlloom.types import SamplingParams
 from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD
 
 from rlloom_trainer.rollout_process import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
-from rlloom_trainer.streaming import REGENERATE, Group, GroupBuffer, place
+from rlloom_trainer.streaming import Group, GroupBuffer, place
 
 GENERATED_FIELDS = ("responses", "response_mask", "rollout_log_probs", VERSION_FIELD, VERSION_MAX_FIELD)
 SYNC = "sync"
@@ -274,16 +274,17 @@ class RolloutPipeline:
 
     def _take_groups(self, step: int) -> Job:
         """Step ``step``'s job: the buffer's first ``batch_size`` fresh groups (waited for; the wait is the
-        trainer's idle time), the stale ones dropped or submitted again (``trainer.stale_policy``)."""
+        trainer's idle time), the stale ones dropped or submitted again (``trainer.stale_policy``; the k-th
+        regeneration of the run seeded ``derive_seed(seed, draw, "regenerate", k)``)."""
         start = time.time()
         self.started = self.started or start
         self._receive(wait=False)
         while True:
-            taken, stale = self.buffer.take(step)
-            for group in stale:
+            taken, dropped, again = self.buffer.take(step)
+            for group in dropped + again:
                 del self.versions[group.uid]
-                if self.buffer.policy == REGENERATE:
-                    self._stream(group.batch.reorder([0]), self.buffer.regenerated)
+            for k, group in enumerate(again, start=self.buffer.regenerated - len(again) + 1):
+                self._stream(group.batch.reorder([0]), k)
             if taken is not None:
                 break
             self._admit_groups()
