@@ -20,6 +20,15 @@ def spec(model_path: str) -> RoleSpec:
     return RoleSpec("rollout", "rollout", "hf", HFRolloutConfig(), EngineSpec(model_path, "rollout", seed=3))
 
 
+@pytest.fixture(scope="module")
+def long_model_path(tmp_path_factory) -> str:
+    """The tiny model with 4,096 positions: room for generations of 3,000 tokens (seconds)."""
+    from rlloom_models.config import TinyModelConfig
+    from rlloom_models.tiny import tiny_model_path
+
+    return tiny_model_path(TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("long")), max_position_embeddings=4096))
+
+
 def prompts():
     from rlloom.batch import Batch
 
@@ -55,17 +64,14 @@ def test_a_killed_rollout_process_is_named_not_waited_for(tiny_model_path):
 
 
 
-def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollouts_are_on(tmp_path):
+def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollouts_are_on(long_model_path):
     """Without partial rollouts, zeroed weights submitted after a greedy generation take effect after it. With
     them on (at version 4), a greedy generation of up to 3,000 tokens (seconds), and 1 s into it zeroed
     weights labelled 5: the update does not wait, the rows resume under the zero model, whose argmax, token 0,
     is a stop id here, so each ends with one more token, of log-prob -log(vocabulary) (uniform), within its
     budget, one log-prob per token; versions 4 to 5, counted as interrupted and resumed. The next generation
     is version 5 throughout."""
-    from rlloom_models.config import TinyModelConfig
-    from rlloom_models.tiny import tiny_model_path
-
-    path = tiny_model_path(TinyModelConfig(cache_dir=str(tmp_path), max_position_embeddings=4096))
+    path = long_model_path
     short = SamplingParams(max_new_tokens=5, n=1, seed=11, temperature=0.0)
     sampling = SamplingParams(max_new_tokens=3000, n=2, temperature=0.0, ignore_eos=True, stop_token_ids=(0,))
     engine = HFRolloutEngine(HFRolloutConfig(), EngineSpec(path, "rollout", seed=3))
@@ -97,6 +103,27 @@ def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollo
     assert after["weight_version"].tolist() == [5] * 4 and after["responses"][:, 0].tolist() == [0] * 4
 
 
+def test_a_wait_is_for_its_own_call_and_raises_the_failed_weight_updates_answered_by_then(long_model_path):
+    """Without partial rollouts: a short generation, a long one (1,000 tokens: seconds), then a weight update
+    naming a weight the model lacks. The short one's result is read while the long one still runs (the update
+    queued behind it is not waited for); the update's error is raised by the first wait after it ran, naming the
+    weight; the process answers the next call."""
+    short = SamplingParams(max_new_tokens=2, n=1)
+    long = SamplingParams(max_new_tokens=1000, n=1, temperature=0.0, ignore_eos=True)
+    apart = RolloutProcess(spec(long_model_path), threads=1)
+    try:
+        first, running = (apart.submit_call("generate", (prompts(), sampling), {}) for sampling in (short, long))
+        apart.update_weights([("nope", torch.zeros(1))])
+        first.result()
+        read = time.time()
+        assert read < running.span()[1]  # the long generation had not ended when the short one was read
+        with pytest.raises(ValueError, match="update_weights: the model has no weight named 'nope'"):
+            apart.generate(prompts(), short)
+        assert apart.generate(prompts(), short)["responses"].shape[0] == 2
+    finally:
+        apart.close()
+
+
 def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refused_naming_the_key():
     import queue
 
@@ -114,7 +141,8 @@ def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refuse
 
 def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generate_them(tiny_model_path):
     """Two ``generate_stream`` jobs (seeds 5 and 6) submitted back to back: every prompt's group comes back once,
-    equal to its rows of the job's own ``generate`` in process; a job that fails is raised by ``streamed``."""
+    equal to its rows of the job's own ``generate`` in process; a weight update and a job that fail are raised by
+    ``streamed``."""
     from rlloom.batch import Batch
     from rlloom_trainer.rollout_process import GENERATE_STREAM, STREAM_GROUPS
 
@@ -131,6 +159,10 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
         groups = []
         while len(groups) < 4:
             groups += apart.streamed(wait=True)
+        apart.update_weights([("nope", torch.zeros(1))])
+        with pytest.raises(ValueError, match="no weight named 'nope'"):  # a failed update, raised once it ran
+            while True:
+                apart.streamed(wait=True)
         right_padded = Batch({"prompts": torch.tensor([[65, 66]]), "prompt_mask": torch.tensor([[1, 0]])})
         apart.submit_call(GENERATE_STREAM, (right_padded, SamplingParams(max_new_tokens=6, n=2, seed=1)), {})
         with pytest.raises(ValueError, match="left-padded"):

@@ -75,12 +75,12 @@ class ProcessFuture:
     """One call on a :class:`RolloutProcess` (:class:`rlloom.protocols.Future`); its reply is kept once read."""
 
     def __init__(self, process: RolloutProcess, call_id: int) -> None:
-        self._process, self._id = process, call_id
+        self._process, self.call_id = process, call_id
         self._reply: tuple[Any, tuple[float, float]] | None = None
 
     def result(self) -> Any:
         if self._reply is None:
-            self._reply = self._process.reply(self._id)
+            self._reply = self._process.reply(self.call_id)
         return self._reply[0]
 
     def span(self) -> tuple[float, float]:
@@ -101,7 +101,7 @@ class RolloutProcess:
         self._process.start()
         self._done: dict[int, tuple[Any, BaseException | None, tuple[float, float]]] = {}
         self._next_id = 0
-        self._unchecked: list[ProcessFuture] = []  # calls nobody waits for (weight updates): checked at the next wait
+        self._unchecked: list[int] = []  # calls nobody waits for (weight updates): checked once answered
         self._groups: list[Batch] = []  # streamed groups not yet handed on, in arrival order
         self.weight_version: int | None = None  # the version the next update_weights labels its weights with
         self.result_of(READY)
@@ -112,11 +112,12 @@ class RolloutProcess:
         return ProcessFuture(self, call_id)
 
     def reply(self, call_id: int) -> tuple[Any, tuple[float, float]]:
-        """Call ``call_id``'s result and span; raises what it raised, or what an earlier unchecked call raised."""
-        unchecked, self._unchecked = self._unchecked, []
-        for future in unchecked:
-            future.result()
-        return self.result_of(call_id)
+        """Call ``call_id``'s result and span; raises what it raised, or what an unchecked call (a weight update)
+        answered by then raised. Waits for ``call_id`` only: an update queued behind later calls is not waited
+        for (the process answers in the order it runs, so one that ran before ``call_id`` is checked)."""
+        answer = self.result_of(call_id)
+        self._check_answered()
+        return answer
 
     def result_of(self, call_id: int) -> tuple[Any, tuple[float, float]]:
         while call_id not in self._done:
@@ -128,8 +129,10 @@ class RolloutProcess:
 
     def streamed(self, wait: bool) -> list[Batch]:
         """The groups streamed since the last call, in the order they finished; with ``wait``, at least one
-        (blocks until one comes). A failed call's error is raised here."""
+        (blocks until one comes). A failed call's error is raised here, a failed weight update's as soon as its
+        answer has come."""
         while True:
+            self._check_answered()
             failed = next(((done_id, error) for done_id, (_, error, _) in self._done.items() if error), None)
             if failed is not None:
                 del self._done[failed[0]]
@@ -137,6 +140,15 @@ class RolloutProcess:
             if not self._pump(POLL_S if wait and not self._groups else 0.0) and (self._groups or not wait):
                 groups, self._groups = self._groups, []
                 return groups
+
+    def _check_answered(self) -> None:
+        """Forget the unchecked calls answered so far, raising the first one's error if one failed."""
+        answered = [call_id for call_id in self._unchecked if call_id in self._done]
+        self._unchecked = [call_id for call_id in self._unchecked if call_id not in self._done]
+        errors = [self._done.pop(call_id)[1] for call_id in answered]
+        failed = next((error for error in errors if error is not None), None)
+        if failed is not None:
+            raise failed
 
     def _pump(self, timeout: float) -> bool:
         """Move one reply, waiting up to ``timeout`` s (0: not at all), to the answered calls or the streamed
@@ -159,18 +171,18 @@ class RolloutProcess:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Queue the load of copies of ``named_tensors``, labelled with :attr:`weight_version` when set;
-        returns without waiting (a failure is raised at the next wait on this process)."""
+        returns without waiting (a failure is raised by the first wait on this process once it ran)."""
         copies = [(name, tensor.detach().clone()) for name, tensor in named_tensors]
         label = {} if self.weight_version is None else {"version": self.weight_version}
-        self._unchecked.append(self.submit_call("update_weights", (copies,), label))
+        self._unchecked.append(self.submit_call("update_weights", (copies,), label).call_id)
 
     def load_adapter(self, path: str, name: str) -> None:
         """Queue the load of the LoRA adapter folder ``path`` (``resharder.lora_sync=adapter``): its files are read
         now and the process loads a copy of its own under ``name`` after the generation in flight; returns without
-        waiting (a failure is raised at the next wait on this process)."""
+        waiting (a failure is raised by the first wait on this process once it ran)."""
         from rlloom_enginekit.lora import read_adapter_files
 
-        self._unchecked.append(self.submit_call("load_adapter", (read_adapter_files(path), name), {}))
+        self._unchecked.append(self.submit_call("load_adapter", (read_adapter_files(path), name), {}).call_id)
 
     def close(self) -> None:
         """Close the engine and end the process (killed if it has not ended within ``CLOSE_TIMEOUT_S``)."""
