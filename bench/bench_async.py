@@ -3,8 +3,8 @@
 ``fully_async_stream`` (``fully_async`` with ``trainer.stream_groups=true``: a step trains the first groups to
 finish; ``rollout.max_batch_rows`` = (K + 1) x 8 x 8 so that the jobs a streamed call merges decode as one
 batch), each a fresh ``rlloom train`` subprocess on the same work, then their samples/s and the ratios to sync,
-how idle the generator and the trainer were, how many rows weight updates interrupted (not counted by streamed
-runs) and how many stale groups a streamed run dropped (``trainer.stale_policy=drop``). The streamed flow with
+how idle the generator and the trainer were, how many rows weight updates (streamed: or new prompts) interrupted
+and how many stale groups a streamed run dropped (``trainer.stale_policy=drop``). The streamed flow with
 partial rollouts: ``--modes fully_async_stream --rlloom trainer.partial_rollout=true`` (``--rlloom`` overrides go
 to every mode's run).
 

@@ -835,7 +835,8 @@ class JoinAfterCalls(UpdateAfterCalls):
 def test_a_streamed_call_with_partial_rollouts_takes_new_jobs_and_weights_mid_generation(model_dirs):
     """Job a (3 prompts x 2, up to 16 tokens) runs; job b (1 prompt) arrives after 3 model calls and the
     ``other`` weights after 8: every group is sent once, each response within its 16-token budget with one
-    log-prob per token; a response whose tokens span the update carries versions 0 and 1."""
+    log-prob per token; a response whose tokens span the update carries versions 0 and 1; each group counts its
+    responses' withdrawals (``async/interrupted|resumed``)."""
     from rlloom_enginekit.stream import generate_groups
 
     engine = make_engine(model_dirs["main"], decode="eager")
@@ -852,3 +853,6 @@ def test_a_streamed_call_with_partial_rollouts_takes_new_jobs_and_weights_mid_ge
     spans = {(int(low), int(high)) for _, _, group in sent
              for low, high in zip(group["weight_version"], group["weight_version_max"])}
     assert (0, 1) in spans and spans <= {(0, 0), (0, 1), (1, 1)}
+    # withdrawn when job b joined (job a's rows) and when the weights came (every row): the resumptions counted
+    assert sorted((job, group.meta["metrics"]["async/interrupted"], group.meta["metrics"]["async/resumed"])
+                  for job, _, group in sent) == [(0, 2.0, 4.0)] * 3 + [(1, 2.0, 2.0)]

@@ -278,6 +278,29 @@ def test_a_regenerated_group_stale_again_is_dropped_not_regenerated_again():
     assert all(step - 1 - version <= 1 for step, (_, versions) in enumerate(trained, 1) for version in versions)
 
 
+class Withdrawing(StreamingRollout):
+    """Each group counts one response withdrawn, resumed (its row + 1) times, as a partial streamed call does."""
+
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> Completed:
+        submitted = super().submit_call(method, args, kwargs)
+        for group in self.pending:
+            row = place(group["uid"][0])[1]
+            group.meta.setdefault("metrics", {"async/interrupted": 1.0, "async/resumed": row + 1.0})
+        return submitted
+
+
+def test_a_streamed_steps_batch_counts_the_withdrawals_of_its_groups():
+    """The steps of the dropping run above take draw1-0 and draw1-1, then draw2-1 and draw3-1, then draw3-0 and
+    draw4-1, then draw4-0 and draw5-0: each step's batch sums its own groups' counts."""
+    pipeline = streamed_pipeline(DROP, rollout=Withdrawing())
+    counts = []
+    for step in range(1, 5):
+        batch = pipeline.wait(pipeline.take(step, pipeline.prompts(step), N, None, "gen"))
+        counts.append(batch.meta["metrics"])
+        pipeline.synced(step)
+    assert counts == [{"async/interrupted": 2.0, "async/resumed": resumed} for resumed in (3.0, 4.0, 3.0, 2.0)]
+
+
 def test_a_resumed_streamed_run_generates_only_the_prompts_not_done():
     """Resumed after step 2 from the position after draw 3, with draw4-1 done: step 3 trains the first two
     prompts not done (draw4-0, draw5-0), each row keeping its index in its draw; draw4-1 is never generated."""

@@ -15,7 +15,8 @@ unfinished row resumes, as in :func:`rlloom_enginekit.partial.generate_partial` 
 budget reduced, a seed of its own: :func:`~rlloom_enginekit.partial.resumed_seed` keyed by (its seed, its
 response index, its tokens so far), also for a row that has none yet), so that new prompts start in the slots
 that finished rows left. Each group then also carries ``weight_version`` (per response, the oldest weights
-that sampled one of its tokens) and ``weight_version_max`` (the newest).
+that sampled one of its tokens) and ``weight_version_max`` (the newest), and ``meta["metrics"]``
+``async/interrupted`` (its responses withdrawn at least once) and ``async/resumed`` (their resumptions).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class _Row:
     tokens: list[int] = dataclasses.field(default_factory=list)
     log_probs: list[float] = dataclasses.field(default_factory=list)
     versions: list[int] = dataclasses.field(default_factory=list)  # the weights of each piece appended
+    resumed: int = 0  # the times it was withdrawn and resumed
     done: bool = False
 
 
@@ -162,6 +164,7 @@ class _Pool:
                 self.gate.watch(None)
             lengths = out["response_mask"].sum(dim=1).tolist()
             for index in out[INTERRUPTED_FIELD].nonzero().squeeze(1).tolist():
+                pending[index].resumed += 1
                 self._append(pending[index], out["responses"][index, : lengths[index]].tolist(),
                              out["rollout_log_probs"][index, : lengths[index]].tolist(), stopped=False)
             if bool(out[INTERRUPTED_FIELD].any()):
@@ -206,4 +209,6 @@ class _Pool:
                                 [other.log_probs for other in group], params, self.engine.pad_id)
             batch[VERSION_FIELD] = torch.tensor([min(other.versions, default=self.gate.version) for other in group])
             batch[VERSION_MAX_FIELD] = torch.tensor([max(other.versions, default=self.gate.version) for other in group])
+            batch.meta["metrics"] = {"async/interrupted": float(sum(other.resumed > 0 for other in group)),
+                                     "async/resumed": float(sum(other.resumed for other in group))}
             self.send(row.job, row.prompt, batch)

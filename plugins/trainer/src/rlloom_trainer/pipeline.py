@@ -309,13 +309,17 @@ class RolloutPipeline:
 
     def _job(self, step: int, groups: list[Group]) -> Job:
         """Step ``step``'s job made of finished ``groups``: their prompts and their responses, each row stamped
-        with its group's version; the groups leave the admitted count, and the checkpoint's data position
+        with its group's version, ``meta["metrics"]`` the sums of the groups' (partial rollouts:
+        ``async/interrupted|resumed``); the groups leave the admitted count, and the checkpoint's data position
         becomes the one before the first drawn batch with a prompt not done."""
+        counts = [group.batch.meta.pop("metrics", {}) for group in groups]
         for group in groups:
             del self.versions[group.uid]
         self.taken_groups += len(groups)
         pad = groups[0].batch.meta["pad_token_id"]
         batch = Batch.concat_padded([group.batch for group in groups], {"responses": pad})
+        batch.meta = {**batch.meta, "metrics": {key: sum(count.get(key, 0.0) for count in counts)
+                                                for key in dict.fromkeys(key for count in counts for key in count)}}
         prompts = Batch.concat_padded([group.batch.exclude(*GENERATED_FIELDS).reorder([0]) for group in groups])
         oldest = batch[VERSION_FIELD] if VERSION_FIELD in batch else torch.cat(
             [torch.full((len(group.batch),), group.version, dtype=torch.long) for group in groups])
