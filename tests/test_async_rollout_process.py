@@ -180,11 +180,12 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
         assert list(group["uid"]) == [group["uid"][0]] * 2
 
 
-@pytest.mark.timeout(120)  # bounds the test: before messages were pickled by their sender, both calls hung
+@pytest.mark.timeout(120)  # bounds the test: before these errors were sent back, each of the three calls hung
 def test_a_request_or_reply_that_cannot_be_pickled_is_an_error_naming_it_not_a_wait(tiny_model_path):
     """A prompt batch carrying lambdas: the submit raises, naming the request and what failed to pickle. An
     async engine method called through the process answers a coroutine: the trainer raises, naming the reply.
-    The process answers the next call."""
+    A request the process cannot unpickle (its class cannot be imported there): the trainer raises the
+    process's error. The process answers the next call each time."""
     from pickle import PicklingError
 
     from rlloom.batch import Batch
@@ -198,8 +199,22 @@ def test_a_request_or_reply_that_cannot_be_pickled_is_an_error_naming_it_not_a_w
         with pytest.raises(PicklingError, match=r"the reply to generate_one \(call 1\) cannot be pickled.*coroutine"):
             apart.submit_call("generate_one", ([65, 66], sampling), {}).result()
         assert apart.generate(prompts(), sampling)["responses"].shape[0] == 2
+        with pytest.raises(RuntimeError, match="could not unpickle a request: ModuleNotFoundError.*only_here"):
+            apart.submit_call("generate", (prompts(), sampling, unreadable_here()), {}).result()
+        assert apart.generate(prompts(), sampling)["responses"].shape[0] == 2
     finally:
         apart.close()
+
+
+def unreadable_here() -> object:
+    """An object of a class from a module that exists in this process only: it pickles here, and cannot be
+    unpickled in the rollout process."""
+    import sys
+    import types
+
+    module = sys.modules.setdefault("only_here", types.ModuleType("only_here"))
+    module.Here = type("Here", (), {"__module__": "only_here"})
+    return module.Here()
 
 
 def test_a_streamed_group_that_cannot_be_pickled_answers_its_call_with_the_error():

@@ -43,6 +43,7 @@ PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts
 STREAM_GROUPS = "stream_groups"  # the request that checks the engine can stream groups (:class:`Worker`)
 GENERATE_STREAM = "generate_stream"  # a job whose groups come back one by one (:meth:`RolloutProcess.streamed`)
 GROUP = -2  # the call id of a streamed group's reply
+UNREADABLE = -3  # the call id of the reply to a request the process could not unpickle (its id unknown)
 
 
 class Channel:
@@ -152,7 +153,7 @@ class RolloutProcess:
 
     def _pump(self, timeout: float) -> bool:
         """Move one reply, waiting up to ``timeout`` s (0: not at all), to the answered calls or the streamed
-        groups; False when none came. A RuntimeError once the process has died."""
+        groups; False when none came. A RuntimeError once the process has died or could not read a request."""
         try:
             done_id, value, error, span = self._replies.get(timeout)
         except queue.Empty:
@@ -160,6 +161,8 @@ class RolloutProcess:
                 raise RuntimeError(f"the rollout process exited (code {self._process.exitcode}) "
                                    "before it answered") from None
             return False
+        if done_id == UNREADABLE:
+            raise error
         if done_id == GROUP:
             self._groups.append(value)
         else:
@@ -242,7 +245,8 @@ class Worker:
 
     def listen(self, requests: Channel, parent: int) -> None:
         """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
-        process ``parent`` is gone; a weight update that arrives sets the watched flags."""
+        process ``parent`` is gone; a weight update that arrives sets the watched flags. A request that cannot
+        be unpickled here is answered with an :data:`UNREADABLE` reply carrying the error."""
 
         def read() -> None:
             while True:
@@ -252,6 +256,11 @@ class Worker:
                     if os.getppid() == parent:
                         continue
                     request = None
+                except Exception as error:  # noqa: BLE001 - the trainer raises it
+                    unreadable = RuntimeError(f"the rollout process could not unpickle a request: "
+                                              f"{type(error).__name__}: {error}")
+                    self.answer(UNREADABLE, None, unreadable, time.time(), "the unreadable request's error")
+                    continue
                 with self._arrived:
                     self._waiting.append(request)
                     self._flag_if_weights_wait()
