@@ -26,7 +26,8 @@ def long_model_path(tmp_path_factory) -> str:
     from rlloom_models.config import TinyModelConfig
     from rlloom_models.tiny import tiny_model_path
 
-    return tiny_model_path(TinyModelConfig(cache_dir=str(tmp_path_factory.mktemp("long")), max_position_embeddings=4096))
+    cache = str(tmp_path_factory.mktemp("long"))
+    return tiny_model_path(TinyModelConfig(cache_dir=cache, max_position_embeddings=4096))
 
 
 def prompts():

@@ -1,7 +1,8 @@
 """The buffer of streamed groups (``trainer.stream_groups``, docs/async.md): finished groups wait in the order
 they finished; a step takes the first ``batch_size`` of them that are fresh enough, and the stale ones are
-dropped or regenerated (``trainer.stale_policy``; a prompt regenerated once and stale again is dropped); what was trained or dropped is recorded by prompt, so that a
-checkpoint says exactly which prompts of the drawn batches are done.
+dropped or regenerated (``trainer.stale_policy``; a prompt regenerated once and stale again is dropped); what
+was trained or dropped is recorded by prompt, so that a checkpoint says exactly which prompts of the drawn
+batches are done.
 
 A group is identified by its prompt's uid ``draw<k>-<i>`` (row ``i`` of the ``k``-th drawn batch). With
 ``version`` the weights a group was generated with and K ``trainer.max_staleness``, step ``s`` (which trains
