@@ -145,7 +145,7 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
     equal to its rows of the job's own ``generate`` in process; a weight update and a job that fail are raised by
     ``streamed``."""
     from rlloom.batch import Batch
-    from rlloom_trainer.rollout_process import GENERATE_STREAM, STREAM_GROUPS
+    from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
 
     jobs = []
     for seed, uids in ((5, ["draw1-0", "draw1-1"]), (6, ["draw2-0", "draw2-1"])):
@@ -225,7 +225,8 @@ def test_a_streamed_group_that_cannot_be_pickled_answers_its_call_with_the_error
     from pickle import PicklingError
 
     from rlloom.batch import Batch
-    from rlloom_trainer.rollout_process import GENERATE_STREAM, Channel, Worker
+    from rlloom_enginekit.stream_calls import GENERATE_STREAM
+    from rlloom_trainer.rollout_process import Channel, Worker
 
     class Finishing:  # rlloom_enginekit.stream.StreamsRows: every row done at once, with one token
         reports_finished_rows, pad_id = True, 0

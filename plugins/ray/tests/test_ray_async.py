@@ -27,3 +27,21 @@ def test_the_rollout_pool_generates_ahead_within_the_bound(ray_cluster, cache, t
             dumped = [json.loads(line) for line in handle]
         assert {step - 1 - row["weight_version"] for row in dumped} == {ages[step - 1]}
         assert {row["uid"].split("-")[0] for row in dumped} == {f"draw{step}"}
+
+
+@pytest.mark.slow
+def test_streamed_groups_come_back_from_the_rollout_pool(ray_cluster, cache, tmp_path):
+    """``trainer.stream_groups=true``, fully_async K=1: the rollout pool's worker streams each group back as it
+    finishes (a Ray streaming generator). Step 1 trains its own draw; every step 4 groups of 8 samples, none
+    older than K; no prompt trained twice."""
+    rows = run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.max_staleness=1",
+                    "trainer.stream_groups=true", "trainer.dump_rollouts=32", steps=3)
+    trained = [row for row in rows if row["step"] > 0]
+    assert len(trained) == 3 and all(row["async/staleness/max"] <= 1 for row in trained)
+    uids = []
+    for step in (1, 2, 3):
+        with open(os.path.join(tmp_path, "rollouts", f"step_{step}.jsonl"), encoding="utf-8") as handle:
+            dumped = [json.loads(line) for line in handle]
+        assert len(dumped) == 32 and all(step - 1 - row["weight_version"] <= 1 for row in dumped)
+        uids += sorted({row["uid"] for row in dumped})
+    assert uids[:4] == [f"draw1-{i}" for i in range(4)] and len(set(uids)) == 12

@@ -13,7 +13,7 @@ from rlloom.controller.step import derive_seed
 from rlloom.types import SamplingParams
 from rlloom.batch import PROMPT_INDEX_FIELD
 from rlloom_trainer.pipeline import FULLY_ASYNC, ONE_STEP_OFF, RolloutPipeline
-from rlloom_trainer.rollout_process import GENERATE_STREAM
+from rlloom_enginekit.stream_calls import GENERATE_STREAM
 from rlloom_trainer.streaming import DROP, REGENERATE, Group, GroupBuffer, place
 
 ROWS, N = 2, 3  # prompts per batch, samples per prompt

@@ -25,12 +25,16 @@ import ray
 import torch
 from rlloom.batch import Batch
 from rlloom.controller.dispatch import OneToAll
+from rlloom.controller.futures import Completed
 from rlloom.protocols import DispatchMode, RemoteHandle
 from rlloom.plugins.registry import Registry
+
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
 
 from rlloom_ray.group import WorkerGroup
 
 _UNSET = object()
+STREAM_POLL_S = 1.0  # how long streamed(wait=True) waits on the running streams at a time
 
 
 class RayFuture:
@@ -93,6 +97,7 @@ class RoleHandle(RemoteHandle):
     def __init__(self, role: str, group: WorkerGroup, modes: dict[str, str], registry: Registry) -> None:
         self._role, self._group = role, group
         self._modes = {method: registry.build("dispatch_mode", mode) for method, mode in modes.items()}
+        self._streams: list[Any] = []  # the running generate_stream calls (Ray streaming generators)
 
     @property
     def _methods(self) -> frozenset[str]:
@@ -112,7 +117,9 @@ class RoleHandle(RemoteHandle):
     def _call_and_wait(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.submit_call(method, args, kwargs).result()
 
-    def submit_call(self, method: str, args: tuple, kwargs: dict) -> RayFuture:
+    def submit_call(self, method: str, args: tuple, kwargs: dict) -> RayFuture | Completed:
+        if method in (GENERATE_STREAM, STREAM_GROUPS):
+            return self._stream_call(method, args)
         if method not in self._modes:
             raise AttributeError(f"the {self._role} role (Ray pool {self._group.pool!r}) has no method {method!r}")
         mode = self._modes[method]
@@ -144,3 +151,36 @@ class RoleHandle(RemoteHandle):
             value_refs.append(value_ref)
             span_refs.append(span_ref)
         return RayFuture(self._group, self._role, method, mode, args, kwargs, value_refs, span_refs)
+
+    # ------------------------------------------------------------------ streamed groups (trainer.stream_groups)
+    def _stream_call(self, method: str, args: tuple) -> Completed:
+        """``stream_groups()`` (checks the engine, TypeError naming the key) or ``generate_stream(prompts,
+        sampling)`` (started on the pool's one worker; its groups come back through :meth:`streamed`): the calls of
+        :mod:`rlloom_enginekit.stream_calls`."""
+        if len(self._group.workers) != 1:
+            raise TypeError(f"trainer.stream_groups=true streams from a rollout pool of one worker; the "
+                            f"{self._role} role's pool {self._group.pool!r} has {len(self._group.workers)}")
+        worker, start = self._group.workers[0], time.time()
+        if method == STREAM_GROUPS:
+            refused = self._group.wait(self._role, "streams", [worker.streams.remote(self._role)])[0]
+            if refused:
+                raise TypeError(refused)
+        else:
+            self._streams.append(worker.stream_groups.options(num_returns="streaming").remote(self._role, *args))
+        return Completed(None, start, time.time())
+
+    def streamed(self, wait: bool) -> list[Batch]:
+        """The groups the ``generate_stream`` calls sent since the last call, as they came; with ``wait``, at
+        least one (blocks until one comes). A failed call's error (a worker's death included) is raised here."""
+        groups: list[Batch] = []
+        while True:
+            ready, _ = ray.wait(self._streams, num_returns=len(self._streams), timeout=0) if self._streams else ([], [])
+            for stream in ready:
+                try:
+                    groups.append(ray.get(next(stream)))
+                except StopIteration:
+                    self._streams.remove(stream)
+            if not ready and (groups or not wait):
+                return groups
+            if not ready:
+                ray.wait(self._streams, num_returns=1, timeout=STREAM_POLL_S)

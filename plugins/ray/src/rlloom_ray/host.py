@@ -100,6 +100,46 @@ class Worker:
         result = self.call(role, method, args, kwargs, keep_result)
         return result, (start, time.time())
 
+    def stream_groups(self, role: str, prompts: Any, sampling: Any) -> Iterator[Any]:
+        """A Ray streaming generator: the groups of the job ``(prompts, sampling)`` on ``roles[role]``
+        (:func:`rlloom_enginekit.stream.generate_groups`, run in a thread of its own), each yielded as it finishes
+        with ``meta["generated"]`` the call's ``(start, now)``; the call's error is raised after the groups sent."""
+        import queue
+
+        from rlloom_enginekit.stream import generate_groups
+
+        self._maybe_fault(role, "stream_groups")
+        finished: queue.Queue = queue.Queue()
+        start = time.time()
+
+        def send(_job: int, _row: int, group: Any) -> None:
+            group.meta["generated"] = (start, time.time())
+            finished.put(group)
+
+        def run() -> None:
+            try:
+                generate_groups(self.roles[role], [(_fetched(prompts), sampling)], send)
+                finished.put(None)
+            except BaseException as error:  # noqa: BLE001 - raised by the generator, in Ray's thread
+                finished.put(error)
+
+        threading.Thread(target=run, name="rlloom-stream-groups", daemon=True).start()
+        while (group := finished.get()) is not None:
+            if isinstance(group, BaseException):
+                raise group
+            yield group
+
+    def streams(self, role: str) -> str | None:
+        """Why ``roles[role]`` cannot stream groups (:func:`rlloom_enginekit.stream_calls.check_streams`'s
+        message), or None."""
+        from rlloom_enginekit.stream_calls import check_streams
+
+        try:
+            check_streams(self.roles[role])
+        except TypeError as error:
+            return str(error)
+        return None
+
     def sync(self, spec: RoleSpec, train_role: str, rollout_role: str) -> SyncStats:
         """Run the resharder ``spec`` here, between two roles of this process (colocated sync)."""
         self._maybe_fault("resharder", "sync")

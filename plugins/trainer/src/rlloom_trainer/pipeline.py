@@ -19,13 +19,14 @@ generates with the weights of the last sync submitted before it: its ``version``
   (:class:`~rlloom_trainer.rollout_process.Worker`); the pipeline labels each sync's weights with its step, and
   a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
   sampled their tokens, as the process recorded them.
-- ``trainer.stream_groups`` (``fully_async`` under ``launcher=local``): the unit is the group (one prompt's
-  ``n`` responses). Prompts are submitted while the groups admitted and neither taken nor dropped stay within
-  ``(K + version + 1) × batch − groups taken``; the rollout process streams each group back as it finishes
-  (:func:`rlloom_enginekit.stream.generate_groups`) into a :class:`~rlloom_trainer.streaming.GroupBuffer`; a
-  step (after the first, which learns the call) takes the first ``batch`` fresh groups to arrive, ordered by
-  (draw, row), stale ones dropped or regenerated (``trainer.stale_policy``); a checkpoint records the data
-  position before the first drawn batch with a prompt not done, and the prompts done after it.
+- ``trainer.stream_groups`` (``fully_async`` under ``launcher=local`` or ``ray``): the unit is the group (one
+  prompt's ``n`` responses). Prompts are submitted while the groups admitted and neither taken nor dropped stay
+  within ``(K + version + 1) × batch − groups taken``; the rollout role streams each group back as it finishes
+  (:func:`rlloom_enginekit.stream.generate_groups`, the calls of :mod:`rlloom_enginekit.stream_calls`) into a
+  :class:`~rlloom_trainer.streaming.GroupBuffer`; a step (after the first, which learns the call) takes the
+  first ``batch`` fresh groups to arrive, ordered by (draw, row), stale ones dropped or regenerated
+  (``trainer.stale_policy``); a checkpoint records the data position before the first drawn batch with a
+  prompt not done, and the prompts done after it.
 
 The algorithm's step is unchanged: :class:`PipelinedContext` hands its ``ctx.generate(prompts, n)`` the job's
 batch. The first step's call teaches the pipeline the call (``n``, sampling, stage) that later jobs repeat;
@@ -51,8 +52,9 @@ from rlloom.controller.step import StepContext, derive_seed
 from rlloom.protocols import Future, RemoteHandle
 from rlloom.types import SamplingParams
 from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
 
-from rlloom_trainer.rollout_process import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
+from rlloom_trainer.rollout_process import PARTIAL_ROLLOUTS
 from rlloom_trainer.streaming import Group, GroupBuffer, place
 
 GENERATED_FIELDS = ("responses", "response_mask", "rollout_log_probs", VERSION_FIELD, VERSION_MAX_FIELD)
@@ -67,12 +69,14 @@ def check_async(resolved: ResolvedConfig) -> None:
     a multi-turn agent (its loop drives an in-process engine), ``resharder=shared`` (one copy of the
     weights cannot be trained and generated with at once), ``trainer.offload_train_engines`` (the train
     engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool,
-    ``trainer.partial_rollout`` or ``trainer.stream_groups`` outside ``fully_async`` under ``launcher=local``."""
+    ``trainer.partial_rollout`` outside ``fully_async`` under ``launcher=local``, ``trainer.stream_groups``
+    outside ``fully_async`` under ``launcher=local`` or ``ray``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
-    for key in ("partial_rollout", "stream_groups"):
-        if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] != "local"):
-            raise ConfigError(f"trainer.{key}=true needs trainer.async_mode=fully_async and launcher=local "
-                              f"(not trainer.async_mode={mode}, launcher={choices['launcher']}); set it false")
+    for key, launchers in (("partial_rollout", ("local",)), ("stream_groups", ("local", "ray"))):
+        if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] not in launchers):
+            raise ConfigError(f"trainer.{key}=true needs trainer.async_mode=fully_async and launcher="
+                              f"{' or '.join(launchers)} (not trainer.async_mode={mode}, "
+                              f"launcher={choices['launcher']}); set it false")
     if mode == SYNC:
         return
     prefix = f"trainer.async_mode={mode}"

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
 from rlloom_enginekit.resharder import AdapterFolders
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
 
 if TYPE_CHECKING:  # the streamed groups' type; importing it here would load torch with the plugin
     from rlloom.batch import Batch
@@ -40,8 +41,6 @@ READY = -1  # the call id of the process's first reply: the engine is built (or 
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
 CLOSE_TIMEOUT_S = 30.0
 PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts on (:class:`Worker`)
-STREAM_GROUPS = "stream_groups"  # the request that checks the engine can stream groups (:class:`Worker`)
-GENERATE_STREAM = "generate_stream"  # a job whose groups come back one by one (:meth:`RolloutProcess.streamed`)
 GROUP = -2  # the call id of a streamed group's reply
 UNREADABLE = -3  # the call id of the reply to a request the process could not unpickle (its id unknown)
 
@@ -334,13 +333,10 @@ class Worker:
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
         from rlloom_enginekit.partial import Interruptible, generate_partial
-        from rlloom_enginekit.stream import StreamsRows
+        from rlloom_enginekit.stream_calls import check_streams
 
         if method == STREAM_GROUPS:
-            if not isinstance(self.engine, StreamsRows):
-                raise TypeError(f"trainer.stream_groups=true: the rollout engine {type(self.engine).__name__} "
-                                "cannot hand on rows as they finish; set it false")
-            return None
+            return check_streams(self.engine)
         if method == PARTIAL_ROLLOUTS:
             if not isinstance(self.engine, Interruptible):
                 raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
