@@ -45,3 +45,14 @@ def test_streamed_groups_come_back_from_the_rollout_pool(ray_cluster, cache, tmp
         assert len(dumped) == 32 and all(step - 1 - row["weight_version"] <= 1 for row in dumped)
         uids += sorted({row["uid"] for row in dumped})
     assert uids[:4] == [f"draw1-{i}" for i in range(4)] and len(set(uids)) == 12
+
+
+@pytest.mark.slow
+def test_a_streamed_job_that_raises_names_the_worker_and_the_error(ray_cluster, cache, tmp_path, monkeypatch):
+    from rlloom_ray import WorkerError
+
+    monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:stream_groups:2:raise")
+    with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 raised during stream_groups\(\)") as caught:
+        run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.stream_groups=true",
+                 steps=3)
+    assert "RLLOOM_RAY_FAULT: injected failure in rollout.stream_groups call 2" in str(caught.value)

@@ -44,15 +44,20 @@ class WorkerGroup:
                                   f"ranks still running: {ranks} (pool {self.pool!r}; see {setting})")
             for ref in ready:
                 rank = pending.pop(ref)
-                try:
-                    results[rank] = ray.get(ref)
-                except RayTaskError as error:
-                    self.failed = True
-                    raise WorkerError(role, rank, method, "raised", ANSI_ESCAPE.sub("", str(error))) from None
-                except RayActorError as error:
-                    self.failed = True
-                    raise WorkerError(role, rank, method, "died", ANSI_ESCAPE.sub("", str(error))) from None
+                results[rank] = self.get(role, rank, method, ref)
         return results
+
+    def get(self, role: str, rank: int, method: str, ref: Any) -> Any:
+        """``ray.get(ref)``, rank ``rank``'s result of ``method``: a :class:`WorkerError` (the group marked
+        ``failed``) when the call raised or its process died."""
+        try:
+            return ray.get(ref)
+        except RayTaskError as error:
+            self.failed = True
+            raise WorkerError(role, rank, method, "raised", ANSI_ESCAPE.sub("", str(error))) from None
+        except RayActorError as error:
+            self.failed = True
+            raise WorkerError(role, rank, method, "died", ANSI_ESCAPE.sub("", str(error))) from None
 
     def kill(self) -> None:
         """Stop every worker and free the placement group."""

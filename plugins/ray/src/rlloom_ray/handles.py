@@ -31,6 +31,7 @@ from rlloom.plugins.registry import Registry
 
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
 
+from rlloom_ray.errors import WorkerError
 from rlloom_ray.group import WorkerGroup
 
 _UNSET = object()
@@ -155,8 +156,8 @@ class RoleHandle(RemoteHandle):
     # ------------------------------------------------------------------ streamed groups (trainer.stream_groups)
     def _stream_call(self, method: str, args: tuple) -> Completed:
         """``stream_groups()`` (checks the engine, TypeError naming the key) or ``generate_stream(prompts,
-        sampling)`` (started on the pool's one worker; its groups come back through :meth:`streamed`): the calls of
-        :mod:`rlloom_enginekit.stream_calls`."""
+        sampling)`` (started on the pool's one worker; its groups come back through :meth:`streamed`): the calls
+        of :mod:`rlloom_enginekit.stream_calls`."""
         if len(self._group.workers) != 1:
             raise TypeError(f"trainer.stream_groups=true streams from a rollout pool of one worker; the "
                             f"{self._role} role's pool {self._group.pool!r} has {len(self._group.workers)}")
@@ -171,16 +172,25 @@ class RoleHandle(RemoteHandle):
 
     def streamed(self, wait: bool) -> list[Batch]:
         """The groups the ``generate_stream`` calls sent since the last call, as they came; with ``wait``, at
-        least one (blocks until one comes). A failed call's error (a worker's death included) is raised here."""
+        least one (blocks until one comes, for up to ``launcher.call_timeout_s``). A failed call (it raised, its
+        worker died, no group came in time) is a :class:`~rlloom_ray.errors.WorkerError`, raised here."""
         groups: list[Batch] = []
+        deadline = time.monotonic() + self._group.timeout_s
         while True:
             ready, _ = ray.wait(self._streams, num_returns=len(self._streams), timeout=0) if self._streams else ([], [])
             for stream in ready:
                 try:
-                    groups.append(ray.get(next(stream)))
+                    groups.append(self._group.get(self._role, 0, "stream_groups", next(stream)))
                 except StopIteration:
                     self._streams.remove(stream)
-            if not ready and (groups or not wait):
+            if ready:
+                continue
+            if groups or not wait:
                 return groups
-            if not ready:
-                ray.wait(self._streams, num_returns=1, timeout=STREAM_POLL_S)
+            if not self._streams:
+                raise WorkerError(self._role, 0, "stream_groups", "has no job running", "a group was waited for")
+            if time.monotonic() > deadline:
+                self._group.failed = True
+                raise WorkerError(self._role, 0, "stream_groups", f"did not answer within {self._group.timeout_s:g} s",
+                                  f"no group came (pool {self._group.pool!r}; see launcher.call_timeout_s)")
+            ray.wait(self._streams, num_returns=1, timeout=STREAM_POLL_S)
