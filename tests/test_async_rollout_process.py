@@ -104,27 +104,6 @@ def test_a_weight_update_waits_for_the_generation_in_flight_unless_partial_rollo
     assert after["weight_version"].tolist() == [5] * 4 and after["responses"][:, 0].tolist() == [0] * 4
 
 
-def test_a_wait_is_for_its_own_call_and_raises_the_failed_weight_updates_answered_by_then(long_model_path):
-    """Without partial rollouts: a short generation, a long one (1,000 tokens: seconds), then a weight update
-    naming a weight the model lacks. The short one's result is read while the long one still runs (the update
-    queued behind it is not waited for); the update's error is raised by the first wait after it ran, naming the
-    weight; the process answers the next call."""
-    short = SamplingParams(max_new_tokens=2, n=1)
-    long = SamplingParams(max_new_tokens=1000, n=1, temperature=0.0, ignore_eos=True)
-    apart = RolloutProcess(spec(long_model_path), threads=1)
-    try:
-        first, running = (apart.submit_call("generate", (prompts(), sampling), {}) for sampling in (short, long))
-        apart.update_weights([("nope", torch.zeros(1))])
-        first.result()
-        read = time.time()
-        assert read < running.span()[1]  # the long generation had not ended when the short one was read
-        with pytest.raises(ValueError, match="update_weights: the model has no weight named 'nope'"):
-            apart.generate(prompts(), short)
-        assert apart.generate(prompts(), short)["responses"].shape[0] == 2
-    finally:
-        apart.close()
-
-
 def test_partial_rollouts_on_an_engine_that_cannot_flag_withdrawn_rows_is_refused_naming_the_key():
     import queue
 
@@ -181,28 +160,41 @@ def test_streamed_jobs_come_back_group_by_group_as_their_own_calls_would_generat
         assert list(group["uid"]) == [group["uid"][0]] * 2
 
 
-@pytest.mark.timeout(120)  # bounds the test: before these errors were sent back, each of the three calls hung
-def test_a_request_or_reply_that_cannot_be_pickled_is_an_error_naming_it_not_a_wait(tiny_model_path):
-    """A prompt batch carrying lambdas: the submit raises, naming the request and what failed to pickle. An
-    async engine method called through the process answers a coroutine: the trainer raises, naming the reply.
-    A request the process cannot unpickle (its class cannot be imported there): the trainer raises the
-    process's error. The process answers the next call each time."""
+@pytest.mark.timeout(120)  # bounds the test: before these errors were sent back, the first three calls hung
+def test_what_cannot_cross_is_an_error_naming_it_and_a_wait_is_for_its_own_call(long_model_path):
+    """One process (its start is the test's cost). A prompt batch carrying lambdas: the submit raises, naming
+    the request and what failed to pickle. An async engine method called through the process answers a
+    coroutine: the trainer raises, naming the reply. A request the process cannot unpickle (its class cannot be
+    imported there): the trainer raises the process's error. Then, without partial rollouts, a short generation,
+    a long one (1,000 tokens: seconds) and a weight update naming a weight the model lacks: the short one's
+    result is read while the long one still runs (the update queued behind it is not waited for), and the
+    update's error is raised by the first wait after it ran, naming the weight. The process answers the next
+    call each time."""
     from pickle import PicklingError
 
     from rlloom.batch import Batch
 
     unsendable = Batch(dict(prompts().tensors.items()), {"uid": [lambda: 0, lambda: 1]})
-    sampling = SamplingParams(max_new_tokens=2, n=1)
-    apart = RolloutProcess(spec(tiny_model_path), threads=1)
+    short = SamplingParams(max_new_tokens=2, n=1)
+    long = SamplingParams(max_new_tokens=1000, n=1, temperature=0.0, ignore_eos=True)
+    apart = RolloutProcess(spec(long_model_path), threads=1)
     try:
         with pytest.raises(PicklingError, match=r"the request generate \(call 0\) cannot be pickled.*lambda"):
-            apart.submit_call("generate", (unsendable, sampling), {}).result()
+            apart.submit_call("generate", (unsendable, short), {}).result()
         with pytest.raises(PicklingError, match=r"the reply to generate_one \(call 1\) cannot be pickled.*coroutine"):
-            apart.submit_call("generate_one", ([65, 66], sampling), {}).result()
-        assert apart.generate(prompts(), sampling)["responses"].shape[0] == 2
+            apart.submit_call("generate_one", ([65, 66], short), {}).result()
+        assert apart.generate(prompts(), short)["responses"].shape[0] == 2
         with pytest.raises(RuntimeError, match="could not unpickle a request: ModuleNotFoundError.*only_here"):
-            apart.submit_call("generate", (prompts(), sampling, unreadable_here()), {}).result()
-        assert apart.generate(prompts(), sampling)["responses"].shape[0] == 2
+            apart.submit_call("generate", (prompts(), short, unreadable_here()), {}).result()
+        assert apart.generate(prompts(), short)["responses"].shape[0] == 2
+        first, running = (apart.submit_call("generate", (prompts(), sampling), {}) for sampling in (short, long))
+        apart.update_weights([("nope", torch.zeros(1))])
+        first.result()
+        read = time.time()
+        assert read < running.span()[1]  # the long generation had not ended when the short one was read
+        with pytest.raises(ValueError, match="update_weights: the model has no weight named 'nope'"):
+            apart.generate(prompts(), short)
+        assert apart.generate(prompts(), short)["responses"].shape[0] == 2
     finally:
         apart.close()
 
