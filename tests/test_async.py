@@ -120,6 +120,8 @@ REFUSED = [
     (["trainer.async_mode=one_step_off", "trainer.partial_rollout=true"],
      "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local"),
     (["trainer.partial_rollout=true"], "(not trainer.async_mode=sync, launcher=local)"),
+    (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true"],
+     "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local (not"),
     (["trainer.async_mode=one_step_off", "trainer.stream_groups=true"],
      "trainer.stream_groups=true needs trainer.async_mode=fully_async and launcher=local or ray"),
     (["trainer.stale_policy=keep"], "trainer.stale_policy=keep: must be one of drop, regenerate"),
