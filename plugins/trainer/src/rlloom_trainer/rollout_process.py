@@ -13,7 +13,8 @@ sampling)`` call (``trainer.stream_groups``) answers with each finished group as
 
 Every message is pickled by the side that sends it (:class:`Channel`): a request that cannot be pickled raises
 in the trainer's ``submit_call``, and a reply that cannot be is answered with that error instead, raised in
-the trainer, so that no message is lost in a queue's feeder thread while the other side waits for it.
+the trainer, so that no message is lost in a queue's feeder thread while the other side waits for it; a request
+the process cannot unpickle is answered with its error too (:data:`UNREADABLE`).
 """
 
 from __future__ import annotations
