@@ -167,14 +167,17 @@ def test_what_cannot_cross_is_an_error_naming_it_and_a_wait_is_for_its_own_call(
     coroutine: the trainer raises, naming the reply. A request the process cannot unpickle (its class cannot be
     imported there): the trainer raises the process's error. Then, without partial rollouts, a short generation,
     a long one (1,000 tokens: seconds) and a weight update naming a weight the model lacks: the short one's
-    result is read while the long one still runs (the update queued behind it is not waited for), and the
-    update's error is raised by the first wait after it ran, naming the weight. The process answers the next
-    call each time."""
+    result is read while the long one still runs (the update queued behind it is not waited for); a second
+    update is queued at once, and a third waits for the first to be answered (at most two queued), raising its
+    error, naming the weight. The process answers the next call each time."""
     from pickle import PicklingError
 
     from rlloom.batch import Batch
 
+    from transformers import AutoConfig
+
     unsendable = Batch(dict(prompts().tensors.items()), {"uid": [lambda: 0, lambda: 1]})
+    ones = [("model.norm.weight", torch.ones(AutoConfig.from_pretrained(long_model_path).hidden_size))]
     short = SamplingParams(max_new_tokens=2, n=1)
     long = SamplingParams(max_new_tokens=1000, n=1, temperature=0.0, ignore_eos=True)
     apart = RolloutProcess(spec(long_model_path), threads=1)
@@ -191,9 +194,11 @@ def test_what_cannot_cross_is_an_error_naming_it_and_a_wait_is_for_its_own_call(
         apart.update_weights([("nope", torch.zeros(1))])
         first.result()
         read = time.time()
-        assert read < running.span()[1]  # the long generation had not ended when the short one was read
+        apart.update_weights(ones)  # a second load may wait in the queue
         with pytest.raises(ValueError, match="update_weights: the model has no weight named 'nope'"):
-            apart.generate(prompts(), short)
+            apart.update_weights(ones)  # a third waits for the first to be answered: its error
+        raised = time.time()
+        assert read < running.span()[1] <= raised  # the short result read during the long one, the third after
         assert apart.generate(prompts(), short)["responses"].shape[0] == 2
     finally:
         apart.close()

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the streamed groups' type; importing it here would load tor
 READY = -1  # the call id of the process's first reply: the engine is built (or failed to build)
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
 CLOSE_TIMEOUT_S = 30.0
+LOADS_QUEUED = 2  # weight loads sent and not yet answered, at most (each holds a copy of the weights)
 PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts on (:class:`Worker`)
 GROUP = -2  # the call id of a streamed group's reply
 UNREADABLE = -3  # the call id of the reply to a request the process could not unpickle (its id unknown)
@@ -174,7 +175,12 @@ class RolloutProcess:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Queue the load of copies of ``named_tensors``, labelled with :attr:`weight_version` when set;
-        returns without waiting (a failure is raised by the first wait on this process once it ran)."""
+        returns without waiting (a failure is raised by the first wait on this process once it ran), unless
+        :data:`LOADS_QUEUED` loads are already queued: then it waits for the oldest to be answered, so that no
+        more copies of the weights than that wait in the queue."""
+        while len(self._unchecked) >= LOADS_QUEUED:
+            self._pump(POLL_S)
+            self._check_answered()
         copies = [(name, tensor.detach().clone()) for name, tensor in named_tensors]
         label = {} if self.weight_version is None else {"version": self.weight_version}
         self._unchecked.append(self.submit_call("update_weights", (copies,), label).call_id)
