@@ -11,8 +11,8 @@ from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import BatchingScheduler
 from rlloom_enginekit.devices import rank_device, resolve_dtype, role_device
 from rlloom_enginekit.partial import INTERRUPTED_FIELD
-from rlloom_enginekit.prompts import (check_left_padded, pad_token_id, prompt_indices, row_seeds, stop_ids_for,
-                                      stop_token_ids)
+from rlloom_enginekit.prompts import (MAX_TOKENS_FIELD, RESPONSE_INDEX_FIELD, check_left_padded, pad_token_id,
+                                      prompt_indices, row_seeds, stop_ids_for, stop_token_ids)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom_hf.config import DECODE_MODES, HFRolloutConfig
@@ -35,6 +35,15 @@ def _collate(chunks: list[DecodedChunk], pad_id: int) -> tuple[torch.Tensor, tor
 
     return (stack([c.tokens for c in chunks], pad_id), stack([c.mask for c in chunks], 0),
             stack([c.log_probs for c in chunks], 0.0))
+
+
+def _first_of_equal_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """[B] int64: for each prompt row, the first row of the run of consecutive equal rows (ids and mask) it is in,
+    so that a run's prompt is prefilled once for all its responses."""
+    same = torch.zeros(len(prompt_ids), dtype=torch.bool)
+    same[1:] = (prompt_ids[1:] == prompt_ids[:-1]).all(dim=1) & (prompt_mask[1:] == prompt_mask[:-1]).all(dim=1)
+    places = torch.arange(len(prompt_ids))
+    return torch.where(same, 0, places).cummax(dim=0).values if len(places) else places
 
 
 FinishedRows = Callable[[list[int], list[list[int]], list[list[float]]], None]
@@ -139,7 +148,10 @@ class HFRolloutEngine:
         ``sampling_seed`` field each row's seed): with
         ``sampling.seed`` set, the same weights and prompt give the same response whatever else is
         in the batch, the chunk size, or how a call was split; without it the seed is drawn from
-        the engine's generator (seeded with ``spec.seed``). ``sampling.ignore_eos``: no stop id
+        the engine's generator (seeded with ``spec.seed``). A :data:`~rlloom_enginekit.prompts.RESPONSE_INDEX_FIELD`
+        field offsets each row's response indices in that key; a :data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`
+        field gives each row its own budget (at most ``sampling.max_new_tokens``). Consecutive equal prompt rows
+        are prefilled once. ``sampling.ignore_eos``: no stop id
         of the model's ends a response (``sampling.stop_token_ids`` still do).
         """
         return self.generate_requests(prompts, sampling)
@@ -150,9 +162,9 @@ class HFRolloutEngine:
         ``rlloom.protocols.BatchesRequests``): a chunk whose prompts are all ``cancelled`` is not
         decoded, and the decoding loops read ``cancelled`` before every step. ``finished(rows, tokens,
         log_probs)`` (:class:`rlloom_enginekit.stream.StreamsRows`) gets each output row once it is done, before
-        the call returns: in the eager loop at the step it draws a stop id, else (``max_new_tokens`` reached, the
-        static loops) when its chunk ends; withdrawn rows are not reported. Adds the chunks' response lengths
-        (one model call per token) to :attr:`decode_steps`."""
+        the call returns: in the eager loop at the step it draws a stop id or reaches its own budget, else
+        (``max_new_tokens`` reached, the static loops) when its chunk ends; withdrawn rows are not reported. Adds
+        the chunks' response lengths (one model call per token) to :attr:`decode_steps`."""
         model = self._ready("generate")
         prompts.require("prompts", "prompt_mask")
         check_left_padded(prompts["prompts"], prompts["prompt_mask"])
@@ -177,6 +189,9 @@ class HFRolloutEngine:
         decode, stream_type = (functools.partial(decode_chunk, model), ResponseStreams) if self._static is None else (
             self._static.decode, CounterStreams)
         indices = prompt_indices(prompts, sampling.first_prompt)
+        first_response = prompts.get(RESPONSE_INDEX_FIELD, torch.zeros(len(prompts), dtype=torch.long))
+        budgets = prompts.get(MAX_TOKENS_FIELD)
+        kin = _first_of_equal_runs(prompt_ids, prompt_mask)
         total = len(prompts) * sampling.n
         chunks: list[DecodedChunk] = []
         for start in range(0, total, self.config.max_batch_rows):
@@ -186,14 +201,16 @@ class HFRolloutEngine:
                 none = torch.zeros((len(rows), 0), dtype=torch.long)
                 chunks.append(DecodedChunk(none, none, none.float(), torch.ones(len(rows), dtype=torch.bool)))
                 continue
-            unique, copies = torch.unique_consecutive(owners, return_counts=True)
+            unique, copies = torch.unique_consecutive(kin[owners], return_counts=True)
             streams = None if sampling.greedy else stream_type(
-                seeds[owners], indices[owners], rows % sampling.n, self.device)
+                seeds[owners], indices[owners], first_response[owners] + rows % sampling.n, self.device)
             report = None if finished is None else _Reporter(rows, finished)
             watch = None if cancelled is None else functools.partial(cancelled.__getitem__, owners)
             args = (prompt_ids[unique].to(self.device), prompt_mask[unique].to(self.device), copies.to(self.device),
                     sampling, stop_ids, self.pad_id, streams, watch)
-            chunk = decode(*args) if report is None or self._static else decode(*args, stopped=report.stopped)
+            extra = {} if budgets is None else {"budgets": budgets[owners]}
+            chunk = decode(*args, **extra) if report is None or self._static else decode(
+                *args, stopped=report.stopped, **extra)
             if report is not None:
                 report.ended(chunk)
             self.decode_steps += chunk.tokens.shape[1]

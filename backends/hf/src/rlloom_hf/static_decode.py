@@ -283,6 +283,7 @@ class StaticDecoder:
         pad_id: int,
         streams: CounterStreams | None,
         cancelled: Callable[[], torch.Tensor] | None = None,
+        budgets: torch.Tensor | None = None,
     ) -> DecodedChunk:
         """Same contract as :func:`rlloom_hf.decode.decode_chunk` (streams: counter-based). The
         bucket's shape is fixed, so cancelled rows are still computed until the chunk ends (their
@@ -299,7 +300,7 @@ class StaticDecoder:
                 self._capture(bucket)
             next_position = mask_in.sum(dim=1, keepdim=True)
 
-            slots = ResponseSlots(rows, max_new, pad_id, self.device)
+            slots = ResponseSlots(rows, max_new, pad_id, self.device, budgets)
             for step in range(max_new):
                 slots.record(step, *next_tokens(logits, sampling, streams), stop_ids)
                 if cancelled is not None:

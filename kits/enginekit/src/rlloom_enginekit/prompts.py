@@ -10,6 +10,15 @@ import torch
 
 from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 
+RESPONSE_INDEX_FIELD = "response_index"
+"""[B] int64 prompt-row field of a :class:`rlloom.protocols.BatchesRequests` engine's call: the response index of
+the row's first response (its response j is keyed by this + j); 0 when absent. Lets a row with ``n = 1`` draw
+what response k of a call with ``n > 1`` would."""
+
+MAX_TOKENS_FIELD = "max_tokens"
+"""[B] int64 prompt-row field of a :class:`rlloom.protocols.BatchesRequests` engine's call: the row's own budget,
+at most ``sampling.max_new_tokens``; its responses stop there as at ``max_new_tokens``."""
+
 
 def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     """Ids that end a response: the model's ``generation_config.eos_token_id`` (an int or a list)
