@@ -620,6 +620,57 @@ def test_response_buffers_grow_with_the_response_not_max_new_tokens():
     assert ResponseSlots(rows=1, max_new=5, pad_id=PAD, device=torch.device("cpu")).tokens.shape == (1, 5)
 
 
+def test_the_growing_kv_layer_writes_each_token_in_place_and_holds_what_concatenation_holds():
+    """Fed a 3-column prefill and then one column at a time, a GrowingLayer returns the keys and values
+    transformers' concatenating DynamicLayer returns, at every step and after selecting rows; between two
+    doublings (4 -> 6 columns here) a token is written into the same buffer, not a new copy of the cache."""
+    from rlloom_hf.decode import GrowingLayer
+    from transformers.cache_utils import DynamicLayer
+
+    torch.manual_seed(0)
+    growing, plain = GrowingLayer(), DynamicLayer()
+    buffers = []
+    for step, width in enumerate((3, 1, 1, 1, 1, 1, 1)):
+        piece = torch.randn(3 if step <= 3 else 2, 2, width, 4)
+        keys, values = growing.update(piece, -piece)
+        expected_keys, expected_values = plain.update(piece, -piece)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        assert growing.get_seq_length() == keys.shape[2] == 3 + step
+        buffers.append(growing.key_buffer.data_ptr())
+        if step == 3:
+            growing.reorder_cache(torch.tensor([2, 0]))
+            plain.batch_select_indices(torch.tensor([2, 0]))
+            assert torch.equal(growing.keys, plain.keys) and torch.equal(growing.values, plain.values)
+            buffers.append(growing.key_buffer.data_ptr())
+    assert buffers[5] == buffers[6] == buffers[7] and growing.key_buffer.shape[2] == 12
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_response_index_and_budget_fields_give_a_row_its_responses_and_its_own_budget(model_dirs, decode):
+    """A call of n=1 rows, the same prompt three times (prompt index 0) with response indices 0, 1, 2 (the eager
+    loop prefills it once), samples what a call with n=3 samples; each row with its own budget (3, 8, 5
+    tokens, ignore_eos) stops there."""
+    from rlloom.batch import PROMPT_INDEX_FIELD
+    from rlloom_enginekit.prompts import MAX_TOKENS_FIELD, RESPONSE_INDEX_FIELD
+
+    engine = make_engine(model_dirs["main"], decode=decode)
+    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=6, ignore_eos=True)
+    full = engine.generate(left_padded([PROMPTS[1]]), sampling)
+    rows = left_padded([PROMPTS[1]] * 3)
+    rows[RESPONSE_INDEX_FIELD] = torch.tensor([0, 1, 2])
+    rows[MAX_TOKENS_FIELD] = torch.tensor([3, 8, 5])
+    rows[PROMPT_INDEX_FIELD] = torch.zeros(3, dtype=torch.long)
+    prefills = []
+    hook = engine.model.register_forward_hook(lambda _module, args, kwargs, _out: prefills.append(
+        tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    out = engine.generate(rows, dataclasses.replace(sampling, n=1))
+    hook.remove()
+    assert decode == "static" or prefills[0] == (1, len(PROMPTS[1]))  # the eager loop: one prompt row prefilled
+    assert out["response_mask"].sum(dim=1).tolist() == [3, 8, 5]
+    for row, budget in enumerate((3, 8, 5)):
+        assert real_response(out, row) == real_response(full, row)[:budget]
+
+
 @pytest.mark.parametrize("decode", ["eager", "static"])
 def test_responses_longer_than_the_first_buffers_match_the_teacher_forced_forward(model_dirs, reference, decode):
     """Past FIRST_WIDTH tokens the buffers (and the eager loop's attention mask) have grown: the
@@ -856,3 +907,23 @@ def test_a_streamed_call_with_partial_rollouts_takes_new_jobs_and_weights_mid_ge
     # withdrawn when job b joined (job a's rows) and when the weights came (every row): the resumptions counted
     assert sorted((job, group.meta["metrics"]["async/interrupted"], group.meta["metrics"]["async/resumed"])
                   for job, _, group in sent) == [(0, 2.0, 4.0)] * 3 + [(1, 2.0, 2.0)]
+
+
+def test_a_gated_streamed_call_not_withdrawn_sends_each_jobs_own_responses(model_dirs):
+    """With partial rollouts on (a gate) but no update nor job arriving, each group of a streamed call is its
+    job's own ``generate`` output for that prompt: a row with no token yet draws its job's stream (version 0)."""
+    from rlloom_enginekit.stream import generate_groups
+
+    engine = make_engine(model_dirs["main"], decode="eager")
+    job = (left_padded(PROMPTS[:3], objects={"uid": ["a0", "a1", "a2"]}),
+           SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=5))
+    own = engine.generate(*job)
+    sent = []
+    generate_groups(engine, [job], lambda _job, row, group: sent.append((row, group)), JoinAfterCalls(engine, [], 0, []))
+    assert sorted(row for row, _ in sent) == [0, 1, 2]
+    for row, group in sent:
+        rows = own.reorder([row * 3 + k for k in range(3)])
+        width = group["responses"].shape[1]
+        assert torch.equal(group["responses"], rows["responses"][:, :width])
+        assert torch.allclose(group["rollout_log_probs"], rows["rollout_log_probs"][:, :width], atol=1e-5)
+        assert group["weight_version"].tolist() == group["weight_version_max"].tolist() == [0, 0, 0]

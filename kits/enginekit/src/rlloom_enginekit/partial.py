@@ -1,24 +1,30 @@
 """Partial (interruptible) rollouts: a generation paused for new weights and resumed from the prompt and the
 tokens so far, so that a weight update never waits for the generation in flight (docs/async.md).
 
-:func:`generate_partial` runs ``engine.generate_requests`` (an :class:`Interruptible` engine) with a
+A :class:`PartialPool` holds the response rows of one or more jobs (a job: prompts and sampling, as one
+``generate`` call) and runs them in ``engine.generate_requests`` calls (an :class:`Interruptible` engine), one
+row (``n = 1``) per response with its own budget (:data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`), with a
 ``cancelled`` tensor the host (:class:`WeightGate`: the rollout process) sets once new weights wait. The rows
 withdrawn before they stopped on their own, with budget left, are resumed after the swap: each from its
-prompt followed by its tokens so far, as one row (``n = 1``) whose budget is ``max_new_tokens`` minus those
-tokens. The resumed tokens and their log-probs (under the new weights) are appended, a resumed row that
-runs past its budget is cut at it (a token never depends on later ones, so this equals stopping there), and
-the loop repeats while updates keep arriving. The caller gets one batch as from ``generate``: every row at
-most ``max_new_tokens`` tokens, ``rollout_log_probs`` as long as ``responses``, and each row's versions:
-``weight_version`` the oldest weights that sampled one of its tokens, ``weight_version_max`` the newest.
+prompt followed by its tokens so far, its budget ``max_new_tokens`` minus those tokens. The resumed tokens
+and their log-probs (under the new weights) are appended, and the loop repeats while updates keep arriving.
+:func:`generate_partial` returns one job's batch as from ``generate``;
+:func:`rlloom_enginekit.stream.generate_groups` hands each group on as it completes, and lets the jobs the host
+has waiting join the pool after each withdrawn call. Every row holds at most ``max_new_tokens`` tokens,
+``rollout_log_probs`` as long as ``responses``, and its versions: ``weight_version`` the oldest weights that
+sampled one of its tokens, ``weight_version_max`` the newest.
 
-A resumed row's randomness: with a seed (the call's or the row's ``sampling_seed``) it draws from a stream
-keyed by (its seed, its response index, its tokens so far) through :func:`resumed_seed`, a stream that its
-earlier draws never used; unseeded, the engine draws a seed. Its prompt index is its prompt's.
+A row's randomness: until it has a token it draws what its job's own ``generate`` call would (its job's seed,
+its prompt index, its response index: :data:`~rlloom_enginekit.prompts.RESPONSE_INDEX_FIELD`); resumed after
+some tokens, from a stream keyed by (its seed, its response index, its tokens so far) through
+:func:`resumed_seed`, a stream that its earlier draws never used. An unseeded job gets a seed drawn from the
+operating system's entropy when it joins. Its prompt index is its prompt's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -27,7 +33,8 @@ import torch.nn.functional as F
 
 from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 from rlloom.types import SamplingParams
-from rlloom_enginekit.prompts import left_pad, prompt_indices, prompt_token_lists, row_seeds
+from rlloom_enginekit.prompts import (MAX_TOKENS_FIELD, RESPONSE_INDEX_FIELD, left_pad, prompt_indices,
+                                      prompt_token_lists, row_seeds)
 
 INTERRUPTED_FIELD = "interrupted"
 """[N] bool output of an :class:`Interruptible` engine's ``generate_requests``: withdrawn before it stopped."""
@@ -40,12 +47,17 @@ class Interruptible(Protocol):
     """A rollout engine whose ``generate_requests(prompts, sampling, cancelled)`` (the
     :class:`rlloom.protocols.BatchesRequests` contract) also returns :data:`INTERRUPTED_FIELD`: the rows
     ``cancelled`` withdrew before they emitted a stop id or reached ``max_new_tokens``; it says so with
-    ``flags_interrupted_rows = True``."""
+    ``flags_interrupted_rows = True``. Its ``generate_requests`` also takes ``finished(rows, tokens, log_probs)``
+    (:class:`rlloom_enginekit.stream.StreamsRows`: every row not withdrawn reported once done) and the prompt-row
+    fields :data:`~rlloom_enginekit.prompts.RESPONSE_INDEX_FIELD` and
+    :data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`;
+    ``pad_id`` pads responses."""
 
     flags_interrupted_rows: bool
+    pad_id: int
 
-    def generate_requests(self, prompts: Batch, sampling: SamplingParams,
-                          cancelled: Optional[torch.Tensor] = None) -> Batch: ...
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams, cancelled: Optional[torch.Tensor] = None,
+                          finished: Optional[Callable] = None) -> Batch: ...
 
 
 class WeightGate(Protocol):
@@ -60,23 +72,9 @@ class WeightGate(Protocol):
     def swap(self) -> None: ...
 
 
-@dataclasses.dataclass
-class _Rows:
-    """The rows of a partial generation while it runs: tokens, log-probs and versions so far."""
-
-    tokens: list[list[int]]
-    log_probs: list[list[float]]
-    oldest: list[int | None]
-    newest: list[int | None]
-    interrupted: set[int] = dataclasses.field(default_factory=set)
-    resumed: int = 0
-
-    def append(self, row: int, tokens: list[int], log_probs: list[float], version: int) -> None:
-        if tokens:
-            self.tokens[row] += tokens
-            self.log_probs[row] += log_probs
-            self.oldest[row] = version if self.oldest[row] is None else self.oldest[row]
-            self.newest[row] = version
+def joinable(sampling: SamplingParams, other: SamplingParams) -> bool:
+    """Whether jobs of these samplings can share engine calls: equal but for the seed."""
+    return dataclasses.replace(sampling, seed=None) == dataclasses.replace(other, seed=None)
 
 
 def resumed_seed(seed: int, copy: int, done: int) -> int:
@@ -85,75 +83,155 @@ def resumed_seed(seed: int, copy: int, done: int) -> int:
     return int(np.random.SeedSequence([seed, copy, done]).generate_state(1, np.uint64)[0]) >> 1
 
 
+@dataclasses.dataclass
+class PartialRow:
+    """One response of a :class:`PartialPool`: its job, prompt row and response index, what it has so far, the
+    weights of each piece appended, and how often it was resumed."""
+
+    job: int
+    prompt: int
+    copy: int
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    log_probs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
+    resumed: int = 0
+    done: bool = False
+
+
+@dataclasses.dataclass
+class PoolJob:
+    """A job of a :class:`PartialPool`: its prompts, sampling (seeded), each prompt row's tokens, seed and prompt
+    index."""
+
+    prompts: Batch
+    sampling: SamplingParams
+    texts: list[list[int]]
+    seeds: list[int]
+    indices: list[int]
+
+
+class PartialPool:
+    """The rows of jobs run in calls that new weights withdraw (module doc). ``done(row)`` is called once per row,
+    when it stopped or spent its budget; ``joins``: after each swap, the jobs ``gate.more()`` hands over join."""
+
+    def __init__(self, engine: Interruptible, jobs: list[tuple[Batch, SamplingParams]], gate: WeightGate,
+                 done: Callable[[PartialRow], None], joins: bool) -> None:
+        self.engine, self.gate, self.done, self.joins = engine, gate, done, joins
+        self.jobs: list[PoolJob] = []
+        self.rows: list[PartialRow] = []
+        self.join(jobs)
+
+    def join(self, jobs: list[tuple[Batch, SamplingParams]]) -> None:
+        for prompts, params in jobs:
+            if self.jobs and not joinable(params, self.jobs[0].sampling):
+                raise ValueError("a partial pool's jobs must sample alike but for the seed")
+            if params.seed is None and SEED_FIELD not in prompts:
+                params = dataclasses.replace(params, seed=int(np.random.SeedSequence().generate_state(1)[0]) >> 1)
+            texts = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
+            self.jobs.append(PoolJob(prompts, params, texts, row_seeds(prompts, params.seed).tolist(),
+                                     prompt_indices(prompts, params.first_prompt).tolist()))
+            self.rows += [PartialRow(len(self.jobs) - 1, prompt, copy)
+                          for prompt in range(len(prompts)) for copy in range(params.n)]
+
+    def run(self) -> None:
+        """Calls until every row is done: after a withdrawn call the waiting weights are swapped (and, with
+        ``joins``, the waiting jobs join)."""
+        while pending := [row for row in self.rows if not row.done]:
+            call, sampling = self._call(pending)
+            cancelled = torch.zeros(len(pending), dtype=torch.bool)
+            self.gate.watch(cancelled)
+            try:
+                out = self.engine.generate_requests(call, sampling, cancelled, self._reported(pending))
+            finally:
+                self.gate.watch(None)
+            lengths = out["response_mask"].sum(dim=1).tolist()
+            cut = out[INTERRUPTED_FIELD].nonzero().squeeze(1).tolist()
+            for index in cut:
+                pending[index].resumed += 1
+                self._append(pending[index], out["responses"][index, : lengths[index]].tolist(),
+                             out["rollout_log_probs"][index, : lengths[index]].tolist(), stopped=False)
+            if cut:
+                self.gate.swap()
+                if self.joins:
+                    self.join(self.gate.more())
+
+    def _reported(self, pending: list[PartialRow]) -> Callable:
+        def finished(rows: list[int], tokens: list[list[int]], log_probs: list[list[float]]) -> None:
+            for index, ids, values in zip(rows, tokens, log_probs):
+                self._append(pending[index], ids, values, stopped=True)
+
+        return finished
+
+    def _call(self, pending: list[PartialRow]) -> tuple[Batch, SamplingParams]:
+        """One row per pending response: its prompt then its tokens so far, its prompt index, its seed and response
+        index (module doc), its budget left; ``n = 1``, the call's budget the largest left."""
+        ids, mask = left_pad([self.jobs[row.job].texts[row.prompt] + row.tokens for row in pending])
+        keys = []
+        for row in pending:
+            job = self.jobs[row.job]
+            seed, fresh = job.seeds[row.prompt], not row.tokens
+            keys.append((job.indices[row.prompt], seed if fresh else resumed_seed(seed, row.copy, len(row.tokens)),
+                         row.copy if fresh else 0, job.sampling.max_new_tokens - len(row.tokens)))
+        index, seeds, responses, budgets = (torch.tensor(column, dtype=torch.long) for column in zip(*keys))
+        call = Batch({"prompts": ids, "prompt_mask": mask, PROMPT_INDEX_FIELD: index, SEED_FIELD: seeds,
+                      RESPONSE_INDEX_FIELD: responses, MAX_TOKENS_FIELD: budgets})
+        sampling = dataclasses.replace(self.jobs[0].sampling, n=1, seed=0, first_prompt=0,
+                                       max_new_tokens=int(budgets.max()))
+        return call, sampling
+
+    def _append(self, row: PartialRow, tokens: list[int], log_probs: list[float], stopped: bool) -> None:
+        """Append a call's tokens to ``row`` (cut at its budget); once it stopped or spent its budget it is done."""
+        job = self.jobs[row.job]
+        take = job.sampling.max_new_tokens - len(row.tokens)
+        if tokens[:take]:
+            row.tokens += tokens[:take]
+            row.log_probs += log_probs[:take]
+            row.versions.append(self.gate.version)
+        if stopped or len(row.tokens) >= job.sampling.max_new_tokens:
+            row.done = True
+            self.done(row)
+
+    def forget(self, rows: list[PartialRow]) -> None:
+        """Drop ``rows`` (done, handed on): a pool that jobs keep joining holds only live rows."""
+        gone = set(map(id, rows))
+        self.rows = [row for row in self.rows if id(row) not in gone]
+
+
+def padded_rows(values: list[list], fill: float, dtype: torch.dtype) -> torch.Tensor:
+    """The lists as the rows of a [len(values), W] tensor, right-padded with ``fill`` to the longest, W."""
+    width = max((len(row) for row in values), default=0)
+    if not values:
+        return torch.zeros((0, width), dtype=dtype)
+    return torch.stack([F.pad(torch.tensor(row, dtype=dtype), (0, width - len(row)), value=fill) for row in values])
+
+
+def responses_batch(prompts: Batch, rows: list[PartialRow], sampling: SamplingParams, pad_id: int,
+                    version: int) -> Batch:
+    """``prompts`` repeated once per row (``prompts.reorder`` of the rows' prompt rows) with the rows'
+    ``responses`` / ``response_mask`` / ``rollout_log_probs`` right-padded to the longest, their versions
+    (``version`` for a row with no token) and ``meta`` ``temperature`` and ``pad_token_id``."""
+    out = prompts.reorder([row.prompt for row in rows])
+    out["responses"] = padded_rows([row.tokens for row in rows], pad_id, torch.long)
+    out["response_mask"] = padded_rows([[1] * len(row.tokens) for row in rows], 0, torch.long)
+    out["rollout_log_probs"] = padded_rows([row.log_probs for row in rows], 0.0, torch.float32)
+    out[VERSION_FIELD] = torch.tensor([min(row.versions, default=version) for row in rows], dtype=torch.long)
+    out[VERSION_MAX_FIELD] = torch.tensor([max(row.versions, default=version) for row in rows], dtype=torch.long)
+    out.meta.update(temperature=sampling.policy_temperature, pad_token_id=pad_id)
+    return out
+
+
+def withdrawals(rows: list[PartialRow]) -> dict[str, float]:
+    """``async/interrupted`` (the rows withdrawn at least once) and ``async/resumed`` (their resumptions)."""
+    return {"async/interrupted": float(sum(row.resumed > 0 for row in rows)),
+            "async/resumed": float(sum(row.resumed for row in rows))}
+
+
 def generate_partial(engine: Interruptible, prompts: Batch, sampling: SamplingParams, gate: WeightGate) -> Batch:
     """``engine.generate(prompts, sampling)``, paused for each weight update the gate announces and resumed
     (module doc). ``out.meta["metrics"]``: ``async/interrupted`` (rows withdrawn at least once) and
     ``async/resumed`` (row resumptions)."""
-    n, budget = sampling.n, sampling.max_new_tokens
-    rows = len(prompts) * n
-    state = _Rows([[] for _ in range(rows)], [[] for _ in range(rows)], [None] * rows, [None] * rows)
-    out = part = _run(engine, prompts, sampling, gate)
-    pending = list(range(rows))
-    while True:
-        lengths = part["response_mask"].sum(dim=1).tolist()
-        for index, row in enumerate(pending):
-            take = min(lengths[index], budget - len(state.tokens[row]))
-            state.append(row, part["responses"][index, :take].tolist(),
-                         part["rollout_log_probs"][index, :take].tolist(), gate.version)
-        cut = part[INTERRUPTED_FIELD].tolist()
-        pending = [row for index, row in enumerate(pending) if cut[index] and len(state.tokens[row]) < budget]
-        if not pending:
-            return _assembled(out, state, gate.version, int(out.meta.get("pad_token_id", 0)))
-        state.interrupted.update(pending)
-        state.resumed += len(pending)
-        gate.swap()
-        part = _run(engine, *_resumption(prompts, sampling, pending, state), gate)
-
-
-def _run(engine: Interruptible, prompts: Batch, sampling: SamplingParams, gate: WeightGate) -> Batch:
-    """One ``generate_requests`` call, withdrawn once new weights wait."""
-    cancelled = torch.zeros(len(prompts), dtype=torch.bool)
-    gate.watch(cancelled)
-    try:
-        return engine.generate_requests(prompts, sampling, cancelled)
-    finally:
-        gate.watch(None)
-
-
-def _resumption(prompts: Batch, sampling: SamplingParams, pending: list[int], state: _Rows) -> tuple[Batch, SamplingParams]:
-    """The call that resumes the ``pending`` output rows: one prompt each, its prompt's tokens then the row's
-    tokens so far, its prompt index, and (seeded) its :func:`resumed_seed`; ``n = 1``, the budget the
-    longest remaining one."""
-    n = sampling.n
-    owners = [row // n for row in pending]
-    texts = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
-    ids, mask = left_pad([texts[owner] + state.tokens[row] for owner, row in zip(owners, pending)])
-    call = Batch({"prompts": ids, "prompt_mask": mask,
-                  PROMPT_INDEX_FIELD: prompt_indices(prompts, sampling.first_prompt)[owners]}, batch_size=len(pending))
-    seeded = sampling.seed is not None or SEED_FIELD in prompts
-    if seeded:
-        seeds = row_seeds(prompts, sampling.seed if sampling.seed is not None else 0)[owners].tolist()
-        call[SEED_FIELD] = torch.tensor([resumed_seed(seed, row % n, len(state.tokens[row]))
-                                         for seed, row in zip(seeds, pending)], dtype=torch.long)
-    remaining = max(sampling.max_new_tokens - len(state.tokens[row]) for row in pending)
-    return call, dataclasses.replace(sampling, n=1, max_new_tokens=remaining, first_prompt=0)
-
-
-def _assembled(out: Batch, state: _Rows, version: int, pad_id: int) -> Batch:
-    """``out`` (the first call's output: the prompts' fields, meta) with every row's spliced response,
-    versions and the ``async/*`` counts."""
-    width = max((len(tokens) for tokens in state.tokens), default=0)
-
-    def padded(values: list[list], fill: float, dtype: torch.dtype) -> torch.Tensor:
-        return torch.stack([F.pad(torch.tensor(row, dtype=dtype), (0, width - len(row)), value=fill)
-                            for row in values]) if values else torch.zeros((0, width), dtype=dtype)
-
-    out = out.exclude(INTERRUPTED_FIELD)
-    out["responses"] = padded(state.tokens, pad_id, torch.long)
-    out["response_mask"] = padded([[1] * len(tokens) for tokens in state.tokens], 0, torch.long)
-    out["rollout_log_probs"] = padded(state.log_probs, 0.0, torch.float32)
-    out[VERSION_FIELD] = torch.tensor([version if v is None else v for v in state.oldest], dtype=torch.long)
-    out[VERSION_MAX_FIELD] = torch.tensor([version if v is None else v for v in state.newest], dtype=torch.long)
-    out.meta.setdefault("metrics", {}).update({"async/interrupted": float(len(state.interrupted)),
-                                               "async/resumed": float(state.resumed)})
+    pool = PartialPool(engine, [(prompts, sampling)], gate, lambda _row: None, joins=False)
+    pool.run()
+    out = responses_batch(prompts, pool.rows, pool.jobs[0].sampling, engine.pad_id, gate.version)
+    out.meta["metrics"] = withdrawals(pool.rows)
     return out
