@@ -37,7 +37,7 @@ from rlloom_trainer.commands.plan import config_keys
 from rlloom_trainer.planning.hardware import parse_cluster
 from rlloom_trainer.planning.profile import Profile, profile_run, quickest, quickest_step, run_profile, stage_samples
 from rlloom_trainer.planning.rates import plan_rates, plan_workload
-from rlloom_trainer.planning.search import overrides
+from rlloom_trainer.planning.search import on_gpu, overrides
 from rlloom_trainer.planning.steptime import Placement, predict
 
 CONFIG = ["preset=tiny", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, cluster_path: str) -> tuple[Profile, dict]:
             json.dump(profile.to_json(), handle, indent=1)
         resolved = compose_config([*CONFIG, f"trainer.train_batch_size={args.batch}"])
         keys = config_keys(resolved)
-        workload = plan_workload(resolved, profile.shape, profile, prompt_tokens=0)
+        workload = plan_workload(resolved, profile.shape, profile, prompt_tokens=0, gpu=on_gpu(cluster))
         rates = plan_rates(profile.shape, cluster, profile)
         results = {}
         for name, (placement, async_mode) in PLACEMENTS.items():

@@ -17,6 +17,7 @@ from rlloom_trainer.planning.memory import (
     HEAD_CHUNK_BYTES,
     NAMED_SHAPES,
     ModelShape,
+    packing_mask_bytes,
     rollout_bytes_per_device,
     train_bytes_per_device,
 )
@@ -31,9 +32,17 @@ from rlloom_trainer.planning.profile import (
     stage_samples,
     threads_per_worker,
 )
-from rlloom_trainer.planning.rates import plan_rates, plan_workload
+from rlloom_trainer.planning.rates import packing_mask, plan_rates, plan_workload
 from rlloom_trainer.planning.search import candidates
-from rlloom_trainer.planning.steptime import Placement, Rates, StageCost, Workload, memory_per_device, predict
+from rlloom_trainer.planning.steptime import (
+    Placement,
+    Rates,
+    StageCost,
+    Workload,
+    mask_per_device,
+    memory_per_device,
+    predict,
+)
 
 
 
@@ -290,6 +299,41 @@ def test_memory_per_device_adds_the_colocated_roles_and_offload_keeps_the_larger
     assert split == {"train pool": pytest.approx(train), "rollout pool": pytest.approx(rollout)}
 
 
+def test_the_packing_mask_is_packs_times_width_squared():
+    assert packing_mask_bytes(8192, 8192, 2) == 134_217_728  # one pack of 8k tokens in bf16: 8192² · 2 = 128 MiB
+    assert packing_mask_bytes(32768, 65536, 2) == 2**31  # one 32k row: 2 GiB
+    assert packing_mask_bytes(8192, 4096, 2) == 67_108_864  # two packs of 4,096: 2 · 4096² · 2
+    assert packing_mask_bytes(3000, 4096, 4) == 36_000_000  # one pack of 3,000 in float32: 3000² · 4
+    assert packing_mask_bytes(8192, 8192, 0) == 0.0  # no mask (varlen, flex, padded)
+
+
+@pytest.mark.parametrize("overrides, gpu, expected", [
+    ([], True, (2, 4096)),  # sdpa, shared_prompt, auto = bf16: packs ≥ GROUP_WIDTH, 2 · 1,000-token rows = 2,000
+    (["train_engine.sequence_layout=packed"], True, (2, 2000)),  # a pack at most 2 × the longest row
+    (["train_engine.sequence_layout=packed"], False, (4, 2000)),  # auto is float32 on the CPU
+    (["train_engine.sequence_layout=packed", "train_engine.dtype=float32"], True, (4, 2000)),
+    (["train_engine.attention=varlen"], True, (0, 0.0)),  # no mask
+    (["train_engine.attention=flex"], True, (0, 0.0)),  # a block mask, not counted
+    (["train_engine.sequence_layout=padded"], True, (0, 0.0)),  # the model's [b, L] padding mask, not counted
+])
+def test_the_config_says_whether_and_in_what_dtype_a_mask_is_built(overrides, gpu, expected):
+    engine = compose_config(overrides).sections["train_engine"]
+    assert packing_mask(engine, gpu, longest_row=1000) == expected
+
+
+def test_sequence_parallelism_divides_activations_but_not_the_mask():
+    shape = ModelShape.named("qwen2.5-0.5b")
+    workload = dataclasses.replace(WORKLOAD, prompts=64, mask_element_bytes=2, widest_pack=8192)  # 128,000 tokens
+    whole, shared = Placement(4, micro_batch_tokens=8192), Placement(4, sequence_parallel=4, micro_batch_tokens=8192)
+    assert mask_per_device(whole, workload) == mask_per_device(shared, workload) == 134_217_728  # 8192² · 2
+    activations = 8192 * shape.layers * 34 * shape.hidden  # one micro-batch's, of which SP 4 holds a quarter
+    assert (memory_per_device(whole, shape, workload)["colocated pool"]
+            - memory_per_device(shared, shape, workload)["colocated pool"]) == pytest.approx(activations * 3 / 4)
+    unmasked = dataclasses.replace(workload, mask_element_bytes=0)
+    assert (memory_per_device(shared, shape, workload)["colocated pool"]
+            - memory_per_device(shared, shape, unmasked)["colocated pool"]) == pytest.approx(134_217_728)
+
+
 # ---------------------------------------------------------------------------------------------- the plan
 
 WORKLOAD_OVERRIDES = ["trainer.train_batch_size=64", "algorithm.n=8", "sampling.max_new_tokens=1024"]
@@ -314,7 +358,7 @@ def test_8xh100_plans_fit_and_their_overrides_compose(name):
                           micro_batch_tokens=sections["train_engine"].max_tokens_per_micro_batch,
                           offload=sections["trainer"].offload_train_engines,
                           checkpointing=sections["train_engine"].gradient_checkpointing)
-    workload = plan_workload(composed, shape, None, 256)
+    workload = plan_workload(composed, shape, None, 256, gpu=True)
     memory = memory_per_device(placement, shape, workload)
     assert max(memory.values()) <= 0.9 * 80e9
     assert f"memory per device: colocated pool {memory['colocated pool'] / 1e9:.2f} GB" in text
@@ -335,6 +379,36 @@ def test_a_model_too_large_for_any_placement_says_what_would_fit(tmp_path):
         plan_report(resolved, keys, parse_cluster("8xH100"), ModelShape.named(str(config)), None, 256, 3)
     assert str(error.value).endswith("its rollout's bf16 weights alone (141 GB) exceed one device: a rollout engine "
                                      "with tensor parallelism (rollout.tp_size, rollout=sglang) would split them")
+
+
+LONG_ROWS = ["trainer.train_batch_size=1", "algorithm.n=2", "sampling.max_new_tokens=32512"]  # rows of 32,768
+
+
+def small_gpu(gigabytes: float) -> Cluster:
+    return Cluster(1, 1, DeviceSpec("G", 1e14, gigabytes * 1e9, 1e12, 1e11), 1e10)
+
+
+def test_when_the_packing_mask_is_what_does_not_fit_the_plan_names_varlen_and_varlen_fits():
+    shape = ModelShape.named("qwen2.5-0.5b")
+    resolved = compose_config(LONG_ROWS)
+    keys = config_keys(resolved)
+    # The leanest placement (checkpointing, offload) holds 12.64 GB, of it the 32,768² · 2 = 2.15 GB mask of its
+    # one-row micro-batch: over 90 % of 13 GB (11.7) with it, under without it.
+    with pytest.raises(ConfigError) as error:
+        plan_report(resolved, keys, small_gpu(13), shape, None, 256, 3)
+    assert str(error.value).endswith("fits but for sdpa's packing mask (2.1 GB per device): "
+                                     "train_engine.attention=varlen builds none")
+    varlen = compose_config([*LONG_ROWS, "train_engine.attention=varlen"])
+    _, winner = plan_report(varlen, keys, small_gpu(13), shape, None, 256, 3)
+    # without the mask even the faster placement without offload fits (13.45 − 2.15 = 11.30 GB)
+    assert "train_engine.gradient_checkpointing=true" in winner and "trainer.offload_train_engines=false" in winner
+    # On 14.5 GB (13.05 usable) the leanest fits, naming the mask's share; without offload (13.45 GB) the mask
+    # is what does not fit.
+    text, _ = plan_report(resolved, keys, small_gpu(14.5), shape, None, 256, 3)
+    assert ("memory per device: colocated pool 12.64 GB (87%), of it sdpa's packing mask 2.15 GB "
+            "(train_engine.attention=varlen builds none)") in text
+    assert ("  excluded 5x: colocated pool over its memory; sdpa's packing mask is what does not fit: "
+            "train_engine.attention=varlen builds none") in text
 
 
 def test_kept_overrides_drop_what_the_plan_sets():

@@ -37,10 +37,7 @@ import torch
 
 from rlloom.batch import Batch, response_attention, row_tokens
 from rlloom.protocols import LossFn, NamesInertRows
-
-GROUP_WIDTH = 4096
-"""Tokens of one prompt and its responses beyond which the group is split into several units (the
-attention mask of a pack costs W² elements)."""
+from rlloom_enginekit.choices import GROUP_WIDTH
 
 
 @dataclass

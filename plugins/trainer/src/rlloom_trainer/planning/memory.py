@@ -18,11 +18,22 @@ SDPA's memory-efficient and flash kernels do not), or 2·h with gradient checkpo
 input only), plus the chunked LM head's 64 MiB of float32 logits twice (logits and probabilities). A
 rollout engine with tensor parallelism T holds 2·params / T of bf16 weights and the KV cache of the
 tokens it decodes at once, K divided over T.
+
+A packed micro-batch under ``train_engine.attention=sdpa`` also holds its dense ``[k, 1, W, W]`` packing
+mask in the compute dtype (b bytes an element), one tensor shared by every layer and kept from forward
+to backward; every rank of a sequence-parallel group holds all of it (SP does not divide it):
+
+    mask        = ⌈t / W⌉ · W² · b,  W = min(t, widest pack)
+
+for the t tokens of the micro-batch (a group's, with SP), its packs taken as full (128 MiB for one pack
+of 8,192 tokens in bf16, 2 GiB for 32,768). ``attention=varlen`` builds no mask, ``flex`` a block mask of
+O(k · (W / 128)²) indices (not counted), the padded layout the model's [b, L] padding mask (not counted).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -105,6 +116,16 @@ def train_bytes_per_device(shape: ModelShape, shards: int, tokens: int, sequence
     per_token_layer = (2 if checkpointing else 34) * shape.hidden
     activations = tokens / sequence_parallel * shape.layers * per_token_layer
     return state + gathered + activations + HEAD_CHUNK_BYTES
+
+
+def packing_mask_bytes(tokens: float, widest_pack: float, element_bytes: int) -> float:
+    """The dense packing mask of a micro-batch of ``tokens`` tokens in packs at most ``widest_pack`` wide,
+    ``element_bytes`` an element (0: no mask): ⌈t / W⌉ · W² · b with W = min(t, widest pack) (module
+    docstring)."""
+    if not element_bytes:
+        return 0.0
+    width = min(tokens, widest_pack)
+    return math.ceil(tokens / width) * width**2 * element_bytes
 
 
 def rollout_bytes_per_device(shape: ModelShape, tensor_parallel: int, tokens_in_flight: int) -> float:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from rlloom_enginekit.choices import GROUP_WIDTH
+
 from rlloom_trainer.planning.hardware import Cluster
 from rlloom_trainer.planning.memory import ModelShape
 from rlloom_trainer.planning.profile import Profile
@@ -91,12 +93,14 @@ def scaling(profile: Profile) -> str:
     return f"data-parallel efficiency ({pools}): {shares} a call, other {seconds(rates.other_growth_s)}{gather}"
 
 
-def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_tokens: float) -> Workload:
+def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_tokens: float,
+                  gpu: bool) -> Workload:
     """The step the config ``resolved`` runs: ``trainer.train_batch_size`` prompts × ``algorithm.n``,
     ``sampling.max_new_tokens``. With a profile, its measured prompt length, its response length scaled
     by the ratio of the two ``max_new_tokens``, its passes and engines, its sync bytes scaled by the
     parameter ratio; without one, ``prompt_tokens``, full-length responses, the passes the algorithm
-    asks for (:func:`algorithm_passes`) and bf16 weights."""
+    asks for (:func:`algorithm_passes`) and bf16 weights. Either way the train engine's packing mask
+    (:func:`packing_mask`; ``gpu``: the cluster's devices are accelerators)."""
     sections = resolved.sections
     prompts, n = sections["trainer"].train_batch_size, sections["algorithm"].n
     max_new = sections["sampling"].max_new_tokens
@@ -104,10 +108,29 @@ def plan_workload(resolved, shape: ModelShape, profile: Profile | None, prompt_t
         measured = profile.workload
         response = measured.response_tokens * max_new / measured.max_new_tokens
         sync_bytes = measured.sync_bytes * shape.params() / profile.shape.params()
-        return Workload(prompts, n, measured.prompt_tokens, response, max_new, measured.log_prob_passes,
-                        measured.trains, measured.reference, sync_bytes)
-    passes, trains, reference = algorithm_passes(resolved, prompts)
-    return Workload(prompts, n, prompt_tokens, max_new, max_new, passes, trains, reference, 2.0 * shape.params())
+        workload = Workload(prompts, n, measured.prompt_tokens, response, max_new, measured.log_prob_passes,
+                            measured.trains, measured.reference, sync_bytes)
+    else:
+        passes, trains, reference = algorithm_passes(resolved, prompts)
+        workload = Workload(prompts, n, prompt_tokens, max_new, max_new, passes, trains, reference,
+                            2.0 * shape.params())
+    mask = packing_mask(sections["train_engine"], gpu, workload.prompt_tokens + max_new)
+    return dataclasses.replace(workload, mask_element_bytes=mask[0], widest_pack=mask[1])
+
+
+def packing_mask(engine, gpu: bool, longest_row: float) -> tuple[int, float]:
+    """(bytes an element of the dense packing mask, the widest pack) for the train engine's config
+    ``engine``: a mask only with ``attention=sdpa`` (the default) and a packed ``sequence_layout``
+    (``varlen`` builds none, ``flex`` a small block mask, ``padded`` none; an engine without these keys
+    none), in its compute ``dtype`` (``auto``: bf16 on accelerators, float32 on the CPU); packs
+    (:func:`rlloom_enginekit.packing.pack_rows`) at most 2 × the longest row wide, ``shared_prompt``'s
+    at least :data:`rlloom_enginekit.choices.GROUP_WIDTH`."""
+    layout = getattr(engine, "sequence_layout", "padded")
+    if layout == "padded" or getattr(engine, "attention", "sdpa") != "sdpa":
+        return 0, 0.0
+    dtype = engine.dtype if engine.dtype != "auto" else ("bfloat16" if gpu else "float32")
+    widest = max(GROUP_WIDTH if layout == "shared_prompt" else 0, 2 * longest_row)
+    return (4 if dtype == "float32" else 2), widest
 
 
 def algorithm_passes(resolved, prompts: int) -> tuple[int, int, bool]:

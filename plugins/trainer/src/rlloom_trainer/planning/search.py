@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from rlloom_trainer.planning.hardware import Cluster
 from rlloom_trainer.planning.memory import ModelShape
 from rlloom_trainer.planning.steptime import (
+    MASK_ADVICE,
     MEMORY_FRACTION,
     Placement,
     Prediction,
@@ -106,7 +107,9 @@ def nothing_fits_message(excluded: list[Prediction], shape: ModelShape, workload
                          cluster: Cluster) -> str:
     """Why no placement fits, and what would: the leanest placement's memory per device and the fewest
     devices (doubling, up to 64 times the cluster) over which that layout would fit; when even that
-    does not, the rollout's bf16 weights that one device must hold without tensor parallelism."""
+    does not, the rollout's bf16 weights that one device must hold without tensor parallelism. When
+    sdpa's packing mask is what does not fit, the leanest placement that fits without it and the key
+    that drops it (:data:`.steptime.MASK_ADVICE`)."""
     with_memory = [p for p in excluded if p.memory]
     if not with_memory:
         return f"no placement fits {cluster.devices}x{cluster.device.name}: {excluded[0].excluded}"
@@ -116,6 +119,11 @@ def nothing_fits_message(excluded: list[Prediction], shape: ModelShape, workload
     message = (f"no placement of a {shape.params() / 1e9:.2f}B-parameter model fits {cluster.devices}x"
                f"{cluster.device.name} ({cluster.device.memory_bytes / 1e9:.0f} GB each): the leanest, "
                f"{least.placement.describe()}, needs {need / 1e9:.1f} GB per device")
+    masked = [p for p in with_memory if p.excluded.endswith(MASK_ADVICE)]
+    if masked:
+        lean = min(masked, key=lambda p: max(p.memory.values()) - p.mask_bytes)
+        return (f"{message}; {lean.placement.describe()} fits but for sdpa's packing mask "
+                f"({lean.mask_bytes / 1e9:.1f} GB per device): train_engine.attention=varlen builds none")
     placement = least.placement
     for _ in range(6):
         placement = dataclasses.replace(placement, train_devices=placement.train_devices * 2,

@@ -32,12 +32,15 @@ training): step = max(gen, log_prob + train + other) + sync.
 
 Memory per device (:mod:`.memory`): the train pool holds the actor (and the critic) as a train engine,
 the reference as float32 weights sharded like the actor; the rollout pool the bf16 weights and the KV
-cache of its rows; a colocated pool both, or with offload the larger of the two phases. A placement fits
-when every device holds it within ``MEMORY_FRACTION`` of its memory.
+cache of its rows; a colocated pool both, or with offload the larger of the two phases; the train
+engines' pool one packing mask of sdpa attention (:func:`.memory.packing_mask_bytes`; the engines train
+one after another). A placement fits when every device holds it within ``MEMORY_FRACTION`` of its memory;
+one that would fit without that mask says so (:data:`MASK_ADVICE`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -45,12 +48,16 @@ from rlloom_trainer.planning.hardware import Cluster
 from rlloom_trainer.planning.memory import (
     HEAD_CHUNK_BYTES,
     ModelShape,
+    packing_mask_bytes,
     rollout_bytes_per_device,
     train_bytes_per_device,
 )
 
 MEMORY_FRACTION = 0.9
 """The share of a device's memory a plan may fill (the rest: the CUDA context, allocator fragmentation)."""
+
+MASK_ADVICE = "sdpa's packing mask is what does not fit: train_engine.attention=varlen builds none"
+"""What an exclusion adds when the dense packing mask is what does not fit."""
 
 HOST_BANDWIDTH = 25e9
 """Bytes/s between device and host memory for offload: PCIe 5.0 x16 is 64 GB/s a direction on paper;
@@ -115,7 +122,9 @@ class Rates:
 class Workload:
     """One step: ``prompts`` × ``n`` rows of ``prompt_tokens`` + ``response_tokens`` (means) tokens,
     ``max_new_tokens`` decode steps; ``log_prob_passes`` forward passes over the batch (old log-probs,
-    reference, critic values), ``trains`` updated engines (actor, critic); ``sync_bytes``: one weight copy."""
+    reference, critic values), ``trains`` updated engines (actor, critic); ``sync_bytes``: one weight copy;
+    ``mask_element_bytes``: bytes an element of the dense packing mask the train engine builds for a
+    micro-batch (0: none), in packs at most ``widest_pack`` tokens wide (:func:`.memory.packing_mask_bytes`)."""
 
     prompts: int
     n: int
@@ -126,6 +135,8 @@ class Workload:
     trains: int
     reference: bool
     sync_bytes: float
+    mask_element_bytes: int = 0
+    widest_pack: float = 0.0
 
     @property
     def rows(self) -> int:
@@ -180,8 +191,8 @@ class Placement:
 @dataclass
 class Prediction:
     """A placement's ``stages`` (seconds), ``step_s``, ``memory`` (bytes per device by pool), what
-    ``binds`` (its longest stage, or the communication that outlasts a stage's compute) and ``excluded``
-    (why it cannot run; empty when it can)."""
+    ``binds`` (its longest stage, or the communication that outlasts a stage's compute), ``excluded``
+    (why it cannot run; empty when it can) and ``mask_bytes`` (the train pool's packing mask per device)."""
 
     placement: Placement
     stages: dict[str, float] = field(default_factory=dict)
@@ -189,6 +200,7 @@ class Prediction:
     memory: dict[str, float] = field(default_factory=dict)
     binds: str = ""
     excluded: str = ""
+    mask_bytes: float = 0.0
 
 
 def predict(placement: Placement, shape: ModelShape, workload: Workload, rates: Rates, cluster: Cluster,
@@ -199,12 +211,16 @@ def predict(placement: Placement, shape: ModelShape, workload: Workload, rates: 
     if prediction.excluded:
         return prediction
     prediction.memory = memory_per_device(placement, shape, workload)
+    prediction.mask_bytes = mask_per_device(placement, workload)
     limit = MEMORY_FRACTION * cluster.device.memory_bytes
     over = {pool: used for pool, used in prediction.memory.items() if used > limit}
     if over:
         pool, used = max(over.items(), key=lambda item: item[1])
         prediction.excluded = (f"{pool} needs {used / 1e9:.1f} GB per device, over {MEMORY_FRACTION:.0%} of "
                                f"{cluster.device.memory_bytes / 1e9:.0f} GB")
+        unmasked = memory_per_device(placement, shape, dataclasses.replace(workload, mask_element_bytes=0))
+        if prediction.mask_bytes and max(unmasked.values()) <= limit:
+            prediction.excluded += f"; {MASK_ADVICE}"
         return prediction
     prediction.stages, comm_bound = stage_seconds(placement, shape, workload, rates, cluster)
     stages = prediction.stages
@@ -245,7 +261,8 @@ def memory_per_device(placement: Placement, shape: ModelShape, workload: Workloa
     shards = placement.train_devices
     tokens = micro_batch_tokens(placement, workload) / placement.train_tensor_parallel
     actor = train_bytes_per_device(shape, shards, tokens, placement.sequence_parallel, placement.checkpointing)
-    train = actor * workload.trains + workload.reference * (4 * shape.params() / shards + HEAD_CHUNK_BYTES)
+    train = (actor * workload.trains + workload.reference * (4 * shape.params() / shards + HEAD_CHUNK_BYTES)
+             + mask_per_device(placement, workload))
     rollout_dp = placement.gen_devices // placement.rollout_tensor_parallel
     in_flight = math.ceil(workload.rows / rollout_dp) * (workload.prompt_tokens + workload.response_tokens)
     rollout = rollout_bytes_per_device(shape, placement.rollout_tensor_parallel, in_flight)
@@ -255,6 +272,13 @@ def memory_per_device(placement: Placement, shape: ModelShape, workload: Workloa
         weights = 2 * shape.params() / placement.rollout_tensor_parallel
         return {"colocated pool": max(train + weights, rollout)}
     return {"colocated pool": train + rollout}
+
+
+def mask_per_device(placement: Placement, workload: Workload) -> float:
+    """The packing mask of one micro-batch on a train device: the whole group's micro-batch, whatever SP and
+    TP (:func:`.memory.packing_mask_bytes`)."""
+    return packing_mask_bytes(micro_batch_tokens(placement, workload), workload.widest_pack,
+                              workload.mask_element_bytes)
 
 
 def micro_batch_tokens(placement: Placement, workload: Workload) -> float:
