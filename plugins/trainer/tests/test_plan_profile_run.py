@@ -19,7 +19,11 @@ def test_profile_then_plan_from_it(tmp_path, rlloom_tiny_model_cache, capsys):
     assert main(["plan", "--profile", "--steps", "2", "--out", str(profile), *config]) == 0
     rates = json.loads(profile.read_text())["rates"]
     assert {"gen", "train", "log_prob", "sync"} <= set(rates), rates
-    assert rates["gen"]["fixed_s"] + rates["gen"]["device_s"] > 0 and rates["train"]["device_s"] > 0, rates
+    # how the seconds split into a fixed part and a per-unit slope depends on the machine's load (a noisy pair of
+    # batch sizes can fit a flat line, clamped to slope 0): only that generation and training took time is certain
+    for stage in ("gen", "train"):
+        assert rates[stage]["fixed_s"] >= 0 and rates[stage]["device_s"] >= 0, rates
+        assert rates[stage]["fixed_s"] + rates[stage]["device_s"] > 0, rates
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({
