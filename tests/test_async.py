@@ -19,6 +19,7 @@ DUMP = f"trainer.dump_rollouts={ROWS}"
 DECOUPLED = ["algorithm.rollout_is=token", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=5",
              "algorithm.rollout_is_threshold_lower=0"]
 PARTIAL = ["trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true"]
+RAY_ROLLOUT_POOL = ["+launcher.mapping.rollout=gen", "+launcher.resource_pools.gen=1"]
 STREAMED = ["trainer.stream_groups=true", "trainer.partial_rollout=true", "trainer.stale_policy=regenerate"]
 
 
@@ -118,10 +119,13 @@ REFUSED = [
     (["trainer.async_mode=fully_async", "agent=tools"], "agent=tools needs trainer.async_mode=sync"),
     (["trainer.async_mode=one_step_off", "launcher=ray"], "launcher.mapping.rollout=global is the actor's pool"),
     (["trainer.async_mode=one_step_off", "trainer.partial_rollout=true"],
-     "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local"),
+     "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local or ray"),
     (["trainer.partial_rollout=true"], "(not trainer.async_mode=sync, launcher=local)"),
-    (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true"],
-     "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local (not"),
+    (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true", *RAY_ROLLOUT_POOL[:1],
+      "+launcher.resource_pools.gen=2"], "trainer.partial_rollout=true with launcher=ray runs on a rollout pool of "
+     "one worker: launcher.resource_pools.gen=2"),
+    (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true", *RAY_ROLLOUT_POOL,
+      "resharder=safetensors"], "resharder=safetensors is not resharder=in_process"),
     (["trainer.async_mode=one_step_off", "trainer.stream_groups=true"],
      "trainer.stream_groups=true needs trainer.async_mode=fully_async and launcher=local or ray"),
     (["trainer.stale_policy=keep"], "trainer.stale_policy=keep: must be one of drop, regenerate"),

@@ -56,3 +56,23 @@ def test_a_streamed_job_that_raises_names_the_worker_and_the_error(ray_cluster, 
         run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.stream_groups=true",
                  steps=3)
     assert "RLLOOM_RAY_FAULT: injected failure in rollout.stream_groups call 2" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_partial_rollouts_on_the_rollout_pool_resume_rows_a_weight_load_interrupted(ray_cluster, cache, tmp_path):
+    """``trainer.partial_rollout=true``, fully_async K=2, 64-token responses: the weight load of a sync runs in the
+    rollout worker's own concurrency group while a job generates; the job's rows are withdrawn, the weights swapped,
+    the rows resumed. Every trained sample within K; a resumed one's newest version above its oldest and never
+    newer than the trainer's; some step counts interrupted and resumed rows."""
+    rows = run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.max_staleness=2",
+                    "trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true",
+                    "trainer.dump_rollouts=32", steps=4)
+    trained = [row for row in rows if row["step"] > 0]
+    for step, row in enumerate(trained, start=1):
+        with open(os.path.join(tmp_path, "rollouts", f"step_{step}.jsonl"), encoding="utf-8") as handle:
+            dumped = [json.loads(line) for line in handle]
+        assert all(0 <= step - 1 - sample["weight_version"] <= 2 for sample in dumped)
+        resumed = [sample for sample in dumped if (sample["weight_version_max"] or 0) > sample["weight_version"]]
+        assert row.get("async/interrupted", 0.0) >= len(resumed)
+        assert all(sample["weight_version_max"] <= step - 1 for sample in resumed)
+    assert any(row["async/interrupted"] > 0 and row["async/resumed"] > 0 for row in trained)

@@ -4,10 +4,11 @@ tokens so far, so that a weight update never waits for the generation in flight 
 A :class:`PartialPool` holds the response rows of one or more jobs (a job: prompts and sampling, as one
 ``generate`` call) and runs them in ``engine.generate_requests`` calls (an :class:`Interruptible` engine), one
 row (``n = 1``) per response with its own budget (:data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`), with a
-``cancelled`` tensor the host (:class:`WeightGate`: the rollout process) sets once new weights wait. The rows
-withdrawn before they stopped on their own, with budget left, are resumed after the swap: each from its
-prompt followed by its tokens so far, its budget ``max_new_tokens`` minus those tokens. The resumed tokens
-and their log-probs (under the new weights) are appended, and the loop repeats while updates keep arriving.
+``cancelled`` tensor the host (:class:`WeightGate`: the rollout process; on Ray, a worker's :class:`LoadGate`)
+sets once new weights wait. The rows withdrawn before they stopped on their own, with budget left, are
+resumed after the swap: each from its prompt followed by its tokens so far, its budget ``max_new_tokens`` minus
+those tokens. The resumed tokens and their log-probs (under the new weights) are appended, and the loop repeats
+while updates keep arriving.
 :func:`generate_partial` returns one job's batch as from ``generate``;
 :func:`rlloom_enginekit.stream.generate_groups` hands each group on as it completes, and lets the jobs the host
 has waiting join the pool after each withdrawn call. Every row holds at most ``max_new_tokens`` tokens,
@@ -23,8 +24,10 @@ operating system's entropy when it joins. Its prompt index is its prompt's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -70,6 +73,92 @@ class WeightGate(Protocol):
     def watch(self, cancelled: Optional[torch.Tensor]) -> None: ...
 
     def swap(self) -> None: ...
+
+
+def check_interruptible(engine: object) -> None:
+    """TypeError naming ``trainer.partial_rollout`` unless ``engine`` is an :class:`Interruptible`."""
+    if not isinstance(engine, Interruptible):
+        raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(engine).__name__} cannot withdraw "
+                        "rows mid-generation and flag them; set it false")
+
+
+@dataclasses.dataclass
+class PendingLoad:
+    """A weight load handed to a :class:`LoadGate`: ``apply()`` loads, ``version`` labels the weights (None: one
+    more); ``done`` is set once it ran, with its ``value`` or ``error``."""
+
+    apply: Callable[[], object]
+    version: Optional[int]
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    value: object = None
+    error: Optional[BaseException] = None
+
+
+class LoadGate:
+    """The :class:`WeightGate` (and :class:`~rlloom_enginekit.stream.StreamGate`, no job ever joining) of a host
+    whose weight loads arrive on a thread other than the generation's (a Ray worker's concurrency group of its
+    own): :meth:`load` runs at once when no generation is in flight (:meth:`generating`), else flags the call in
+    flight (:meth:`watch`) and waits until the generation swaps it in (:meth:`swap`, or the generation's end).
+    Loads run one at a time, in arrival order, under one lock; ``version`` is the weights' label."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self._lock = threading.RLock()
+        self._busy = False
+        self._watched: Optional[torch.Tensor] = None
+        self._loads: list[PendingLoad] = []
+
+    def load(self, apply: Callable[[], object], version: Optional[int]) -> object:
+        """``apply()``'s value once it ran (its error raised here), the weights labelled ``version``."""
+        pending = PendingLoad(apply, version)
+        with self._lock:
+            if self._busy:
+                self._loads.append(pending)
+                if self._watched is not None:
+                    self._watched.fill_(True)
+            else:
+                self._run(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.value
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator["LoadGate"]:
+        """A generation in flight: loads arriving meanwhile wait for its :meth:`swap` or its end (then run)."""
+        with self._lock:
+            self._busy = True
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self.swap()
+                self._busy = False
+
+    def watch(self, cancelled: Optional[torch.Tensor]) -> None:
+        with self._lock:
+            self._watched = cancelled
+            if cancelled is not None and self._loads:
+                cancelled.fill_(True)
+
+    def swap(self) -> None:
+        with self._lock:
+            loads, self._loads = self._loads, []
+            for pending in loads:
+                self._run(pending)
+
+    def more(self) -> list:
+        """No job joins a call in flight: each streamed job is a call of its own."""
+        return []
+
+    def _run(self, pending: PendingLoad) -> None:
+        """Run ``pending`` and set its ``done`` (call under the lock)."""
+        try:
+            pending.value = pending.apply()
+            self.version = self.version + 1 if pending.version is None else pending.version
+        except BaseException as error:  # noqa: BLE001 - raised in the thread that handed the load over
+            pending.error = error
+        pending.done.set()
 
 
 def joinable(sampling: SamplingParams, other: SamplingParams) -> bool:

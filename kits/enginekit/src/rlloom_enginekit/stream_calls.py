@@ -1,4 +1,5 @@
-"""The calls a rollout role outside the trainer's process answers for ``trainer.stream_groups`` (docs/async.md),
+"""The calls a rollout role outside the trainer's process answers for ``trainer.stream_groups`` and
+``trainer.partial_rollout`` (docs/async.md),
 whether it lives in the rollout process (``launcher=local``) or on a Ray pool (``launcher=ray``); imports no torch
 (the launchers' modules load with the plugins).
 
@@ -6,12 +7,15 @@ whether it lives in the rollout process (``launcher=local``) or on a Ray pool (`
   one as they finish (:func:`rlloom_enginekit.stream.generate_groups`), through the handle's
   ``streamed(wait)``; the call itself answers only with its error, when it fails.
 - ``stream_groups()``: checks that the engine can (:func:`check_streams`).
+- ``partial_rollouts(version)``: turns partial rollouts on, the weights the engine holds being ``version``
+  (:func:`rlloom_enginekit.partial.check_interruptible` first).
 """
 
 from __future__ import annotations
 
 GENERATE_STREAM = "generate_stream"
 STREAM_GROUPS = "stream_groups"
+PARTIAL_ROLLOUTS = "partial_rollouts"
 
 
 def check_streams(engine: object) -> None:

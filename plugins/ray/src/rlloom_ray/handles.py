@@ -29,7 +29,7 @@ from rlloom.controller.futures import Completed
 from rlloom.protocols import DispatchMode, RemoteHandle
 from rlloom.plugins.registry import Registry
 
-from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 from rlloom_ray.errors import WorkerError
 from rlloom_ray.group import WorkerGroup
@@ -99,6 +99,8 @@ class RoleHandle(RemoteHandle):
         self._role, self._group = role, group
         self._modes = {method: registry.build("dispatch_mode", mode) for method, mode in modes.items()}
         self._streams: list[Any] = []  # the running generate_stream calls (Ray streaming generators)
+        self.partial = False  # partial rollouts on (PARTIAL_ROLLOUTS): weight loads interrupt generations
+        self.weight_version: int | None = None  # the version the next weight sync labels its weights with
 
     @property
     def _methods(self) -> frozenset[str]:
@@ -119,7 +121,7 @@ class RoleHandle(RemoteHandle):
         return self.submit_call(method, args, kwargs).result()
 
     def submit_call(self, method: str, args: tuple, kwargs: dict) -> RayFuture | Completed:
-        if method in (GENERATE_STREAM, STREAM_GROUPS):
+        if method in (GENERATE_STREAM, STREAM_GROUPS, PARTIAL_ROLLOUTS):
             return self._stream_call(method, args)
         if method not in self._modes:
             raise AttributeError(f"the {self._role} role (Ray pool {self._group.pool!r}) has no method {method!r}")
@@ -155,17 +157,22 @@ class RoleHandle(RemoteHandle):
 
     # ------------------------------------------------------------------ streamed groups (trainer.stream_groups)
     def _stream_call(self, method: str, args: tuple) -> Completed:
-        """``stream_groups()`` (checks the engine, TypeError naming the key) or ``generate_stream(prompts,
-        sampling)`` (started on the pool's one worker; its groups come back through :meth:`streamed`): the calls
-        of :mod:`rlloom_enginekit.stream_calls`."""
+        """``stream_groups()`` or ``partial_rollouts(version)`` (check the engine, TypeError naming the key; the
+        latter turns partial rollouts on: :meth:`rlloom_ray.host.Worker.partial_rollouts`) or
+        ``generate_stream(prompts, sampling)`` (started on the pool's one worker; its groups come back through
+        :meth:`streamed`): the calls of :mod:`rlloom_enginekit.stream_calls`."""
+        key = "trainer.partial_rollout" if method == PARTIAL_ROLLOUTS else "trainer.stream_groups"
         if len(self._group.workers) != 1:
-            raise TypeError(f"trainer.stream_groups=true streams from a rollout pool of one worker; the "
+            raise TypeError(f"{key}=true runs on a rollout pool of one worker; the "
                             f"{self._role} role's pool {self._group.pool!r} has {len(self._group.workers)}")
         worker, start = self._group.workers[0], time.time()
-        if method == STREAM_GROUPS:
-            refused = self._group.wait(self._role, "streams", [worker.streams.remote(self._role)])[0]
+        if method in (STREAM_GROUPS, PARTIAL_ROLLOUTS):
+            check = (worker.streams.remote(self._role) if method == STREAM_GROUPS
+                     else worker.partial_rollouts.remote(self._role, *args))
+            refused = self._group.wait(self._role, method, [check])[0]
             if refused:
                 raise TypeError(refused)
+            self.partial = self.partial or method == PARTIAL_ROLLOUTS
         else:
             self._streams.append(worker.stream_groups.options(num_returns="streaming").remote(self._role, *args))
         return Completed(None, start, time.time())

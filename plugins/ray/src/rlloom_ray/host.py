@@ -12,10 +12,16 @@ Fault seam (tests): ``RLLOOM_RAY_FAULT=<role>:<method>:<k>:<exit|raise|hang>`` (
 the controller's environment, like every ``RLLOOM_*`` variable) makes the ``k``-th call of
 ``method`` on ``role`` (``build`` included) terminate the process (``exit``), raise ``RuntimeError`` (``raise``) or
 never return (``hang``).
+
+Partial rollouts (``trainer.partial_rollout``, :meth:`Worker.partial_rollouts`): the actor has a second Ray
+concurrency group, :data:`LOADS`, one thread, in which :meth:`Worker.sync_load` runs while a generation runs in
+the default one; the role's :class:`~rlloom_enginekit.partial.LoadGate` withdraws the generation's rows, swaps
+the weights in the generation's thread and resumes them (:func:`rlloom_enginekit.partial.generate_partial`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -32,6 +38,7 @@ from rlloom.types import RoleSpec, SyncStats
 from rlloom_enginekit.threads import use_threads
 
 FAULT_ENV = "RLLOOM_RAY_FAULT"
+LOADS = "loads"  # the Ray concurrency group of the weight loads that interrupt a generation (trainer.partial_rollout)
 
 
 def _fetched(value: Any) -> Any:
@@ -51,6 +58,7 @@ class Worker:
         self.roles: dict[str, Any] = {}
         self.resharder: Any = None
         self.calls: dict[tuple[str, str], int] = {}
+        self.gates: dict[str, Any] = {}  # role -> its LoadGate, once partial rollouts are on
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port there, for the pool's process group (asked of rank 0)."""
@@ -88,7 +96,13 @@ class Worker:
         self._maybe_fault(role, method)
         args = tuple(_fetched(arg) for arg in args)
         kwargs = {key: _fetched(value) for key, value in kwargs.items()}
-        result = getattr(self.roles[role], method)(*args, **kwargs)
+        if method == "generate" and role in self.gates:
+            from rlloom_enginekit.partial import generate_partial
+
+            with self.gates[role].generating() as gate:
+                result = generate_partial(self.roles[role], *args, gate=gate)
+        else:
+            result = getattr(self.roles[role], method)(*args, **kwargs)
         if isinstance(result, Iterator):
             result = list(result)
         return result if keep_result else None
@@ -102,7 +116,8 @@ class Worker:
 
     def stream_groups(self, role: str, prompts: Any, sampling: Any) -> Iterator[Any]:
         """A Ray streaming generator: the groups of the job ``(prompts, sampling)`` on ``roles[role]``
-        (:func:`rlloom_enginekit.stream.generate_groups`, run in a thread of its own), each yielded as it finishes
+        (:func:`rlloom_enginekit.stream.generate_groups`, run in a thread of its own, gated under partial
+        rollouts), each yielded as it finishes
         with ``meta["generated"]`` the call's ``(start, now)``; the call's error is raised after the groups sent."""
         import queue
 
@@ -117,8 +132,10 @@ class Worker:
             finished.put(group)
 
         def run() -> None:
+            gate = self.gates.get(role)
             try:
-                generate_groups(self.roles[role], [(_fetched(prompts), sampling)], send)
+                with gate.generating() if gate else contextlib.nullcontext():
+                    generate_groups(self.roles[role], [(_fetched(prompts), sampling)], send, gate)
                 finished.put(None)
             except BaseException as error:  # noqa: BLE001 - raised by the generator, in Ray's thread
                 finished.put(error)
@@ -138,6 +155,18 @@ class Worker:
             check_streams(self.roles[role])
         except TypeError as error:
             return str(error)
+        return None
+
+    def partial_rollouts(self, role: str, version: int) -> str | None:
+        """Turn partial rollouts on for ``roles[role]``, whose weights are ``version``; why it cannot
+        (:func:`rlloom_enginekit.partial.check_interruptible`'s message), or None."""
+        from rlloom_enginekit.partial import LoadGate, check_interruptible
+
+        try:
+            check_interruptible(self.roles[role])
+        except TypeError as error:
+            return str(error)
+        self.gates[role] = LoadGate(version)
         return None
 
     def sync(self, spec: RoleSpec, train_role: str, rollout_role: str) -> SyncStats:
@@ -187,10 +216,18 @@ class Worker:
             files = read_adapter_files(engine.write_adapter(folder))
         return ray.put({"files": files, "base": base}) if keep_result else None
 
-    def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list | dict) -> SyncStats:
+    def sync_load(self, spec: RoleSpec, rollout_role: str, weights: list | dict,
+                  version: int | None = None) -> SyncStats:
         """Run the resharder ``spec`` (``in_process``) here with what another process's train rank 0 put in the
         object store as the train side: ``weights``, (name, tensor) pairs (:meth:`put_weights`), or a
-        :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments (:meth:`put_adapter`)."""
+        :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments (:meth:`put_adapter`). Under partial
+        rollouts (called in :data:`LOADS`) through the role's gate, the weights labelled ``version``."""
+        gate = self.gates.get(rollout_role)
+        if gate is not None:
+            return gate.load(lambda: self._load(spec, rollout_role, weights), version)
+        return self._load(spec, rollout_role, weights)
+
+    def _load(self, spec: RoleSpec, rollout_role: str, weights: list | dict) -> SyncStats:
         from types import SimpleNamespace
 
         from rlloom_enginekit.resharder import StoredAdapter

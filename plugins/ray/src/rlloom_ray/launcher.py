@@ -25,7 +25,7 @@ from rlloom_enginekit.threads import threads_for
 from rlloom_ray.config import RayLauncherConfig
 from rlloom_ray.group import WorkerGroup
 from rlloom_ray.handles import RoleHandle
-from rlloom_ray.host import Worker
+from rlloom_ray.host import LOADS, Worker
 from rlloom_ray.sync import SyncHandle
 
 CLOSE_TIMEOUT_S = 30.0
@@ -83,7 +83,7 @@ class RayLauncher:
                 f"launcher.gpus_per_worker or raise launcher.num_cpus)"
             )
         env = {key: value for key, value in os.environ.items() if key.startswith("RLLOOM_")}
-        remote = ray.remote(Worker)
+        remote = ray.remote(concurrency_groups={LOADS: 1})(Worker)  # LOADS: partial rollouts' weight loads
         workers = [
             remote.options(
                 num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,

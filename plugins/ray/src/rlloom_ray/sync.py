@@ -13,6 +13,7 @@ from rlloom_enginekit.resharder import InProcessResharder
 
 from rlloom_ray.group import WorkerGroup
 from rlloom_ray.handles import RoleHandle
+from rlloom_ray.host import LOADS
 
 Calls = list[tuple[WorkerGroup, str, str, list[Any]]]  # (group, role, method, one ref per rank)
 
@@ -63,7 +64,9 @@ class SyncHandle:
       what rollout rank 0 loaded, over the controller's wall time of the whole sync. With
       ``resharder.lora_sync=adapter`` what goes through the object store is the adapter folder's files
       (and W0 at the first sync; ``Worker.put_adapter``), which each rollout rank writes and loads itself:
-      no folder is shared between nodes.
+      no folder is shared between nodes. Under partial rollouts (``rollout.partial``) the load runs in the worker's
+      :data:`~rlloom_ray.host.LOADS` concurrency group, labelled ``rollout.weight_version``, so that the generation
+      in flight is interrupted for it rather than waited for.
     - Otherwise (e.g. ``resharder=safetensors``) the resharder runs in the controller on the two
       handles: rank 0's full weights come back and are handed to the rollout role.
     """
@@ -120,6 +123,8 @@ class SyncHandle:
             stored = train_group.wait(train._role, "named_weights", [
                 worker.put_weights.remote(train._role, rank == 0) for rank, worker in enumerate(train_group.workers)])[0]
         self.syncs += 1
-        loads = [worker.sync_load.remote(self.spec, rollout._role, stored) for worker in rollout_group.workers]
+        group = {"concurrency_group": LOADS} if rollout.partial else {}  # a generation in flight takes them
+        loads = [worker.sync_load.options(**group).remote(self.spec, rollout._role, stored, rollout.weight_version)
+                 for worker in rollout_group.workers]
         loaded = rollout_group.wait(rollout._role, "sync_load", loads)[0]
         return dataclasses.replace(loaded, seconds=time.perf_counter() - start)

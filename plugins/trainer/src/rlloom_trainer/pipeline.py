@@ -14,9 +14,10 @@ generates with the weights of the last sync submitted before it: its ``version``
   sync — so finished batches wait in a buffer while the trainer is busy. A step ``i`` trains at version
   ``i - 1`` on samples of version ``>= i - 1 - K``: the staleness bound holds by construction, and no sample is
   ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
-- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local``): the rollout process runs each weight
-  update as it arrives, interrupting the job in flight, which resumes under the new weights
-  (:class:`~rlloom_trainer.rollout_process.Worker`); the pipeline labels each sync's weights with its step, and
+- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local`` or ``ray``): the rollout process (the
+  rollout pool's one worker) runs each weight update as it arrives, interrupting the job in flight, which
+  resumes under the new weights (:class:`~rlloom_trainer.rollout_process.Worker`,
+  :class:`rlloom_enginekit.partial.LoadGate` on Ray); the pipeline labels each sync's weights with its step, and
   a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
   sampled their tokens, as the process recorded them.
 - ``trainer.stream_groups`` (``fully_async`` under ``launcher=local`` or ``ray``): the unit is the group (one
@@ -52,9 +53,8 @@ from rlloom.controller.step import StepContext, derive_seed
 from rlloom.protocols import Future, RemoteHandle
 from rlloom.types import SamplingParams
 from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD
-from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
-from rlloom_trainer.rollout_process import PARTIAL_ROLLOUTS
 from rlloom_trainer.streaming import Group, GroupBuffer, place
 
 GENERATED_FIELDS = ("responses", "response_mask", "rollout_log_probs", VERSION_FIELD, VERSION_MAX_FIELD)
@@ -68,11 +68,11 @@ def check_async(resolved: ResolvedConfig) -> None:
     """ConfigError, naming the keys, when ``trainer.async_mode`` cannot run with the rest of the config:
     a multi-turn agent (its loop drives an in-process engine), ``resharder=shared`` (one copy of the
     weights cannot be trained and generated with at once), ``trainer.offload_train_engines`` (the train
-    engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool,
-    ``trainer.partial_rollout`` outside ``fully_async`` under ``launcher=local``, ``trainer.stream_groups``
-    outside ``fully_async`` under ``launcher=local`` or ``ray``."""
+    engines would leave the device while they train), ``launcher=ray`` with the rollout in the actor's pool
+    (:func:`check_partial_on_ray` too), ``trainer.partial_rollout`` or ``trainer.stream_groups`` outside
+    ``fully_async`` under ``launcher=local`` or ``ray``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
-    for key, launchers in (("partial_rollout", ("local",)), ("stream_groups", ("local", "ray"))):
+    for key, launchers in (("partial_rollout", ("local", "ray")), ("stream_groups", ("local", "ray"))):
         if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] not in launchers):
             raise ConfigError(f"trainer.{key}=true needs trainer.async_mode=fully_async and launcher="
                               f"{' or '.join(launchers)} (not trainer.async_mode={mode}, "
@@ -97,6 +97,22 @@ def check_async(resolved: ResolvedConfig) -> None:
             raise ConfigError(f"{prefix} with launcher=ray needs the rollout in a pool of its own: "
                               f"launcher.mapping.rollout={launcher.pool_of('rollout')} is the actor's pool "
                               "(add launcher.resource_pools.rollout=1 launcher.mapping.rollout=rollout)")
+        check_partial_on_ray(resolved)
+
+
+def check_partial_on_ray(resolved: ResolvedConfig) -> None:
+    """``trainer.partial_rollout`` under ``launcher=ray``: the rollout pool's one worker takes each load in a Ray
+    concurrency group of its own, through the object store (``resharder=in_process``); ConfigError otherwise."""
+    if not resolved.sections["trainer"].partial_rollout:
+        return
+    pool, resharder = resolved.sections["launcher"].pool_of("rollout"), resolved.choices["resharder"]
+    size = resolved.sections["launcher"].pools()[pool]
+    if size != 1:
+        raise ConfigError(f"trainer.partial_rollout=true with launcher=ray runs on a rollout pool of one worker: "
+                          f"launcher.resource_pools.{pool}={size}")
+    if resharder != "in_process":
+        raise ConfigError(f"trainer.partial_rollout=true with launcher=ray loads the weights through the object store: "
+                          f"resharder={resharder} is not resharder=in_process")
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
 from rlloom_enginekit.resharder import AdapterFolders
-from rlloom_enginekit.stream_calls import GENERATE_STREAM, STREAM_GROUPS
+from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 if TYPE_CHECKING:  # the streamed groups' type; importing it here would load torch with the plugin
     from rlloom.batch import Batch
@@ -42,7 +42,6 @@ READY = -1  # the call id of the process's first reply: the engine is built (or 
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
 CLOSE_TIMEOUT_S = 30.0
 LOADS_QUEUED = 2  # weight loads sent and not yet answered, at most (each holds a copy of the weights)
-PARTIAL_ROLLOUTS = "partial_rollouts"  # the request that turns partial rollouts on (:class:`Worker`)
 GROUP = -2  # the call id of a streamed group's reply
 UNREADABLE = -3  # the call id of the reply to a request the process could not unpickle (its id unknown)
 
@@ -339,15 +338,13 @@ class Worker:
             self._joined = None
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        from rlloom_enginekit.partial import Interruptible, generate_partial
+        from rlloom_enginekit.partial import check_interruptible, generate_partial
         from rlloom_enginekit.stream_calls import check_streams
 
         if method == STREAM_GROUPS:
             return check_streams(self.engine)
         if method == PARTIAL_ROLLOUTS:
-            if not isinstance(self.engine, Interruptible):
-                raise TypeError(f"trainer.partial_rollout=true: the rollout engine {type(self.engine).__name__} "
-                                "cannot withdraw rows mid-generation and flag them; set it false")
+            check_interruptible(self.engine)
             self.partial, self.version = True, args[0]
             return None
         if method == "update_weights":
