@@ -623,7 +623,8 @@ def test_response_buffers_grow_with_the_response_not_max_new_tokens():
 def test_the_growing_kv_layer_writes_each_token_in_place_and_holds_what_concatenation_holds():
     """Fed a 3-column prefill and then one column at a time, a GrowingLayer returns the keys and values
     transformers' concatenating DynamicLayer returns, at every step and after selecting rows; between two
-    doublings (4 -> 6 columns here) a token is written into the same buffer, not a new copy of the cache."""
+    doublings (4 -> 6 columns here) a token is written into the same buffer, not a new copy of the cache; after
+    transformers' own cache edits (crop, repeat, select) the next token still lands where DynamicLayer puts it."""
     from rlloom_hf.decode import GrowingLayer
     from transformers.cache_utils import DynamicLayer
 
@@ -643,6 +644,14 @@ def test_the_growing_kv_layer_writes_each_token_in_place_and_holds_what_concaten
             assert torch.equal(growing.keys, plain.keys) and torch.equal(growing.values, plain.values)
             buffers.append(growing.key_buffer.data_ptr())
     assert buffers[5] == buffers[6] == buffers[7] and growing.key_buffer.shape[2] == 12
+    for edit, argument in (("crop", -2), ("batch_repeat_interleave", 2), ("batch_select_indices", torch.tensor([3, 0]))):
+        for layer in (growing, plain):
+            getattr(layer, edit)(argument)
+        piece = torch.randn(plain.keys.shape[0], 2, 1, 4)
+        keys, values = growing.update(piece, -piece)
+        expected_keys, expected_values = plain.update(piece, -piece)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values), edit
+        assert growing.get_seq_length() == plain.get_seq_length()
 
 
 @pytest.mark.parametrize("decode", ["eager", "static"])

@@ -57,7 +57,9 @@ class GrowingLayer(DynamicLayer):
     columns written: a step's S' new columns are written in place at S .. S + S' - 1 and the layer returns views of
     the first S + S' columns. When they do not fit, the buffers are copied into ones of max(S + S', 2C) columns
     (doubling: T tokens copy O(T) columns in all), where ``DynamicLayer`` copies the whole cache at every token to
-    concatenate the new one. Rows are selected (``reorder_cache``) by copying the buffers' rows."""
+    concatenate the new one. Rows are selected (``reorder_cache``) by copying the buffers' rows; transformers' other
+    cache edits (``crop``, ``batch_select_indices``, ``batch_repeat_interleave``, ``offload``, ``prefetch``) act on
+    the views and leave the results as the buffers."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -95,6 +97,32 @@ class GrowingLayer(DynamicLayer):
             self.key_buffer = self.key_buffer.index_select(0, beam_idx.to(self.key_buffer.device))
             self.value_buffer = self.value_buffer.index_select(0, beam_idx.to(self.value_buffer.device))
             self._view()
+
+    def _adopt(self) -> None:
+        """After a base-class method replaced ``keys``/``values`` (cropped, selected, repeated or moved them), they
+        become the buffers (with no spare columns: the next token widens them)."""
+        if self.is_initialized:
+            self.key_buffer, self.value_buffer, self.written = self.keys, self.values, self.keys.shape[-2]
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        self._adopt()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._adopt()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._adopt()
+
+    def offload(self) -> None:
+        super().offload()
+        self._adopt()
+
+    def prefetch(self) -> None:
+        super().prefetch()
+        self._adopt()
 
 
 def growing_cache(config) -> DynamicCache:
