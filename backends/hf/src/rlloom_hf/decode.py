@@ -57,7 +57,7 @@ class GrowingLayer(DynamicLayer):
     columns written: a step's S' new columns are written in place at S .. S + S' - 1 and the layer returns views of
     the first S + S' columns. When they do not fit, the buffers are copied into ones of max(S + S', 2C) columns
     (doubling: T tokens copy O(T) columns in all), where ``DynamicLayer`` copies the whole cache at every token to
-    concatenate the new one. Rows are selected (``reorder_cache``) by copying the buffers' rows; transformers' other
+    concatenate the new one. Rows are selected (``reorder_cache``) by copying the written columns of the buffers' rows; transformers' other
     cache edits (``crop``, ``batch_select_indices``, ``batch_repeat_interleave``, ``offload``, ``prefetch``) act on
     the views and leave the results as the buffers."""
 
@@ -94,9 +94,14 @@ class GrowingLayer(DynamicLayer):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if self.get_seq_length() > 0:
-            self.key_buffer = self.key_buffer.index_select(0, beam_idx.to(self.key_buffer.device))
-            self.value_buffer = self.value_buffer.index_select(0, beam_idx.to(self.value_buffer.device))
+            rows = beam_idx.to(self.key_buffer.device)
+            self.key_buffer, self.value_buffer = self._rows(self.key_buffer, rows), self._rows(self.value_buffer, rows)
             self._view()
+
+    def _rows(self, buffer: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        kept = buffer.new_empty((len(rows), *buffer.shape[1:]))
+        torch.index_select(buffer[:, :, : self.written], 0, rows, out=kept[:, :, : self.written])
+        return kept
 
     def _adopt(self) -> None:
         """After a base-class method replaced ``keys``/``values`` (cropped, selected, repeated or moved them), they
