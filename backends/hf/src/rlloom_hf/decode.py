@@ -57,9 +57,9 @@ class GrowingLayer(DynamicLayer):
     columns written: a step's S' new columns are written in place at S .. S + S' - 1 and the layer returns views of
     the first S + S' columns. When they do not fit, the buffers are copied into ones of max(S + S', 2C) columns
     (doubling: T tokens copy O(T) columns in all), where ``DynamicLayer`` copies the whole cache at every token to
-    concatenate the new one. Rows are selected (``reorder_cache``) by copying the written columns of the buffers' rows; transformers' other
-    cache edits (``crop``, ``batch_select_indices``, ``batch_repeat_interleave``, ``offload``, ``prefetch``) act on
-    the views and leave the results as the buffers."""
+    concatenate the new one. Rows are selected (``reorder_cache``) by copying the written columns of the buffers'
+    rows; transformers' other cache edits (``crop``, ``batch_select_indices``, ``batch_repeat_interleave``,
+    ``offload``, ``prefetch``) act on the views and leave the results as the buffers."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
