@@ -21,7 +21,8 @@ samples per step, the ``digit_fraction`` reward, GRPO.
 
 Every async mode gets ``--threads`` torch threads in all, split between the trainer and the rollout process
 (2: one core each); sync runs in one process once per ``--sync-threads`` count (default: ``--threads``), and
-the ratios are to the fastest sync (on a small model one thread can beat two).
+the ratios are to the fastest sync (on a small model one thread can beat two). With ``sync (1t)`` measured and
+``--threads 2``, the last line bounds any async mode from the sync runs' own sides (:func:`overlap_bound`).
 
     python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
     python bench/bench_async.py --sync-threads 2 1 --out async.json
@@ -71,9 +72,12 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
     steps = [row for row in metric_rows(run_dir) if row["step"] > 0]
     timed = steps[1:-1]
     wall = steps[-2]["training/wall_clock_s"] - steps[0]["training/wall_clock_s"]
+    sides = {}
     if mode == "sync":
         generating = sum(row["timing_s/gen"] for row in timed) / sum(row["timing_s/step"] for row in timed)
         trainer_idle, generator_idle = generating, 1.0 - generating
+        sides = dict(gen_s=sum(row["timing_s/gen"] for row in timed) / len(timed),
+                     rest_s=sum(row["timing_s/step"] - row["timing_s/gen"] for row in timed) / len(timed))
     else:
         trainer_idle, generator_idle = (steps[-2][f"async/{side}_idle_frac"] for side in ("trainer", "generator"))
     lengths = [row["response_length/mean"] for row in steps]
@@ -81,7 +85,22 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
                     steps[-1].get(f"async/{what}", 0.0) for what in ("dropped", "regenerated")),
                 generator_idle=generator_idle, response_len=sum(lengths) / len(lengths),
                 staleness_max=max(row.get("async/staleness/max", 0.0) for row in steps),
-                interrupted=sum(row.get("async/interrupted", 0.0) for row in steps))
+                interrupted=sum(row.get("async/interrupted", 0.0) for row in steps), **sides)
+
+
+def overlap_bound(results: dict, threads: int) -> str:
+    """What an async mode with one core per side can reach against the fastest sync, from the sync runs' own
+    sides: one thread generates a step in G and trains it in T seconds (``sync (1t)``), the fastest sync takes
+    g + t; a perfect overlap of one-thread sides takes max(G, T), so async / sync <= (g + t) / max(G, T).
+    Empty unless ``sync (1t)`` ran and ``threads`` (the async modes' total) is 2."""
+    one = results.get("sync (1t)")
+    fastest = max((result for name, result in results.items() if name.startswith("sync")),
+                  key=lambda result: result["samples_per_s"], default=None)
+    if one is None or threads != 2:
+        return ""
+    bound = (fastest["gen_s"] + fastest["rest_s"]) / max(one["gen_s"], one["rest_s"])
+    return (f"one thread per side: generation {one['gen_s']:.2f} s, the rest {one['rest_s']:.2f} s per step; the "
+            f"fastest sync {fastest['gen_s']:.2f} + {fastest['rest_s']:.2f} s: a perfect overlap reaches {bound:.2f}x it")
 
 
 def main() -> None:
@@ -114,6 +133,9 @@ def main() -> None:
         print(f"{name:<27}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
               f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}{result['interrupted']:>13.0f}"
               f"{result['stale_groups']:>14.0f}")
+    bound = overlap_bound(results, args.threads)
+    if bound:
+        print(bound)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump({"args": vars(args), "results": results}, handle, indent=1)
