@@ -100,7 +100,8 @@ def overlap_bound(results: dict, threads: int) -> str:
         return ""
     bound = (fastest["gen_s"] + fastest["rest_s"]) / max(one["gen_s"], one["rest_s"])
     return (f"one thread per side: generation {one['gen_s']:.2f} s, the rest {one['rest_s']:.2f} s per step; the "
-            f"fastest sync {fastest['gen_s']:.2f} + {fastest['rest_s']:.2f} s: a perfect overlap reaches {bound:.2f}x it")
+            f"fastest sync {fastest['gen_s']:.2f} + {fastest['rest_s']:.2f} s: a perfect overlap reaches "
+            f"{bound:.2f}x it")
 
 
 def main() -> None:
