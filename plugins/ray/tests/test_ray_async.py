@@ -13,6 +13,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 pytest.importorskip("ray")
 
 OWN_POOL = ["launcher=ray", "+launcher.resource_pools.gen=1", "+launcher.mapping.rollout=gen"]
+POOL_OF_TWO = ["launcher=ray", "+launcher.resource_pools.gen=2", "+launcher.mapping.rollout=gen"]
 
 
 @pytest.mark.slow
@@ -31,10 +32,11 @@ def test_the_rollout_pool_generates_ahead_within_the_bound(ray_cluster, cache, t
 
 @pytest.mark.slow
 def test_streamed_groups_come_back_from_the_rollout_pool(ray_cluster, cache, tmp_path):
-    """``trainer.stream_groups=true``, fully_async K=1: the rollout pool's worker streams each group back as it
-    finishes (a Ray streaming generator). Step 1 trains its own draw; every step 4 groups of 8 samples, none
-    older than K; no prompt trained twice."""
-    rows = run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.max_staleness=1",
+    """``trainer.stream_groups=true``, fully_async K=1, a rollout pool of 2 workers: each job's prompts are split
+    over them (2 each), each streams its groups back as they finish (a Ray streaming generator), the trainer reads
+    the merged streams. Step 1 trains its own draw; every step 4 groups of 8 samples, none older than K; every
+    prompt of draws 1 to 3 trained once (so both workers' groups came: each job's prompts 2 and 3 are rank 1's)."""
+    rows = run_tiny(str(tmp_path), cache, *POOL_OF_TWO, "trainer.async_mode=fully_async", "trainer.max_staleness=1",
                     "trainer.stream_groups=true", "trainer.dump_rollouts=32", steps=3)
     trained = [row for row in rows if row["step"] > 0]
     assert len(trained) == 3 and all(row["async/staleness/max"] <= 1 for row in trained)
@@ -44,18 +46,20 @@ def test_streamed_groups_come_back_from_the_rollout_pool(ray_cluster, cache, tmp
             dumped = [json.loads(line) for line in handle]
         assert len(dumped) == 32 and all(step - 1 - row["weight_version"] <= 1 for row in dumped)
         uids += sorted({row["uid"] for row in dumped})
-    assert uids[:4] == [f"draw1-{i}" for i in range(4)] and len(set(uids)) == 12
+    assert uids[:4] == [f"draw1-{i}" for i in range(4)] and len(uids) == 12
+    assert set(uids) == {f"draw{k}-{i}" for k in (1, 2, 3) for i in range(4)}
 
 
 @pytest.mark.slow
-def test_a_streamed_job_that_raises_names_the_worker_and_the_error(ray_cluster, cache, tmp_path, monkeypatch):
+def test_a_streamed_job_whose_worker_dies_names_the_worker(ray_cluster, cache, tmp_path, monkeypatch):
+    """Rank 1 of a rollout pool of 2 exits in its first streamed job (the first step waits for its groups before
+    any sync): a WorkerError naming the role, the rank and the call (a job that raises: ``test_ray_dispatch.py``)."""
     from rlloom_ray import WorkerError
 
-    monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:stream_groups:2:raise")
-    with pytest.raises(WorkerError, match=r"role 'rollout' rank 0 raised during stream_groups\(\)") as caught:
-        run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.stream_groups=true",
+    monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:stream_groups:1:exit:1")
+    with pytest.raises(WorkerError, match=r"role 'rollout' rank 1 died during stream_groups\(\)"):
+        run_tiny(str(tmp_path), cache, *POOL_OF_TWO, "trainer.async_mode=fully_async", "trainer.stream_groups=true",
                  steps=3)
-    assert "RLLOOM_RAY_FAULT: injected failure in rollout.stream_groups call 2" in str(caught.value)
 
 
 @pytest.mark.slow

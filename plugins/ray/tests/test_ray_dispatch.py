@@ -15,7 +15,7 @@ from rlloom.types import RoleSpec  # noqa: E402
 from rlloom.plugins.registry import get_registry  # noqa: E402
 from rlloom_fsdp.config import FSDPConfig  # noqa: E402
 from rlloom_models.config import TinyModelConfig  # noqa: E402
-from rlloom_ray import RayLauncher, RayLauncherConfig  # noqa: E402
+from rlloom_ray import RayLauncher, RayLauncherConfig, WorkerError  # noqa: E402
 
 PROMPT, RESPONSE = 6, 5
 
@@ -95,9 +95,11 @@ def test_handle_has_exactly_the_engines_methods(actor):
         actor.generate
 
 
-def test_generation_is_split_over_a_rollout_pool_of_two(ray_cluster, model_path):
+def test_generation_is_split_over_a_rollout_pool_of_two(ray_cluster, model_path, monkeypatch):
+    from rlloom_enginekit.stream_calls import GENERATE_STREAM
     from rlloom_hf import HFRolloutConfig, HFRolloutEngine
 
+    monkeypatch.setenv("RLLOOM_RAY_FAULT", "rollout:stream_groups:2:raise:1")  # rank 1's second streamed job
     launcher = RayLauncher(RayLauncherConfig(resource_pools={"gen": 2}, mapping={"rollout": "gen"},
                                              call_timeout_s=120))
     try:
@@ -116,5 +118,25 @@ def test_generation_is_split_over_a_rollout_pool_of_two(ray_cluster, model_path)
         for name in ("responses", "response_mask"):
             assert torch.equal(out[name], whole[name]), name
         torch.testing.assert_close(out["rollout_log_probs"], whole["rollout_log_probs"], atol=1e-5, rtol=0)
+        # Streamed (trainer.stream_groups): split alike, each rank's groups merged as they come, the same
+        # responses; rank 1's second job raises, named.
+        rollout.submit_call(GENERATE_STREAM, (prompts, sampling), {})
+        groups = []
+        while len(groups) < 3:
+            groups += rollout.streamed(wait=True)
+        for group in groups:
+            row = [i for i in range(3) if torch.equal(group["prompts"][0], prompts["prompts"][i])]
+            expected = whole.reorder([2 * row[0], 2 * row[0] + 1])
+            assert sampled(group) == sampled(expected)
+        assert sorted(group["prompts"][0, 0].item() for group in groups) == [5, 8, 11]
+        rollout.submit_call(GENERATE_STREAM, (prompts, sampling), {})
+        with pytest.raises(WorkerError, match=r"role 'rollout' rank 1 raised during stream_groups\(\)"):
+            while True:
+                rollout.streamed(wait=True)
     finally:
         launcher.shutdown()
+
+
+def sampled(batch: Batch) -> list[list[int]]:
+    """Each row's sampled response tokens."""
+    return [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]

@@ -31,6 +31,7 @@ import torch
 from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 from rlloom.types import SamplingParams
 from rlloom_enginekit.partial import PartialPool, PartialRow, WeightGate, padded_rows, responses_batch, withdrawals
+from rlloom_enginekit.prompts import prompt_indices
 
 
 @runtime_checkable
@@ -53,14 +54,15 @@ Send = Callable[[int, int, Batch], None]
 def merged(jobs: list[tuple[Batch, SamplingParams]]) -> tuple[Batch, SamplingParams]:
     """One call for ``jobs`` (their prompts and sampling, equal but for the seed; every seed set): the prompts
     left-padded to the widest, each row with its job's seed and its prompt index (its job's
-    :data:`~rlloom.batch.PROMPT_INDEX_FIELD`, else its place in its job); ``first_prompt`` 0."""
+    :data:`~rlloom.batch.PROMPT_INDEX_FIELD`, else the job's ``first_prompt`` + its place in its job:
+    :func:`~rlloom_enginekit.prompts.prompt_indices`); ``first_prompt`` 0."""
     parts = []
     for prompts, params in jobs:
         if dataclasses.replace(params, seed=None) != dataclasses.replace(jobs[0][1], seed=None):
             raise ValueError("generate_groups: the jobs' sampling differs beyond the seed")
         part = prompts.select("prompts", "prompt_mask")
         part[SEED_FIELD] = torch.full((len(prompts),), params.seed, dtype=torch.long)
-        part[PROMPT_INDEX_FIELD] = prompts.get(PROMPT_INDEX_FIELD, torch.arange(len(prompts), dtype=torch.long))
+        part[PROMPT_INDEX_FIELD] = prompt_indices(prompts, params.first_prompt)
         parts.append(part)
     return Batch.concat_padded(parts), dataclasses.replace(jobs[0][1], seed=0, first_prompt=0)
 

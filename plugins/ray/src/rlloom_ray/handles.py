@@ -29,6 +29,7 @@ from rlloom.controller.futures import Completed
 from rlloom.protocols import DispatchMode, RemoteHandle
 from rlloom.plugins.registry import Registry
 
+from rlloom_enginekit.dispatch import RolloutSplit
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 from rlloom_ray.errors import WorkerError
@@ -98,7 +99,7 @@ class RoleHandle(RemoteHandle):
     def __init__(self, role: str, group: WorkerGroup, modes: dict[str, str], registry: Registry) -> None:
         self._role, self._group = role, group
         self._modes = {method: registry.build("dispatch_mode", mode) for method, mode in modes.items()}
-        self._streams: list[Any] = []  # the running generate_stream calls (Ray streaming generators)
+        self._streams: dict[Any, int] = {}  # the running generate_stream calls (Ray streaming generators): rank
         self.partial = False  # partial rollouts on (PARTIAL_ROLLOUTS): weight loads interrupt generations
         self.weight_version: int | None = None  # the version the next weight sync labels its weights with
 
@@ -157,47 +158,60 @@ class RoleHandle(RemoteHandle):
 
     # ------------------------------------------------------------------ streamed groups (trainer.stream_groups)
     def _stream_call(self, method: str, args: tuple) -> Completed:
-        """``stream_groups()`` or ``partial_rollouts(version)`` (check the engine, TypeError naming the key; the
-        latter turns partial rollouts on: :meth:`rlloom_ray.host.Worker.partial_rollouts`) or
-        ``generate_stream(prompts, sampling)`` (started on the pool's one worker; its groups come back through
+        """``stream_groups()`` or ``partial_rollouts(version)`` (check the engine on every rank, TypeError naming the
+        key; the latter turns partial rollouts on: :meth:`rlloom_ray.host.Worker.partial_rollouts`) or
+        ``generate_stream(prompts, sampling)`` (:meth:`_start_streams`; its groups come back through
         :meth:`streamed`): the calls of :mod:`rlloom_enginekit.stream_calls`."""
-        key = "trainer.partial_rollout" if method == PARTIAL_ROLLOUTS else "trainer.stream_groups"
-        if len(self._group.workers) != 1:
-            raise TypeError(f"{key}=true runs on a rollout pool of one worker; the "
-                            f"{self._role} role's pool {self._group.pool!r} has {len(self._group.workers)}")
-        worker, start = self._group.workers[0], time.time()
+        workers, start = self._group.workers, time.time()
+        if method == PARTIAL_ROLLOUTS and len(workers) != 1:
+            raise TypeError(f"trainer.partial_rollout=true runs on a rollout pool of one worker; the "
+                            f"{self._role} role's pool {self._group.pool!r} has {len(workers)}")
         if method in (STREAM_GROUPS, PARTIAL_ROLLOUTS):
-            check = (worker.streams.remote(self._role) if method == STREAM_GROUPS
-                     else worker.partial_rollouts.remote(self._role, *args))
-            refused = self._group.wait(self._role, method, [check])[0]
+            checks = [worker.streams.remote(self._role) if method == STREAM_GROUPS
+                      else worker.partial_rollouts.remote(self._role, *args) for worker in workers]
+            refused = next((why for why in self._group.wait(self._role, method, checks) if why), None)
             if refused:
                 raise TypeError(refused)
             self.partial = self.partial or method == PARTIAL_ROLLOUTS
         else:
-            self._streams.append(worker.stream_groups.options(num_returns="streaming").remote(self._role, *args))
+            self._start_streams(*args)
         return Completed(None, start, time.time())
 
+    def _start_streams(self, prompts: Batch, sampling: Any) -> None:
+        """The job's prompt rows split over the pool's ranks as ``dp_split_rollout`` splits a ``generate`` call
+        (:class:`rlloom_enginekit.dispatch.RolloutSplit`: consecutive pieces, ranks beyond the number of prompts
+        sitting out, each row keeping its prompt index), each piece a Ray streaming generator on its rank
+        (:meth:`rlloom_ray.host.Worker.stream_groups`)."""
+        calls = RolloutSplit().scatter((prompts, sampling), {}, len(self._group.workers))
+        for rank, (worker, call) in enumerate(zip(self._group.workers, calls)):
+            if call is not None:
+                stream = worker.stream_groups.options(num_returns="streaming").remote(self._role, *call.args)
+                self._streams[stream] = rank
+
     def streamed(self, wait: bool) -> list[Batch]:
-        """The groups the ``generate_stream`` calls sent since the last call, as they came; with ``wait``, at
-        least one (blocks until one comes, for up to ``launcher.call_timeout_s``). A failed call (it raised, its
-        worker died, no group came in time) is a :class:`~rlloom_ray.errors.WorkerError`, raised here."""
+        """The groups the ``generate_stream`` calls sent since the last call, every rank's merged: the calls' groups
+        ready now, the call started first read first (so a job submitted under older weights comes before a later
+        one's), each call's in the order sent; with ``wait``, at least one (blocks until one comes, for up to
+        ``launcher.call_timeout_s``). A failed call (it raised, its worker died, no group came in time) is a
+        :class:`~rlloom_ray.errors.WorkerError` naming its rank, raised here."""
         groups: list[Batch] = []
         deadline = time.monotonic() + self._group.timeout_s
         while True:
-            ready, _ = ray.wait(self._streams, num_returns=len(self._streams), timeout=0) if self._streams else ([], [])
-            for stream in ready:
-                try:
-                    groups.append(self._group.get(self._role, 0, "stream_groups", next(stream)))
-                except StopIteration:
-                    self._streams.remove(stream)
-            if ready:
-                continue
+            for stream, rank in list(self._streams.items()):
+                while ray.wait([stream], timeout=0)[0]:
+                    try:
+                        groups.append(self._group.get(self._role, rank, "stream_groups", next(stream)))
+                    except StopIteration:
+                        del self._streams[stream]
+                        break
             if groups or not wait:
                 return groups
             if not self._streams:
                 raise WorkerError(self._role, 0, "stream_groups", "has no job running", "a group was waited for")
             if time.monotonic() > deadline:
                 self._group.failed = True
-                raise WorkerError(self._role, 0, "stream_groups", f"did not answer within {self._group.timeout_s:g} s",
-                                  f"no group came (pool {self._group.pool!r}; see launcher.call_timeout_s)")
-            ray.wait(self._streams, num_returns=1, timeout=STREAM_POLL_S)
+                ranks = sorted(set(self._streams.values()))
+                raise WorkerError(self._role, ranks[0], "stream_groups", f"did not answer within "
+                                  f"{self._group.timeout_s:g} s", f"no group came from ranks {ranks} (pool "
+                                  f"{self._group.pool!r}; see launcher.call_timeout_s)")
+            ray.wait(list(self._streams), num_returns=1, timeout=STREAM_POLL_S)

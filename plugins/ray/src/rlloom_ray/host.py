@@ -8,10 +8,10 @@ A :class:`Worker` is started as a Ray actor. Roles are built inside it from a
 but picklable descriptions crosses from the controller. Iterators that methods return (e.g.
 ``named_weights``) are turned into lists before they travel.
 
-Fault seam (tests): ``RLLOOM_RAY_FAULT=<role>:<method>:<k>:<exit|raise|hang>`` (forwarded from
+Fault seam (tests): ``RLLOOM_RAY_FAULT=<role>:<method>:<k>:<exit|raise|hang>[:<rank>]`` (forwarded from
 the controller's environment, like every ``RLLOOM_*`` variable) makes the ``k``-th call of
 ``method`` on ``role`` (``build`` included) terminate the process (``exit``), raise ``RuntimeError`` (``raise``) or
-never return (``hang``).
+never return (``hang``), on every rank of the role's pool or on rank ``rank`` only.
 
 Partial rollouts (``trainer.partial_rollout``, :meth:`Worker.partial_rollouts`): the actor has a second Ray
 concurrency group, :data:`LOADS`, one thread, in which :meth:`Worker.sync_load` runs while a generation runs in
@@ -249,8 +249,8 @@ class Worker:
         self.calls[key] = self.calls.get(key, 0) + 1
         if not fault:
             return
-        fault_role, fault_method, k, mode = fault.split(":")
-        if (fault_role, fault_method) == key and self.calls[key] == int(k):
+        fault_role, fault_method, k, mode, *rank = fault.split(":")
+        if (fault_role, fault_method) == key and self.calls[key] == int(k) and rank in ([], [str(self.rank)]):
             if mode == "exit":
                 os._exit(1)
             if mode == "hang":
