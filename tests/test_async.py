@@ -121,9 +121,6 @@ REFUSED = [
     (["trainer.async_mode=one_step_off", "trainer.partial_rollout=true"],
      "trainer.partial_rollout=true needs trainer.async_mode=fully_async and launcher=local or ray"),
     (["trainer.partial_rollout=true"], "(not trainer.async_mode=sync, launcher=local)"),
-    (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true", *RAY_ROLLOUT_POOL[:1],
-      "+launcher.resource_pools.gen=2"], "trainer.partial_rollout=true with launcher=ray runs on a rollout pool of "
-     "one worker: launcher.resource_pools.gen=2"),
     (["trainer.async_mode=fully_async", "launcher=ray", "trainer.partial_rollout=true", *RAY_ROLLOUT_POOL,
       "resharder=safetensors"], "resharder=safetensors is not resharder=in_process"),
     (["trainer.async_mode=one_step_off", "trainer.stream_groups=true"],

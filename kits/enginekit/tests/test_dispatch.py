@@ -85,6 +85,12 @@ def test_rollout_split_cuts_prompts_and_tells_each_rank_where_its_prompts_start(
     outputs = [Batch({"x": torch.tensor([0, 0, 1, 1])}, batch_size=4), None, Batch({"x": torch.tensor([2, 2])},
                                                                                     batch_size=2)]
     assert mode.gather(outputs, (rows(3), SamplingParams()), {})["x"].tolist() == [0, 0, 1, 1, 2, 2]
+    # Each rank's partial-rollout counts: the whole call's are their sums.
+    outputs[0].meta["metrics"] = {"async/interrupted": 2.0, "async/resumed": 3.0}
+    outputs[2].meta["metrics"] = {"async/interrupted": 1.0, "async/resumed": 1.0}
+    assert mode.gather(outputs, (rows(3), SamplingParams()), {}).meta["metrics"] == {"async/interrupted": 3.0,
+                                                                                     "async/resumed": 4.0}
+    assert outputs[0].meta["metrics"] == {"async/interrupted": 2.0, "async/resumed": 3.0}
     with pytest.raises(TypeError, match="both arguments positional"):
         mode.scatter((rows(3),), {"sampling": SamplingParams()}, 2)
 

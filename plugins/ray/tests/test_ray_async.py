@@ -63,15 +63,20 @@ def test_a_streamed_job_whose_worker_dies_names_the_worker(ray_cluster, cache, t
 
 
 @pytest.mark.slow
-def test_partial_rollouts_on_the_rollout_pool_resume_rows_a_weight_load_interrupted(ray_cluster, cache, tmp_path):
-    """``trainer.partial_rollout=true``, fully_async K=2, 64-token responses: the weight load of a sync runs in the
-    rollout worker's own concurrency group while a job generates; the job's rows are withdrawn, the weights swapped,
-    the rows resumed. Every trained sample within K; a resumed one's newest version above its oldest and never
-    newer than the trainer's; some step counts interrupted and resumed rows."""
-    rows = run_tiny(str(tmp_path), cache, *OWN_POOL, "trainer.async_mode=fully_async", "trainer.max_staleness=2",
+@pytest.mark.parametrize("streamed", [False, True])
+def test_partial_rollouts_on_the_rollout_pool_resume_rows_a_weight_load_interrupted(ray_cluster, cache, tmp_path,
+                                                                                    streamed):
+    """``trainer.partial_rollout=true``, fully_async K=2, 64-token responses, a rollout pool of 2 workers (streamed:
+    with ``trainer.stream_groups=true``): each sync's weight load runs in every rollout worker's own concurrency
+    group while its piece of a job generates; each worker's rows are withdrawn, the weights swapped, the rows
+    resumed. Every trained sample within K; a resumed one's newest version above its oldest and never newer than
+    the trainer's; some step counts interrupted and resumed rows; not streamed, both workers' rows (prompts 0-1 of a
+    draw are rank 0's, 2-3 rank 1's) were resumed."""
+    rows = run_tiny(str(tmp_path), cache, *POOL_OF_TWO, "trainer.async_mode=fully_async", "trainer.max_staleness=2",
                     "trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true",
-                    "trainer.dump_rollouts=32", steps=4)
+                    f"trainer.stream_groups={str(streamed).lower()}", "trainer.dump_rollouts=32", steps=4)
     trained = [row for row in rows if row["step"] > 0]
+    ranks = set()
     for step, row in enumerate(trained, start=1):
         with open(os.path.join(tmp_path, "rollouts", f"step_{step}.jsonl"), encoding="utf-8") as handle:
             dumped = [json.loads(line) for line in handle]
@@ -79,4 +84,6 @@ def test_partial_rollouts_on_the_rollout_pool_resume_rows_a_weight_load_interrup
         resumed = [sample for sample in dumped if (sample["weight_version_max"] or 0) > sample["weight_version"]]
         assert row.get("async/interrupted", 0.0) >= len(resumed)
         assert all(sample["weight_version_max"] <= step - 1 for sample in resumed)
+        ranks |= {int(sample["uid"].split("-")[1]) // 2 for sample in resumed}
     assert any(row["async/interrupted"] > 0 and row["async/resumed"] > 0 for row in trained)
+    assert streamed or ranks == {0, 1}

@@ -22,7 +22,8 @@ registered by this kit's entry point under these names:
   engines (which draw each response's randomness from seed, prompt index and response index)
   sample exactly what one process would; the responses (``n`` per prompt, interleaved) are
   concatenated in rank order, right-padded to the longest with the engine's
-  ``meta["pad_token_id"]``.
+  ``meta["pad_token_id"]``; the pieces' ``meta["metrics"]`` are counts (partial rollouts'
+  ``async/interrupted`` and ``async/resumed``), summed.
 
 For ``dp_split*`` a result that is not a batch (a train step's metrics, already all-reduced by the
 engine) comes from rank 0. A batch with fewer rows than ranks is refused.
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 from rlloom.batch import Batch, row_tokens
 from rlloom.types import RankCall, SamplingParams
+from rlloom_enginekit.partial import summed
 
 
 class DataParallelSplit:
@@ -172,7 +174,11 @@ class RolloutSplit:
     def gather(self, results: list[Any], args: tuple, kwargs: dict) -> Any:
         pieces = [result for result in results if result is not None]
         pad_id = pieces[0].meta.get("pad_token_id", 0)
-        return Batch.concat_padded(pieces, {"responses": pad_id})
+        joined = Batch.concat_padded(pieces, {"responses": pad_id})
+        counts = [piece.meta["metrics"] for piece in pieces if "metrics" in piece.meta]
+        if counts:
+            joined.meta = {**joined.meta, "metrics": summed(counts)}
+        return joined
 
 
 def uneven_split() -> DataParallelSplit:

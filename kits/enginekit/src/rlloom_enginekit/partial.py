@@ -315,6 +315,13 @@ def withdrawals(rows: list[PartialRow]) -> dict[str, float]:
             "async/resumed": float(sum(row.resumed for row in rows))}
 
 
+def summed(counts: list[dict[str, float]]) -> dict[str, float]:
+    """Key by key, the sums of several counts (:func:`withdrawals` of the pieces of one batch); a key missing from
+    one counts 0 there."""
+    return {key: sum(count.get(key, 0.0) for count in counts)
+            for key in dict.fromkeys(key for count in counts for key in count)}
+
+
 def generate_partial(engine: Interruptible, prompts: Batch, sampling: SamplingParams, gate: WeightGate) -> Batch:
     """``engine.generate(prompts, sampling)``, paused for each weight update the gate announces and resumed
     (module doc). ``out.meta["metrics"]``: ``async/interrupted`` (rows withdrawn at least once) and

@@ -163,9 +163,6 @@ class RoleHandle(RemoteHandle):
         ``generate_stream(prompts, sampling)`` (:meth:`_start_streams`; its groups come back through
         :meth:`streamed`): the calls of :mod:`rlloom_enginekit.stream_calls`."""
         workers, start = self._group.workers, time.time()
-        if method == PARTIAL_ROLLOUTS and len(workers) != 1:
-            raise TypeError(f"trainer.partial_rollout=true runs on a rollout pool of one worker; the "
-                            f"{self._role} role's pool {self._group.pool!r} has {len(workers)}")
         if method in (STREAM_GROUPS, PARTIAL_ROLLOUTS):
             checks = [worker.streams.remote(self._role) if method == STREAM_GROUPS
                       else worker.partial_rollouts.remote(self._role, *args) for worker in workers]

@@ -14,9 +14,9 @@ generates with the weights of the last sync submitted before it: its ``version``
   sync — so finished batches wait in a buffer while the trainer is busy. A step ``i`` trains at version
   ``i - 1`` on samples of version ``>= i - 1 - K``: the staleness bound holds by construction, and no sample is
   ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
-- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local`` or ``ray``): the rollout process (the
-  rollout pool's one worker) runs each weight update as it arrives, interrupting the job in flight, which
-  resumes under the new weights (:class:`~rlloom_trainer.rollout_process.Worker`,
+- ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local`` or ``ray``): the rollout process (each
+  worker of the rollout pool) runs each weight update as it arrives, interrupting the job in flight (its piece of
+  it), which resumes under the new weights (:class:`~rlloom_trainer.rollout_process.Worker`,
   :class:`rlloom_enginekit.partial.LoadGate` on Ray); the pipeline labels each sync's weights with its step, and
   a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
   sampled their tokens, as the process recorded them.
@@ -52,7 +52,7 @@ from rlloom.controller.futures import submit
 from rlloom.controller.step import StepContext, derive_seed
 from rlloom.protocols import Future, RemoteHandle
 from rlloom.types import SamplingParams
-from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD
+from rlloom_enginekit.partial import VERSION_FIELD, VERSION_MAX_FIELD, summed
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 from rlloom_trainer.streaming import Group, GroupBuffer, place
@@ -101,16 +101,10 @@ def check_async(resolved: ResolvedConfig) -> None:
 
 
 def check_partial_on_ray(resolved: ResolvedConfig) -> None:
-    """``trainer.partial_rollout`` under ``launcher=ray``: the rollout pool's one worker takes each load in a Ray
-    concurrency group of its own, through the object store (``resharder=in_process``); ConfigError otherwise."""
-    if not resolved.sections["trainer"].partial_rollout:
-        return
-    pool, resharder = resolved.sections["launcher"].pool_of("rollout"), resolved.choices["resharder"]
-    size = resolved.sections["launcher"].pools()[pool]
-    if size != 1:
-        raise ConfigError(f"trainer.partial_rollout=true with launcher=ray runs on a rollout pool of one worker: "
-                          f"launcher.resource_pools.{pool}={size}")
-    if resharder != "in_process":
+    """``trainer.partial_rollout`` under ``launcher=ray``: each rollout worker takes each load in a Ray concurrency
+    group of its own, through the object store (``resharder=in_process``); ConfigError otherwise."""
+    resharder = resolved.choices["resharder"]
+    if resolved.sections["trainer"].partial_rollout and resharder != "in_process":
         raise ConfigError(f"trainer.partial_rollout=true with launcher=ray loads the weights through the object store: "
                           f"resharder={resharder} is not resharder=in_process")
 
@@ -338,8 +332,7 @@ class RolloutPipeline:
         self.taken_groups += len(groups)
         pad = groups[0].batch.meta["pad_token_id"]
         batch = Batch.concat_padded([group.batch for group in groups], {"responses": pad})
-        batch.meta = {**batch.meta, "metrics": {key: sum(count.get(key, 0.0) for count in counts)
-                                                for key in dict.fromkeys(key for count in counts for key in count)}}
+        batch.meta = {**batch.meta, "metrics": summed(counts)}
         prompts = Batch.concat_padded([group.batch.exclude(*GENERATED_FIELDS).reorder([0]) for group in groups])
         oldest = batch[VERSION_FIELD] if VERSION_FIELD in batch else torch.cat(
             [torch.full((len(group.batch),), group.version, dtype=torch.long) for group in groups])
