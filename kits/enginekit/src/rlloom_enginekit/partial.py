@@ -4,8 +4,8 @@ tokens so far, so that a weight update never waits for the generation in flight 
 A :class:`PartialPool` holds the response rows of one or more jobs (a job: prompts and sampling, as one
 ``generate`` call) and runs them in ``engine.generate_requests`` calls (an :class:`Interruptible` engine), one
 row (``n = 1``) per response with its own budget (:data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`), with a
-``cancelled`` tensor the host (:class:`WeightGate`: the rollout process; on Ray, a worker's :class:`LoadGate`)
-sets once new weights wait. The rows withdrawn before they stopped on their own, with budget left, are
+``cancelled`` tensor the host (:class:`WeightGate`: a :class:`LoadGate`, the rollout process's or a Ray rollout
+worker's) sets once new weights wait. The rows withdrawn before they stopped on their own, with budget left, are
 resumed after the swap: each from its prompt followed by its tokens so far, its budget ``max_new_tokens`` minus
 those tokens. The resumed tokens and their log-probs (under the new weights) are appended, and the loop repeats
 while updates keep arriving.
@@ -97,9 +97,10 @@ class PendingLoad:
 class LoadGate:
     """The :class:`WeightGate` (and :class:`~rlloom_enginekit.stream.StreamGate`, no job ever joining) of a host
     whose weight loads arrive on a thread other than the generation's (a Ray worker's concurrency group of its
-    own): :meth:`load` runs at once when no generation is in flight (:meth:`generating`), else flags the call in
-    flight (:meth:`watch`) and waits until the generation swaps it in (:meth:`swap`, or the generation's end).
-    Loads run one at a time, in arrival order, under one lock; ``version`` is the weights' label."""
+    own; the rollout process's request reader): a load (:meth:`submit`, :meth:`load`) runs at once when no
+    generation is in flight (:meth:`generating`), else flags the call in flight (:meth:`watch`) and waits until the
+    generation swaps it in (:meth:`swap`, or the generation's end). Loads run one at a time, in arrival order,
+    under one lock; ``version`` is the weights' label."""
 
     def __init__(self, version: int) -> None:
         self.version = version
@@ -108,20 +109,31 @@ class LoadGate:
         self._watched: Optional[torch.Tensor] = None
         self._loads: list[PendingLoad] = []
 
-    def load(self, apply: Callable[[], object], version: Optional[int]) -> object:
-        """``apply()``'s value once it ran (its error raised here), the weights labelled ``version``."""
+    def submit(self, apply: Callable[[], object], version: Optional[int]) -> PendingLoad:
+        """Hand the load ``apply()`` over without waiting for it, the weights labelled ``version``; its ``done`` is
+        set once it ran."""
         pending = PendingLoad(apply, version)
         with self._lock:
             if self._busy:
                 self._loads.append(pending)
-                if self._watched is not None:
-                    self._watched.fill_(True)
+                self.interrupt()
             else:
                 self._run(pending)
+        return pending
+
+    def load(self, apply: Callable[[], object], version: Optional[int]) -> object:
+        """:meth:`submit`, waited for: ``apply()``'s value once it ran (its error raised here)."""
+        pending = self.submit(apply, version)
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
         return pending.value
+
+    def interrupt(self) -> None:
+        """Flag the call in flight, if one is watched, now (a load waits, or the host has a job to join it)."""
+        with self._lock:
+            if self._watched is not None:
+                self._watched.fill_(True)
 
     @contextlib.contextmanager
     def generating(self) -> Iterator["LoadGate"]:

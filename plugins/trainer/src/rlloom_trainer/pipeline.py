@@ -16,10 +16,9 @@ generates with the weights of the last sync submitted before it: its ``version``
   ever dropped. K = 0 generates each batch after the previous update: the trajectories of ``sync``.
 - ``trainer.partial_rollout`` (``fully_async`` under ``launcher=local`` or ``ray``): the rollout process (each
   worker of the rollout pool) runs each weight update as it arrives, interrupting the job in flight (its piece of
-  it), which resumes under the new weights (:class:`~rlloom_trainer.rollout_process.Worker`,
-  :class:`rlloom_enginekit.partial.LoadGate` on Ray); the pipeline labels each sync's weights with its step, and
-  a job's samples carry the oldest (``weight_version``) and newest (``weight_version_max``) versions that
-  sampled their tokens, as the process recorded them.
+  it), which resumes under the new weights (each process's :class:`rlloom_enginekit.partial.LoadGate`); the
+  pipeline labels each sync's weights with its step, and a job's samples carry the oldest (``weight_version``)
+  and newest (``weight_version_max``) versions that sampled their tokens, as the process recorded them.
 - ``trainer.stream_groups`` (``fully_async`` under ``launcher=local`` or ``ray``): the unit is the group (one
   prompt's ``n`` responses). Prompts are submitted while the groups admitted and neither taken nor dropped stay
   within ``(K + version + 1) × batch − groups taken``; the rollout role streams each group back as it finishes

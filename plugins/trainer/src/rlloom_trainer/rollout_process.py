@@ -20,6 +20,8 @@ the process cannot unpickle is answered with its error too (:data:`UNREADABLE`).
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import os
 import pickle
 import queue
@@ -35,8 +37,9 @@ from rlloom.types import RoleSpec
 from rlloom_enginekit.resharder import AdapterFolders
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
-if TYPE_CHECKING:  # the streamed groups' type; importing it here would load torch with the plugin
+if TYPE_CHECKING:  # the streamed groups' and the gate's types; importing them here would load torch with the plugin
     from rlloom.batch import Batch
+    from rlloom_enginekit.partial import LoadGate
 
 READY = -1  # the call id of the process's first reply: the engine is built (or failed to build)
 POLL_S = 1.0  # how often a wait checks that the other side is still alive
@@ -233,25 +236,23 @@ class Worker:
     queue by a thread of their own (:meth:`listen`).
 
     Partial rollouts (``trainer.partial_rollout``), from the request ``partial_rollouts(version)`` on (the
-    weights the engine holds being ``version``): an ``update_weights`` request runs before any waiting
-    request, and a generation in flight when one arrives is withdrawn, the weights swapped, and the
-    generation resumed (:func:`rlloom_enginekit.partial.generate_partial`, with this worker as its
-    :class:`~rlloom_enginekit.partial.WeightGate`); ``version`` is then the ``version`` an update carries (else
-    one more). Without it a weight update waits for the generation before it."""
+    weights the engine holds being ``version``): the reader hands each ``update_weights`` request to ``gate``, a
+    :class:`~rlloom_enginekit.partial.LoadGate` (as a Ray rollout worker hands its loads), which runs it before
+    any waiting request, withdrawing the generation in flight (:func:`rlloom_enginekit.partial.generate_partial`)
+    and resuming it. Without it a weight update waits for the generation before it."""
 
     def __init__(self, engine: Any, replies: Channel) -> None:
         self.engine, self.replies = engine, replies
-        self.version, self.partial = 0, False
+        self.gate: LoadGate | None = None  # partial rollouts: weight loads interrupt the request in flight
         self._waiting: collections.deque = collections.deque()
         self._arrived = threading.Condition()
-        self._watched: Any = None  # the cancelled flags of the generation in flight (partial rollouts)
         self.adapters = AdapterFolders(None)  # the LoRA adapters RolloutProcess.load_adapter sends
-        self._joined: list[tuple] | None = None  # the requests of the streamed call in flight (partial rollouts)
+        self._joined: list[tuple] | None = None  # the requests of the streamed call in flight
 
     def listen(self, requests: Channel, parent: int) -> None:
-        """Move the requests from ``requests`` to the waiting line, in a thread, appending ``None`` once the
-        process ``parent`` is gone; a weight update that arrives sets the watched flags. A request that cannot
-        be unpickled here is answered with an :data:`UNREADABLE` reply carrying the error."""
+        """Move the requests from ``requests`` to the waiting line (under partial rollouts a weight update to the
+        gate), in a thread, appending ``None`` once the process ``parent`` is gone. A request that cannot be
+        unpickled here is answered with an :data:`UNREADABLE` reply carrying the error."""
 
         def read() -> None:
             while True:
@@ -266,9 +267,12 @@ class Worker:
                                               f"{type(error).__name__}: {error}")
                     self.answer(UNREADABLE, None, unreadable, time.time(), "the unreadable request's error")
                     continue
+                if self.gate is not None and request is not None and request[1] == "update_weights":
+                    self.gate.submit(functools.partial(self._run, request), request[3].get("version"))
+                    continue
                 with self._arrived:
                     self._waiting.append(request)
-                    self._flag_if_weights_wait()
+                    self._flag_if_joins_wait()
                     self._arrived.notify()
                 if request is None:
                     return
@@ -276,15 +280,20 @@ class Worker:
         threading.Thread(target=read, name="rlloom-rollout-requests", daemon=True).start()
 
     def next_request(self) -> tuple | None:
-        """The next request to run (a waiting weight update first under partial rollouts); ``None``: stop."""
+        """The next request to run; ``None``: stop."""
         with self._arrived:
             while not self._waiting:
                 self._arrived.wait()
-            first = self._weights_at() if self.partial else None
-            return self._pop(0 if first is None else first)
+            return self._waiting.popleft()
 
     def run(self, request: tuple) -> None:
-        """Run ``request`` and put its reply; a ``generate_stream`` runs with the ones waiting right after it."""
+        """Run ``request`` and put its reply; under partial rollouts a weight load that arrives meanwhile waits
+        for its swap (a generation) or its end."""
+        with self.gate.generating() if self.gate is not None else contextlib.nullcontext():
+            self._run(request)
+
+    def _run(self, request: tuple) -> None:
+        """:meth:`run`'s work; a ``generate_stream`` runs with the ones waiting right after it."""
         call_id, method, args, kwargs = request
         if method == GENERATE_STREAM:
             self._stream([request, *self._streams_waiting()])
@@ -310,7 +319,7 @@ class Worker:
         with self._arrived:
             taken = []
             while self._waiting and self._waiting[0] and self._waiting[0][1] == GENERATE_STREAM:
-                taken.append(self._pop(0))
+                taken.append(self._waiting.popleft())
             return taken
 
     def _stream(self, requests: list[tuple]) -> None:
@@ -330,7 +339,7 @@ class Worker:
 
         self._joined = requests
         try:
-            generate_groups(self.engine, [request[2] for request in requests], send, self if self.partial else None)
+            generate_groups(self.engine, [request[2] for request in requests], send, self if self.gate else None)
         except Exception as caught:  # noqa: BLE001 - the trainer raises it
             for request in self._joined:
                 self.answer(request[0], None, portable(caught), start, f"the error of {GENERATE_STREAM}")
@@ -338,42 +347,40 @@ class Worker:
             self._joined = None
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        from rlloom_enginekit.partial import check_interruptible, generate_partial
+        from rlloom_enginekit.partial import LoadGate, check_interruptible, generate_partial
         from rlloom_enginekit.stream_calls import check_streams
 
         if method == STREAM_GROUPS:
             return check_streams(self.engine)
         if method == PARTIAL_ROLLOUTS:
             check_interruptible(self.engine)
-            self.partial, self.version = True, args[0]
+            self.gate = LoadGate(args[0])
             return None
         if method == "update_weights":
-            version = kwargs.pop("version", None)
+            kwargs.pop("version", None)  # the gate's label (partial rollouts)
             self.engine.update_weights(*args, **kwargs)
-            self.version = self.version + 1 if version is None else version
             return None
         if method == "load_adapter":
             return self.adapters.load(self.engine, *args)
-        if method == "generate" and self.partial:
-            return generate_partial(self.engine, *args, gate=self)
+        if method == "generate" and self.gate is not None:
+            return generate_partial(self.engine, *args, gate=self.gate)
         return getattr(self.engine, method)(*args, **kwargs)
 
-    # ------------------------------------------------------------------ WeightGate (partial rollouts)
+    # ------------------------------------------------------------------ StreamGate (partial rollouts, streamed)
+    @property
+    def version(self) -> int:
+        """The version of the weights the engine holds (the gate's)."""
+        return self.gate.version
+
     def watch(self, cancelled: Any) -> None:
-        """Set ``cancelled`` all True as soon as a weight update waits (now, if one does)."""
+        """The gate's ``watch``; a ``generate_stream`` request waiting to join sets ``cancelled`` too."""
+        self.gate.watch(cancelled)
         with self._arrived:
-            self._watched = cancelled
-            self._flag_if_weights_wait()
+            self._flag_if_joins_wait()
 
     def swap(self) -> None:
-        """Run the waiting weight updates, in order."""
-        while True:
-            with self._arrived:
-                first = self._weights_at()
-                if first is None:
-                    return
-                request = self._pop(first)
-            self.run(request)
+        """Run the waiting weight updates, in order (the gate's)."""
+        self.gate.swap()
 
     def more(self) -> list[tuple]:
         """The ``generate_stream`` requests waiting at the head of the line, joining the streamed call in flight:
@@ -382,23 +389,12 @@ class Worker:
         self._joined += joining
         return [request[2] for request in joining]
 
-    def _pop(self, place: int) -> tuple | None:
-        """The waiting request at ``place``, taken out of the line (call under the lock)."""
-        request = self._waiting[place]
-        del self._waiting[place]
-        return request
-
-    def _weights_at(self) -> int | None:
-        """The place of the first waiting weight update, if any (call under the lock)."""
-        return next((i for i, request in enumerate(self._waiting) if request and request[1] == "update_weights"), None)
-
-    def _flag_if_weights_wait(self) -> None:
-        """Set the watched flags when a weight update waits, or (in a streamed call) a ``generate_stream``
-        request waits at the head of the line (call under the lock)."""
+    def _flag_if_joins_wait(self) -> None:
+        """Flag the gated streamed call in flight when a ``generate_stream`` request waits at the head of the line
+        (call under the lock)."""
         head = self._waiting[0] if self._waiting else None
-        joins = self._joined is not None and head is not None and head[1] == GENERATE_STREAM
-        if self._watched is not None and (self._weights_at() is not None or joins):
-            self._watched.fill_(True)
+        if self.gate is not None and self._joined is not None and head is not None and head[1] == GENERATE_STREAM:
+            self.gate.interrupt()
 
 
 def portable(error: Exception) -> Exception:
