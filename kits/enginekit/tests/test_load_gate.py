@@ -61,3 +61,20 @@ def test_a_load_that_fails_in_the_generation_thread_raises_in_the_loaders():
         gate.watch(None)
     loader.join()  # the generation's end ran it
     assert errors == ["raised"] and gate.version == 0
+
+
+def test_a_submitted_load_is_not_waited_for_and_an_interrupt_flags_the_watched_call():
+    """The rollout process's reader hands its loads over with ``submit`` and flags a streamed call for a job that
+    waits to join it with ``interrupt``."""
+    gate, loaded = LoadGate(0), []
+    cancelled = torch.zeros(3, dtype=torch.bool)
+    with gate.generating():
+        gate.interrupt()  # no call watched: nothing to flag
+        gate.watch(cancelled)
+        pending = gate.submit(lambda: loaded.append("w"), None)  # returns at once, in this thread
+        assert bool(cancelled.all()) and not pending.done.is_set() and loaded == []
+        cancelled.zero_()
+        gate.interrupt()
+        assert bool(cancelled.all())
+        gate.watch(None)
+    assert pending.done.is_set() and loaded == ["w"] and gate.version == 1
