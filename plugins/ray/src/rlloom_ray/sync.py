@@ -64,9 +64,9 @@ class SyncHandle:
       what rollout rank 0 loaded, over the controller's wall time of the whole sync. With
       ``resharder.lora_sync=adapter`` what goes through the object store is the adapter folder's files
       (and W0 at the first sync; ``Worker.put_adapter``), which each rollout rank writes and loads itself:
-      no folder is shared between nodes. Under partial rollouts (``rollout.partial``) the load runs in each rollout worker's
-      :data:`~rlloom_ray.host.LOADS` concurrency group, labelled ``rollout.weight_version``, so that the generation
-      in flight is interrupted for it rather than waited for.
+      no folder is shared between nodes. Under partial rollouts (``rollout.partial``) the load runs in each rollout
+      worker's :data:`~rlloom_ray.host.LOADS` concurrency group, labelled ``rollout.weight_version``, so that the
+      generation in flight is interrupted for it rather than waited for.
     - Otherwise (e.g. ``resharder=safetensors``) the resharder runs in the controller on the two
       handles: rank 0's full weights come back and are handed to the rollout role.
     """
