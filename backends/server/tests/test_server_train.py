@@ -1,4 +1,4 @@
-"""``rlloom train preset=tiny rollout=server`` against real ``rlloom serve`` processes."""
+"""``rlloom train preset=tiny rollout=server`` against real ``rlloom serve`` processes, in sync and async modes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import urllib.request
 
 import pytest
-from rlloom_trainer.testing import comparable_rows, train_tiny, training_rows
+from rlloom_trainer.testing import comparable_rows, dumped_rollouts, train_tiny, training_rows
 
 # The client's own counters, and the rollout-vs-trainer log-prob gap: the servers batch other prompts
 # together than the in-process engine, which moves that gap in the tenth decimal (asserted < 1e-3).
@@ -33,6 +33,33 @@ def test_training_through_two_servers_equals_training_in_process(start_server, m
     assert all(row["training/rollout_probs_diff_mean"] < 1e-3 for row in rows)
     assert rows[-1]["rollout/server0/requests"] > 0 and rows[-1]["rollout/server1/requests"] > 0
     assert without_client_counters(served) == without_client_counters(local)
+    check_fully_async_through(first, second, tmp_path / "async", model_cache)
+
+
+def served_version(url: str) -> str:
+    with urllib.request.urlopen(url + "/get_weight_version", timeout=60) as response:
+        return json.loads(response.read())["weight_version"]
+
+
+def check_fully_async_through(first, second, run_dir, model_cache) -> None:
+    """trainer.async_mode=fully_async K=1 through the same two servers (the client in the rollout process):
+    every trained sample, stamped with the version the servers answered with, is 0 to K versions behind the
+    trainer, generation ran ahead (some sample is K behind), the staleness metrics agree, the client's counters
+    reach the step's metrics, and both servers end holding the last step's weights, named with its version."""
+    steps = 4
+    rows = training_rows(train_tiny(run_dir, "rollout=server", f"rollout.urls=[{first.url},{second.url}]",
+                                    "trainer.async_mode=fully_async", "trainer.max_staleness=1",
+                                    f"trainer.total_steps={steps}", "trainer.dump_rollouts=32",
+                                    "launcher.num_threads=2", cache_dir=model_cache))
+    assert len(rows) == steps
+    ages = {step: [step - 1 - sample["weight_version"] for sample in dumped_rollouts(run_dir, step)]
+            for step in range(1, steps + 1)}
+    assert all(0 <= age <= 1 for step in ages for age in ages[step]), ages
+    assert max(max(found) for found in ages.values()) == 1
+    for step, row in enumerate(rows, start=1):
+        assert row["async/staleness/max"] == max(ages[step]) and row["async/staleness/mean"] >= 0
+    assert rows[-1]["rollout/server0/requests"] > 0 and rows[-1]["rollout/server1/requests"] > 0
+    assert served_version(first.url).endswith(f"-v{steps}") and served_version(second.url) == served_version(first.url)
 
 
 @pytest.mark.slow

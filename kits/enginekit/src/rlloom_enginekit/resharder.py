@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Optional, Protocol, runtime_checkable
 
 from rlloom.config.limits import Limited
 from rlloom.types import SyncStats
@@ -21,6 +21,18 @@ if TYPE_CHECKING:  # this module is imported to register the resharder: keep it 
     import torch
 
     from rlloom.protocols import RolloutEngine, TrainEngine
+
+
+@runtime_checkable
+class LabelsWeights(Protocol):
+    """A rollout engine whose ``update_weights(named_tensors, version)`` takes the label of the weights it loads:
+    ``version``, the trainer's step after which they are (the async pipeline's version, docs/async.md); None when
+    the caller has none. It says so with ``labels_weights = True`` (``rollout=server`` names each push with it)."""
+
+    labels_weights: bool
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: Optional[int] = None) -> None: ...
 
 
 @dataclass

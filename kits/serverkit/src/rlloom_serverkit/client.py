@@ -15,7 +15,10 @@ safetensors buckets of ``weight_bucket_mb`` to ``/update_weights_from_tensor``;
 :meth:`load_weights_from_dir` (``resharder=safetensors``, servers sharing the folder) names the
 folder to ``/update_weights_from_disk``. Each push names its weights with SGLang's
 ``weight_version`` field, ``rlloom-<client id>-<push count>`` (every bucket of a push carries it; the
-client id is random, one per engine). From the first push on, every answer's
+client id is random, one per engine), followed by ``-v<version>`` when the caller labels the weights with the
+trainer's version (:class:`~rlloom_enginekit.resharder.LabelsWeights`: the async pipeline does), so the served
+version names the step they are from; a batch generated under labelled weights carries the label as each row's
+``weight_version`` (docs/async.md). From the first push on, every answer's
 ``meta_info.weight_version`` must be the last pushed one, else the call raises: another client has
 loaded other weights into that server since (two runs sharing one), and this run would train on
 samples of weights that are not its own. A run pushes its starting weights before step 0
@@ -39,6 +42,7 @@ from collections.abc import Iterable
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
+from rlloom_enginekit.partial import VERSION_FIELD
 from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
 from rlloom_enginekit.safetensors_dir import tensor_buckets
 
@@ -59,8 +63,11 @@ class ServerError(RuntimeError):
 
 class ServerRolloutEngine:
     """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
-    servers (see the module doc). ``send_prompt_index``: the servers understand rlloom's
-    ``prompt_index`` (False for SGLang, which gets one request per sample, each with its own seed)."""
+    servers (see the module doc), and :class:`~rlloom_enginekit.resharder.LabelsWeights`. ``send_prompt_index``:
+    the servers understand rlloom's ``prompt_index`` (False for SGLang, which gets one request per sample, each
+    with its own seed)."""
+
+    labels_weights = True
 
     def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
         self.config = cfg
@@ -75,6 +82,7 @@ class ServerRolloutEngine:
         self.client_id = uuid.uuid4().hex[:12]
         self.pushes = 0
         self.weight_version: str | None = None  # the last version pushed; answers must carry it
+        self.label: int | None = None  # the trainer's version of the weights last pushed, when it gave one
         self.adapter: str | None = None  # the LoRA adapter every request names (load_adapter)
         asyncio.run(self._check_servers())
 
@@ -186,7 +194,16 @@ class ServerRolloutEngine:
         token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
         indices = prompt_indices(prompts, sampling.first_prompt).tolist()
         answers = asyncio.run(self._generate_all(token_lists, indices, sampling, self._seed(sampling)))
-        return completions_batch(prompts, answers, sampling, self.pad_id)
+        return self._stamped(completions_batch(prompts, answers, sampling, self.pad_id))
+
+    def _stamped(self, out: Batch) -> Batch:
+        """``out`` with the label of the weights every answer carried (:meth:`_check_version`) as each row's
+        ``weight_version`` when they have one, and this client's counters (:meth:`metrics`) in ``meta["metrics"]``,
+        which reach the step's metrics wherever the engine lives (the rollout process of an async mode too)."""
+        if self.label is not None:
+            out[VERSION_FIELD] = torch.full((len(out),), self.label, dtype=torch.long)
+        out.meta["metrics"] = {**out.meta.get("metrics", {}), **self.metrics()}
+        return out
 
     async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Contract: ``AsyncRolloutEngine.generate_one``; ``sampling.seed`` None draws one."""
@@ -209,29 +226,30 @@ class ServerRolloutEngine:
                 f"and start it again (a resumed run pushes its weights first).")
 
     # ------------------------------------------------------------------------------ weights and memory
-    def _next_version(self) -> str:
+    def _next_version(self, label: int | None = None) -> str:
+        """The name of the next push: ``rlloom-<client id>-<push count>``, ``-v<label>`` appended when labelled."""
         self.pushes += 1
-        return f"rlloom-{self.client_id}-{self.pushes}"
+        return f"rlloom-{self.client_id}-{self.pushes}" + ("" if label is None else f"-v{label}")
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
         """Send full tensors (Hugging Face names) to every server, ``weight_bucket_mb`` per request,
-        each bucket with the push's ``weight_version`` (module doc)."""
+        each bucket with the push's ``weight_version``, named with ``version`` when given (module doc)."""
         from safetensors.torch import save
 
-        version = self._next_version()
+        label, version = version, self._next_version(version)
         on_host = ((name, tensor.detach().to("cpu").contiguous()) for name, tensor in named_tensors)
         for bucket in tensor_buckets(on_host, self.config.weight_bucket_mb * 10**6):
             blob = base64.b64encode(save(dict(bucket))).decode("ascii")
             asyncio.run(self._to_all("/update_weights_from_tensor",
                                      {"serialized_named_tensors": [blob], "weight_version": version}))
-            self.weight_version = version
+            self.weight_version, self.label = version, label
 
     def load_weights_from_dir(self, path: str) -> None:
         """Every server loads the ``*.safetensors`` files of ``path`` (a folder they can read), as
         weight version :meth:`_next_version` (module doc)."""
         version = self._next_version()
         asyncio.run(self._to_all("/update_weights_from_disk", {"model_path": path, "weight_version": version}))
-        self.weight_version = version
+        self.weight_version, self.label = version, None
 
     def load_adapter(self, path: str, name: str) -> None:
         """Every server loads the PEFT adapter folder ``path`` (which it must be able to read) as ``name``

@@ -217,10 +217,9 @@ class RolloutPipeline:
         return batch
 
     def syncing(self, step: int) -> None:
-        """The weights after ``step`` are about to be synced: under partial rollouts, the rollout process labels
-        them ``step``."""
-        if self.partial:
-            self.rollout.weight_version = step
+        """The weights after ``step`` are about to be synced: the rollout role labels them ``step`` (partial
+        rollouts' versions; an engine that names its weights, ``rollout=server``)."""
+        self.rollout.weight_version = step
 
     def synced(self, step: int) -> None:
         """The weights after ``step`` were submitted to the rollout role: later jobs generate with them."""

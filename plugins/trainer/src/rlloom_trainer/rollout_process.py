@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
-from rlloom_enginekit.resharder import AdapterFolders
+from rlloom_enginekit.resharder import AdapterFolders, LabelsWeights
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 if TYPE_CHECKING:  # the streamed groups' and the gate's types; importing them here would load torch with the plugin
@@ -239,7 +239,8 @@ class Worker:
     weights the engine holds being ``version``): the reader hands each ``update_weights`` request to ``gate``, a
     :class:`~rlloom_enginekit.partial.LoadGate` (as a Ray rollout worker hands its loads), which runs it before
     any waiting request, withdrawing the generation in flight (:func:`rlloom_enginekit.partial.generate_partial`)
-    and resuming it. Without it a weight update waits for the generation before it."""
+    and resuming it. Without it a weight update waits for the generation before it. An engine that labels its
+    weights (:class:`~rlloom_enginekit.resharder.LabelsWeights`, ``rollout=server``) gets each update's ``version``."""
 
     def __init__(self, engine: Any, replies: Channel) -> None:
         self.engine, self.replies = engine, replies
@@ -357,7 +358,9 @@ class Worker:
             self.gate = LoadGate(args[0])
             return None
         if method == "update_weights":
-            kwargs.pop("version", None)  # the gate's label (partial rollouts)
+            version = kwargs.pop("version", None)
+            if version is not None and isinstance(self.engine, LabelsWeights):
+                kwargs["version"] = version
             self.engine.update_weights(*args, **kwargs)
             return None
         if method == "load_adapter":

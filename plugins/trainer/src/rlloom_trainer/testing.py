@@ -2,6 +2,7 @@
 
 - :func:`train_tiny` runs ``preset=tiny`` in this process and returns its logged metric rows;
 - :func:`metric_rows` reads a run's ``metrics.jsonl``; :func:`training_rows` keeps its training steps;
+  :func:`dumped_rollouts` reads one step's ``trainer.dump_rollouts`` file;
   :func:`comparable_rows` drops what differs between two runs of one seed (timings, memory);
 - :func:`entry_point_registry` loads one installed plugin on its own and fails the test, with the
   plugin's traceback, if it does not load;
@@ -27,8 +28,8 @@ from rlloom.plugins.registry import Registry
 import rlloom_trainer
 from rlloom_trainer.checkpoint import RESUME_MARKER
 
-__all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "entry_point_registry",
-           "metric_rows", "mounted_tmpfs", "train_tiny", "training_rows"]
+__all__ = ["MEASURED_PREFIXES", "RESUME_MARKER", "comparable_rows", "device_params", "dumped_rollouts",
+           "entry_point_registry", "metric_rows", "mounted_tmpfs", "train_tiny", "training_rows"]
 
 
 def device_params(what: str) -> list:
@@ -91,6 +92,13 @@ def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict]:
             except ValueError as error:
                 raise ValueError(f"{path} line {number} is not a JSON row ({error}): {line!r}") from None
     return rows
+
+
+def dumped_rollouts(run_dir: str | os.PathLike[str], step: int) -> list[dict]:
+    """The samples ``trainer.dump_rollouts`` wrote for ``step`` (``<run_dir>/rollouts/step_<step>.jsonl``), one
+    dict each, in file order."""
+    with open(os.path.join(run_dir, "rollouts", f"step_{step}.jsonl"), encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
 
 
 MEASURED_PREFIXES = ("timing_s/", "perf/", "training/wall_clock_s")
