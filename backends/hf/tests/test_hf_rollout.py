@@ -764,6 +764,37 @@ def test_requests_differing_only_in_seed_share_one_call(model_dirs):
     engine.close()
 
 
+def test_a_request_is_answered_once_its_rows_stop_not_when_the_call_ends(model_dirs):
+    """16 requests served by one call whose rows stop at many lengths (an all-zero lm_head): each is answered as
+    soon as its responses have stopped (the scheduler's ``finished`` callback), so they complete in the order of
+    their longest response, not the order sent, each with what one batch call gives its prompt."""
+    import asyncio
+
+    engine = make_engine(model_dirs["main"])
+    engine.update_weights([("lm_head.weight", torch.zeros(len(VOCAB), 64))])
+    prompts = _random_prompts(16, seed=8)
+    sampling = SamplingParams(n=2, temperature=0.7, max_new_tokens=20, seed=3)
+    completed = []
+
+    async def one(i: int, ids: list[int]):
+        answer = await engine.generate_one(ids, dataclasses.replace(sampling, first_prompt=i))
+        completed.append((max(map(len, answer.token_ids)), i))
+        return answer
+
+    async def together():
+        return await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
+
+    answers = asyncio.run(together())
+    assert engine._scheduler.generate_calls == 1
+    longest = [length for length, _ in completed]
+    assert longest == sorted(longest) and longest[0] < longest[-1]
+    assert [i for _, i in completed] != list(range(16))
+    batch = engine.generate(left_padded(prompts), sampling)
+    for i, answer in enumerate(answers):
+        assert answer.token_ids == [real_response(batch, 2 * i + j) for j in range(2)]
+    engine.close()
+
+
 # ---------------------------------------------------------------------------------- partial rollouts
 class UpdateAfterCalls:
     """The host of a partial generation (:class:`rlloom_enginekit.partial.WeightGate`) for these tests: the

@@ -12,7 +12,9 @@ An engine with the :class:`rlloom.protocols.BatchesRequests` ability (the hf eng
 seeded requests that differ only in their seed share a call (each row carries its seed,
 :data:`rlloom.batch.SEED_FIELD`; unseeded requests group apart, the engine drawing one seed for
 their call), and a request whose future is cancelled (its caller timed out or went away) is
-flagged in the call's ``cancelled`` tensor, which the engine reads before every decode step. Other
+flagged in the call's ``cancelled`` tensor, which the engine reads before every decode step; an engine that
+also reports rows as they finish (:class:`~rlloom_enginekit.stream.StreamsRows`) answers each request as soon as
+its rows are done, not when the call's longest row ends. Other
 engines (vLLM, SGLang) get one call per distinct seed, and a cancelled request's rows run to the
 end of their call (its result dropped). A call that fails is run again one request at a time, so
 only the requests that fail alone get the error (an input the engine cannot take never fails or
@@ -39,6 +41,7 @@ from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 from rlloom.protocols import BatchesRequests, RolloutEngine
 from rlloom.types import Completion, SamplingParams
 from rlloom_enginekit.prompts import left_pad
+from rlloom_enginekit.stream import PromptRows, StreamsRows
 
 T = TypeVar("T")
 
@@ -89,6 +92,24 @@ def completions_batch(prompts: Batch, answers: list[Completion], sampling: Sampl
     out.meta["temperature"] = sampling.policy_temperature
     out.meta["pad_token_id"] = pad_id
     return out
+
+
+def _answer_early(requests: list[_Request], sampling: SamplingParams, loop: asyncio.AbstractEventLoop) -> PromptRows:
+    """The ``finished`` callback of a :class:`~rlloom_enginekit.stream.StreamsRows` engine's call for ``requests``:
+    once request ``i``'s ``n`` rows are reported, its future gets their completion at once, from the engine's
+    thread through ``loop``, rather than when the call's longest row ends (the completion :func:`completions`
+    gives it then)."""
+
+    def answer(prompt: int, tokens: list[list[int]], log_probs: list[list[float]]) -> None:
+        reasons = ["length" if len(ids) >= sampling.max_new_tokens else "stop" for ids in tokens]
+        loop.call_soon_threadsafe(_settle, requests[prompt].future, Completion(tokens, log_probs, reasons))
+
+    return PromptRows(sampling.n, answer)
+
+
+def _settle(future: asyncio.Future, answer: Completion) -> None:
+    if not future.done():
+        future.set_result(answer)
 
 
 def _flag_if_cancelled(flags: torch.Tensor, row: int, future: asyncio.Future) -> None:
@@ -205,7 +226,9 @@ class BatchingScheduler:
         cancelled = torch.zeros(len(requests), dtype=torch.bool)
         for row, request in enumerate(requests):
             request.future.add_done_callback(functools.partial(_flag_if_cancelled, cancelled, row))
-        out = await self.run_exclusive(self.engine.generate_requests, batch, sampling, cancelled)
+        streams = isinstance(self.engine, StreamsRows)
+        early = (_answer_early(requests, sampling, asyncio.get_running_loop()),) if streams else ()
+        out = await self.run_exclusive(self.engine.generate_requests, batch, sampling, cancelled, *early)
         return completions(out, sampling.n, sampling.max_new_tokens)
 
     def close(self) -> None:

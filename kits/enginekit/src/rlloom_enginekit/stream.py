@@ -94,25 +94,37 @@ def generate_groups(engine: StreamsRows, jobs: list[tuple[Batch, SamplingParams]
         _pooled(engine, jobs, send, gate)
         return
     call, sampling = merged(jobs)
-    n = sampling.n
     owners = [(job, row) for job, (prompts, _) in enumerate(jobs) for row in range(len(prompts))]
-    done: dict[int, dict[int, tuple[list[int], list[float]]]] = {}
 
-    def finished(rows: list[int], tokens: list[list[int]], log_probs: list[list[float]]) -> None:
-        for out_row, ids, values in zip(rows, tokens, log_probs):
-            prompt, copy = divmod(out_row, n)
-            responses = done.setdefault(prompt, {})
-            responses[copy] = (ids, values)
-            if len(responses) == n:
-                job, row = owners[prompt]
-                ordered = [responses[k] for k in range(n)]
-                send(job, row, group_batch(jobs[job][0], row, [r[0] for r in ordered], [r[1] for r in ordered],
-                                           jobs[job][1], engine.pad_id))
+    def whole(prompt: int, tokens: list[list[int]], log_probs: list[list[float]]) -> None:
+        job, row = owners[prompt]
+        send(job, row, group_batch(jobs[job][0], row, tokens, log_probs, jobs[job][1], engine.pad_id))
 
+    finished = PromptRows(sampling.n, whole)
     engine.generate_requests(call, sampling, None, finished)
-    missing = len(owners) - sum(len(responses) == n for responses in done.values())
+    missing = len(owners) - finished.whole
     if missing:
         raise RuntimeError(f"generate_groups: the engine reported {missing} prompt(s) unfinished")
+
+
+class PromptRows:
+    """The ``finished(rows, tokens, log_probs)`` callback of a :class:`StreamsRows` call with ``n`` responses per
+    prompt: once the ``n`` output rows of prompt ``i`` (rows ``i * n`` to ``i * n + n - 1``) are all reported,
+    ``on_whole(i, tokens, log_probs)`` gets them in response order; ``whole`` counts those prompts."""
+
+    def __init__(self, n: int, on_whole: Callable[[int, list[list[int]], list[list[float]]], None]) -> None:
+        self.n, self.on_whole, self.whole = n, on_whole, 0
+        self._reported: dict[int, dict[int, tuple[list[int], list[float]]]] = {}
+
+    def __call__(self, rows: list[int], tokens: list[list[int]], log_probs: list[list[float]]) -> None:
+        for out_row, ids, values in zip(rows, tokens, log_probs):
+            prompt, copy = divmod(out_row, self.n)
+            responses = self._reported.setdefault(prompt, {})
+            responses[copy] = (ids, values)
+            if len(responses) == self.n:
+                self.whole += 1
+                ordered = [responses[k] for k in range(self.n)]
+                self.on_whole(prompt, [ids for ids, _ in ordered], [values for _, values in ordered])
 
 
 def _pooled(engine: StreamsRows, jobs: list[tuple[Batch, SamplingParams]], send: Send, gate: StreamGate) -> None:

@@ -37,13 +37,13 @@ import base64
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
 from rlloom_enginekit.partial import VERSION_FIELD
-from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists
+from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists, row_seeds
 from rlloom_enginekit.safetensors_dir import tensor_buckets
 
 from rlloom_serverkit.config import ServerRolloutConfig
@@ -63,11 +63,13 @@ class ServerError(RuntimeError):
 
 class ServerRolloutEngine:
     """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
-    servers (see the module doc), and :class:`~rlloom_enginekit.resharder.LabelsWeights`. ``send_prompt_index``:
+    servers (see the module doc), :class:`~rlloom_enginekit.resharder.LabelsWeights` and
+    :class:`~rlloom_enginekit.stream.StreamsRows`. ``send_prompt_index``:
     the servers understand rlloom's ``prompt_index`` (False for SGLang, which gets one request per sample, each
     with its own seed)."""
 
     labels_weights = True
+    reports_finished_rows = True  # rlloom_enginekit.stream.StreamsRows: each prompt's rows as its answer arrives
 
     def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
         self.config = cfg
@@ -172,13 +174,25 @@ class ServerRolloutEngine:
                 return completion
         raise ServerError("rollout=server: the request failed on every try: " + "; ".join(failed.values()))
 
-    async def _generate_all(self, token_lists: list[list[int]], indices: list[int], sampling: SamplingParams,
-                            seed: int) -> list[Completion]:
+    async def _generate_all(self, token_lists: list[list[int]], indices: list[int], seeds: list[int],
+                            sampling: SamplingParams, finished: Callable | None) -> list[Completion]:
+        """Prompt ``i``'s completion (its index ``indices[i]``, its seed ``seeds[i]``), every request in flight at
+        once (up to ``max_in_flight``); each handed to ``finished`` as it arrives (:meth:`generate_requests`)."""
         limit = asyncio.Semaphore(self.config.max_in_flight)
+
+        async def one(row: int, session) -> Completion:
+            params = dataclasses.replace(sampling, first_prompt=indices[row])
+            completion = await self._request(session, limit, token_lists[row], params, seeds[row])
+            if finished is not None:
+                if completion.log_probs is None:
+                    raise ServerError("rollout=server: streamed groups need the sampled tokens' log-probs, and the "
+                                      "server gave none (vLLM under top-k / top-p filtering)")
+                finished(list(range(row * sampling.n, (row + 1) * sampling.n)), completion.token_ids,
+                         completion.log_probs)
+            return completion
+
         async with self._session() as session:
-            return await asyncio.gather(*(
-                self._request(session, limit, ids, dataclasses.replace(sampling, first_prompt=index), seed)
-                for ids, index in zip(token_lists, indices)))
+            return await asyncio.gather(*(one(row, session) for row in range(len(token_lists))))
 
     def _seed(self, sampling: SamplingParams) -> int:
         if sampling.seed is not None:
@@ -189,11 +203,24 @@ class ServerRolloutEngine:
         """Contract: ``RolloutEngine.generate``; one request per prompt (with ``n`` samples), all in
         flight at once up to ``max_in_flight``. Randomness is keyed by (seed, prompt index,
         response) on an rlloom server, so the output does not depend on which server answered."""
+        return self.generate_requests(prompts, sampling)
+
+    def generate_requests(self, prompts: Batch, sampling: SamplingParams, cancelled: torch.Tensor | None = None,
+                          finished: Callable | None = None) -> Batch:
+        """:meth:`generate` where each prompt row may carry its own seed (:data:`~rlloom.batch.SEED_FIELD`) and
+        prompt index (:data:`~rlloom.batch.PROMPT_INDEX_FIELD`), and ``finished(rows, tokens, log_probs)`` gets
+        each prompt's ``n`` output rows (``i * n`` to ``i * n + n - 1``) the moment its answer arrives
+        (:class:`rlloom_enginekit.stream.StreamsRows`: ``trainer.stream_groups``). The servers batch the requests
+        that arrive together; an ``rlloom serve`` over the hf engine answers each as soon as its rows are done.
+        ``cancelled`` must be None: a request's rows cannot be withdrawn mid-call here."""
+        if cancelled is not None:
+            raise ValueError("rollout=server: generate_requests cannot withdraw rows mid-call (cancelled must be None)")
         prompts.require("prompts", "prompt_mask")
         check_left_padded(prompts["prompts"], prompts["prompt_mask"])
         token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
         indices = prompt_indices(prompts, sampling.first_prompt).tolist()
-        answers = asyncio.run(self._generate_all(token_lists, indices, sampling, self._seed(sampling)))
+        seeds = row_seeds(prompts, self._seed(sampling)).tolist()
+        answers = asyncio.run(self._generate_all(token_lists, indices, seeds, sampling, finished))
         return self._stamped(completions_batch(prompts, answers, sampling, self.pad_id))
 
     def _stamped(self, out: Batch) -> Batch:
