@@ -37,6 +37,7 @@ def test_training_through_two_servers_equals_training_in_process(start_server, m
     assert without_client_counters(served) == without_client_counters(local)
     check_fully_async_through(first, second, tmp_path / "async", model_cache)
     check_streamed_through(first, second, tmp_path / "streamed", model_cache)
+    check_partial_through(first, second, tmp_path / "partial", model_cache)
 
 
 def served_version(url: str) -> str:
@@ -142,3 +143,23 @@ def check_streamed_through(first, second, run_dir, model_cache) -> None:
     assert all(0 <= step - 1 - sample["weight_version"] <= 2 for step in trained for sample in trained[step])
     draws = [{sample["uid"].split("-")[0] for sample in trained[step]} for step in trained]
     assert any(len(of_step) > 1 for of_step in draws), draws
+
+
+def check_partial_through(first, second, run_dir, model_cache) -> None:
+    """trainer.partial_rollout=true (fully_async K=2, 64-token responses) through the two servers: weight updates
+    withdraw the generation in flight (the client pauses the servers in mode abort), which resumes from its tokens
+    so far under the new weights; every trained sample is at most K versions old by its oldest weights and never
+    newer than the trainer by its newest, and some were interrupted and resumed."""
+    steps = 6
+    rows = training_rows(train_tiny(run_dir, "rollout=server", f"rollout.urls=[{first.url},{second.url}]",
+                                    "trainer.async_mode=fully_async", "trainer.max_staleness=2",
+                                    "trainer.partial_rollout=true", "sampling.max_new_tokens=64",
+                                    "sampling.ignore_eos=true", f"trainer.total_steps={steps}",
+                                    "trainer.dump_rollouts=32", "launcher.num_threads=2", cache_dir=model_cache))
+    assert len(rows) == steps
+    for step in range(1, steps + 1):
+        for sample in dumped_rollouts(run_dir, step):
+            assert 0 <= step - 1 - sample["weight_version"] <= 2 and sample["weight_version_max"] <= step - 1
+    resumed = [sample for step in range(1, steps + 1) for sample in dumped_rollouts(run_dir, step)
+               if sample["weight_version_max"] > sample["weight_version"]]
+    assert resumed and any(row["async/interrupted"] > 0 and row["async/resumed"] > 0 for row in rows)

@@ -104,3 +104,37 @@ def test_the_client_refuses_answers_from_weights_another_client_pushed(start_ser
     theirs.load_weights_from_dir(model_path(server.url))
     with pytest.raises(RuntimeError, match="another client has loaded other weights"):
         ours.generate(prompt_batch(), sampling)
+
+
+def test_a_call_withdrawn_through_cancelled_comes_back_with_its_tokens_so_far(start_server):
+    """``trainer.partial_rollout`` through ``rollout=server``: 0.3 s into a call of 256 rows x 200 tokens the
+    ``cancelled`` flags are set; the client pauses the server in mode ``abort`` (then continues it), and every row
+    comes back flagged interrupted with its tokens so far (fewer than 200, some, as many log-probs), the first
+    tokens the uninterrupted call samples; the next call is whole. A request for one sample with
+    ``response_index`` k draws sample k of a request for several."""
+    import dataclasses
+    import threading
+
+    import torch
+    from rlloom import Batch
+    from rlloom_enginekit.prompts import RESPONSE_INDEX_FIELD, left_pad
+
+    server = start_server()
+    engine = client(server.url)
+    ids, mask = left_pad([[5 + i, 6, 7] for i in range(32)])
+    prompts = Batch({"prompts": ids, "prompt_mask": mask}, batch_size=32)
+    sampling = SamplingParams(n=8, temperature=1.0, max_new_tokens=200, ignore_eos=True, seed=3)
+    cancelled = torch.zeros(32, dtype=torch.bool)
+    threading.Timer(0.3, lambda: cancelled.fill_(True)).start()
+    cut = engine.generate_requests(prompts, sampling, cancelled)
+    whole = engine.generate_requests(prompts, sampling)
+    lengths = cut["response_mask"].sum(1)
+    assert cut["interrupted"].all() and int(lengths.max()) < 200 and int(lengths.max()) > 0
+    assert torch.equal((cut["rollout_log_probs"] != 0).sum(1), lengths)
+    assert torch.equal(cut["responses"] * cut["response_mask"], whole["responses"][:, : cut["responses"].shape[1]]
+                       * cut["response_mask"])
+    assert not whole["interrupted"].any() and bool((whole["response_mask"].sum(1) == 200).all())
+    one = prompts.reorder([0])
+    one[RESPONSE_INDEX_FIELD] = torch.tensor([5])
+    fifth = engine.generate_requests(one, dataclasses.replace(sampling, n=1))
+    assert torch.equal(fifth["responses"][0], whole["responses"][5])

@@ -4,6 +4,8 @@ meta_info with finish_reason and output_token_logprobs as [log_prob, token_id, t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from rlloom import Completion, SamplingParams
 
@@ -46,7 +48,8 @@ def test_sglang_request_parses_to_sampling_params():
 def test_batched_input_and_prompt_index():
     parsed = parse_generate({"input_ids": [[1, 2], [3]], "prompt_index": 5, "sampling_params": {"temperature": 0}})
     assert parsed.batched and parsed.prompts == [[1, 2], [3]]
-    assert parsed.sampling.first_prompt == 5 and parsed.sampling.greedy
+    assert parsed.sampling.first_prompt == 5 and parsed.sampling.greedy and parsed.response_index == 0
+    assert parse_generate({"input_ids": [1], "response_index": 3}).response_index == 3
 
 
 @pytest.mark.parametrize("body, named", [
@@ -60,6 +63,8 @@ def test_batched_input_and_prompt_index():
     ({"input_ids": [1], "sampling_params": {"frequency_penalty": 1.0}}, "frequency_penalty"),
     ({"input_ids": [1], "sampling_params": {"top_p": 0.0}}, "sampling_params.top_p"),
     ({"input_ids": [1], "prompt_index": -1}, "prompt_index"),
+    ({"input_ids": [1], "response_index": -1}, "response_index"),
+    ({"input_ids": [1], "sampling_params": {"n": 2}, "response_index": 2**63 - 1}, "response_index"),
     ({"input_ids": [1], "lora_path": 3}, "lora_path must name a loaded LoRA adapter"),
     ({"input_ids": [1], "stream": True}, "stream"),
     ({"input_ids": [2**70]}, "int64"),
@@ -108,6 +113,9 @@ def test_render_then_parse_round_trip_and_shapes():
     assert rendered[1]["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert rendered[1]["meta_info"]["output_token_logprobs"][0] == [-2.0, 9, None]
     assert parse_generate_answer(rendered, 2) == answer
+    withdrawn = Completion([[5], []], [[-0.5], []], ["abort", "abort"])
+    cut = render_generate(request, [withdrawn])
+    assert cut[0]["meta_info"]["finish_reason"]["type"] == "abort" and parse_generate_answer(cut, 2) == withdrawn
     single = render_generate(parse_generate({"input_ids": [1]}), [Completion([[4]], [[-1.0]], ["stop"])])
     assert isinstance(single, dict) and "output_token_logprobs" not in single["meta_info"]
 
@@ -143,6 +151,11 @@ def test_client_bodies_for_both_dialects():
     stopping = generate_bodies([1], SamplingParams(stop_token_ids=(7, 3)), seed=1, with_prompt_index=False)
     assert stopping[0]["sampling_params"]["stop_token_ids"] == [7, 3]
     assert "stop_token_ids" not in sglang_bodies[0]["sampling_params"]
+    later = generate_bodies([1, 2], dataclasses.replace(sampling, n=1), seed=99, with_prompt_index=True,
+                            response_index=2)
+    assert parse_generate(later[0]).response_index == 2 and "response_index" not in rlloom_body
+    assert generate_bodies([1, 2], dataclasses.replace(sampling, n=1), seed=99, with_prompt_index=False,
+                           response_index=2)[0]["sampling_params"]["sampling_seed"] == sample_seed(99, 4, 2)
     seeds = {sample_seed(99, i, j) for i in range(300) for j in range(4)}
     assert len(seeds) == 1200 and all(0 <= s < 2**63 for s in seeds)
 

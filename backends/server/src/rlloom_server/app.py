@@ -200,7 +200,8 @@ class RolloutServer:
         """The request's completions, one per prompt, once ``cost`` tokens of the budget are free."""
         async with self.budget.reserve(cost):
             return await asyncio.gather(*(self.scheduler.generate_one(ids, dataclasses.replace(
-                parsed.sampling, first_prompt=parsed.sampling.first_prompt + i)) for i, ids in enumerate(parsed.prompts)))
+                parsed.sampling, first_prompt=parsed.sampling.first_prompt + i), parsed.response_index)
+                for i, ids in enumerate(parsed.prompts)))
 
     async def _weights(self, load) -> web.Response:
         try:

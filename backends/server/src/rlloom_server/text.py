@@ -57,7 +57,7 @@ def stop_strings(value: Any, where: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Sample:
     """One response as the dialects answer it: ``tokens``, their ``log_probs`` (None when the engine
-    gave none), ``text``, ``finish`` (``"stop"`` or ``"length"``) and what ``matched`` a stop
+    gave none), ``text``, ``finish`` (``"stop"``, ``"length"`` or ``"abort"``) and what ``matched`` a stop
     (a stop string, else the final token id when it stopped, else None)."""
 
     tokens: list[int]
@@ -122,9 +122,8 @@ class ServedTokenizer:
                 k, text, matched = cut
                 result.append(Sample(tokens[:k], None if log_probs is None else log_probs[:k], text, "stop", matched))
                 continue
-            stopped = answer.finish_reasons[j] == "stop"
-            result.append(Sample(tokens, log_probs, text, "stop" if stopped else "length",
-                                 tokens[-1] if stopped and tokens else None))
+            reason = answer.finish_reasons[j]
+            result.append(Sample(tokens, log_probs, text, reason, tokens[-1] if reason == "stop" and tokens else None))
         return result
 
     def _cut(self, tokens: list[int], stops: tuple[str, ...], skip_special_tokens: bool) -> tuple[int, str, str]:

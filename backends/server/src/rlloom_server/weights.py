@@ -10,12 +10,14 @@ the weight updates, ``POST /pause_generation`` and ``POST /continue_generation``
   weights ever answer under one name. The version changes on the engine's thread, right after the
   weights, between two engine calls.
 - ``/pause_generation`` (``{"mode": "abort" | "retract" | "in_place"}``, SGLang's default ``abort``):
-  no engine call starts until ``/continue_generation``; the call running finishes and its requests
-  are answered; requests queued or arriving meanwhile wait (their ``--request-timeout-s`` still
-  runs). It answers once the running call has ended, so weights loaded next never change under
-  a running call. The engines answer whole completions, so the three modes act alike: there is no
-  half-generated request to hold in place, retract or abort (requests are cancelled one by one with
-  ``/abort_request``). Weight updates and memory release run while paused.
+  no engine call starts until ``/continue_generation``; requests arriving meanwhile wait (their
+  ``--request-timeout-s`` still runs). In mode ``abort`` every request is answered at once, as SGLang's
+  abort does: the call running stops its rows within a decode step (over an engine that flags the rows it
+  withdrew, the hf engine; another's call runs to its end) and its requests get their tokens and log-probs so
+  far, finished by ``abort``; requests queued get no tokens, ``abort``
+  (:meth:`rlloom_enginekit.batching.BatchingScheduler.withdraw`). In modes ``retract`` and ``in_place`` the call
+  running finishes and the requests queued wait. It answers once the running call has ended, so weights loaded
+  next never change under a running call. Weight updates and memory release run while paused.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def routes(server) -> list[web.RouteDef]:
         if mode not in PAUSE_MODES:
             message = f"the body must be a JSON object whose mode is one of {list(PAUSE_MODES)} (or absent)"
             return web.json_response({"error": {"message": message, "code": 400}}, status=400)
+        if mode == "abort":
+            server.scheduler.withdraw()
         await server.scheduler.pause()
         return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 

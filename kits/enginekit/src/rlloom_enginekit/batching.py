@@ -40,7 +40,8 @@ import torch
 from rlloom.batch import PROMPT_INDEX_FIELD, SEED_FIELD, Batch
 from rlloom.protocols import BatchesRequests, RolloutEngine
 from rlloom.types import Completion, SamplingParams
-from rlloom_enginekit.prompts import left_pad
+from rlloom_enginekit.partial import INTERRUPTED_FIELD
+from rlloom_enginekit.prompts import RESPONSE_INDEX_FIELD, left_pad
 from rlloom_enginekit.stream import PromptRows, StreamsRows
 
 T = TypeVar("T")
@@ -51,11 +52,14 @@ class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
     future: asyncio.Future
+    response_index: int = 0
 
 
 def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
-    """The batch call's output (``len(out) = B * n`` interleaved rows) as B completions."""
+    """The batch call's output (``len(out) = B * n`` interleaved rows) as B completions; a row the engine withdrew
+    (:data:`~rlloom_enginekit.partial.INTERRUPTED_FIELD`) finishes by ``"abort"`` with its tokens so far."""
     lengths = out["response_mask"].sum(dim=1).tolist()
+    cut = out[INTERRUPTED_FIELD].tolist() if INTERRUPTED_FIELD in out else [False] * len(out)
     tokens = out["responses"].tolist()
     log_probs = out["rollout_log_probs"].tolist() if "rollout_log_probs" in out else None
     result = []
@@ -64,7 +68,7 @@ def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
         result.append(Completion(
             token_ids=[tokens[r][: lengths[r]] for r in rows],
             log_probs=None if log_probs is None else [log_probs[r][: lengths[r]] for r in rows],
-            finish_reasons=["length" if lengths[r] >= max_new_tokens else "stop" for r in rows],
+            finish_reasons=["abort" if cut[r] else "length" if lengths[r] >= max_new_tokens else "stop" for r in rows],
         ))
     return result
 
@@ -139,13 +143,18 @@ class BatchingScheduler:
         self._worker: asyncio.Task | None = None
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        self._round: list[_Request] = []  # the requests taken from the queue for the calls being run
+        self._running: tuple[list[_Request], torch.Tensor] | None = None  # the call in flight and its flags
 
-    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
-        """Contract: :meth:`rlloom.protocols.AsyncRolloutEngine.generate_one`."""
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams, response_index: int = 0
+                           ) -> Completion:
+        """Contract: :meth:`rlloom.protocols.AsyncRolloutEngine.generate_one`; ``response_index``: the index of
+        its first response (:data:`~rlloom_enginekit.prompts.RESPONSE_INDEX_FIELD`, for an engine with
+        :class:`~rlloom.protocols.BatchesRequests`)."""
         if not prompt_ids:
             raise ValueError("generate_one: the prompt needs at least one token")
         future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Request(list(prompt_ids), sampling, future))
+        self._queue.append(_Request(list(prompt_ids), sampling, future, response_index))
         self._start_worker()
         self._arrived.set()
         return await future
@@ -159,6 +168,19 @@ class BatchingScheduler:
         ended (its requests answered). Requests queued or arriving meanwhile wait."""
         self._unpaused.clear()
         await self.run_exclusive(lambda: None)  # queued behind the running call, if any
+
+    def withdraw(self) -> None:
+        """Answer every request now: the call in flight stops its rows within a decode step (an engine that flags
+        the rows it withdrew, :class:`~rlloom_enginekit.partial.Interruptible`; another runs to its end) and its
+        requests get their tokens so far, finished by ``"abort"``; each request not yet in a call gets no tokens,
+        ``"abort"``."""
+        running = {id(request) for request in self._running[0]} if self._running else set()
+        if self._running:
+            self._running[1].fill_(True)
+        for request in self._queue + self._round:
+            if id(request) not in running and not request.future.done():
+                n = request.sampling.n
+                request.future.set_result(Completion([[]] * n, [[]] * n, ["abort"] * n))
 
     def resume(self) -> None:
         """Undo :meth:`pause`: the waiting requests are batched and run."""
@@ -175,6 +197,7 @@ class BatchingScheduler:
             await asyncio.sleep(self.max_wait_s)
             self._arrived.clear()
             waiting, self._queue = [r for r in self._queue if not r.future.done()], []
+            self._round = waiting
             groups: dict[tuple[SamplingParams, bool], list[_Request]] = {}
             for request in waiting:
                 groups.setdefault(self._group(request.sampling), []).append(request)
@@ -218,17 +241,25 @@ class BatchingScheduler:
                        PROMPT_INDEX_FIELD: torch.tensor([r.sampling.first_prompt for r in requests])},
                       batch_size=len(requests))
         if not isinstance(self.engine, BatchesRequests):
+            if any(r.response_index for r in requests):
+                raise ValueError(f"response_index: the engine {type(self.engine).__name__} keys every response by "
+                                 "its place in its request (it takes no per-row fields)")
             out = await self.run_exclusive(self.engine.generate, batch, sampling)
             return completions(out, sampling.n, sampling.max_new_tokens)
         if requests[0].sampling.seed is not None:
             sampling = dataclasses.replace(sampling, seed=requests[0].sampling.seed)
             batch[SEED_FIELD] = torch.tensor([r.sampling.seed for r in requests], dtype=torch.long)
+        batch[RESPONSE_INDEX_FIELD] = torch.tensor([r.response_index for r in requests], dtype=torch.long)
         cancelled = torch.zeros(len(requests), dtype=torch.bool)
         for row, request in enumerate(requests):
             request.future.add_done_callback(functools.partial(_flag_if_cancelled, cancelled, row))
         streams = isinstance(self.engine, StreamsRows)
         early = (_answer_early(requests, sampling, asyncio.get_running_loop()),) if streams else ()
-        out = await self.run_exclusive(self.engine.generate_requests, batch, sampling, cancelled, *early)
+        self._running = (requests, cancelled)
+        try:
+            out = await self.run_exclusive(self.engine.generate_requests, batch, sampling, cancelled, *early)
+        finally:
+            self._running = None
         return completions(out, sampling.n, sampling.max_new_tokens)
 
     def close(self) -> None:

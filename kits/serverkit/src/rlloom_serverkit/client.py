@@ -24,6 +24,12 @@ loaded other weights into that server since (two runs sharing one), and this run
 samples of weights that are not its own. A run pushes its starting weights before step 0
 (:class:`~rlloom.protocols.StartsWithOtherWeights`, ``docs/server.md``).
 
+Asynchronous training (docs/async.md, docs/server.md): :meth:`ServerRolloutEngine.generate_requests` takes per-row
+seeds, prompt and response indices and budgets, hands each prompt's responses on as its answer arrives
+(``trainer.stream_groups``) and, once its ``cancelled`` flags are set, withdraws the servers' requests in flight
+(``/pause_generation`` in mode ``abort``, then ``/continue_generation``), which come back with their tokens so far
+(``trainer.partial_rollout``).
+
 LoRA adapters (``resharder.lora_sync=adapter``): :meth:`load_adapter` posts SGLang's
 ``/load_lora_adapter`` ``{"lora_name", "lora_path"}`` (a folder the servers read) to every server, then
 ``/unload_lora_adapter`` ``{"lora_name"}`` of the previous one; every ``/generate`` body names the
@@ -42,14 +48,43 @@ from collections.abc import Callable, Iterable
 import torch
 from rlloom import Batch, Completion, EngineSpec, SamplingParams
 from rlloom_enginekit.batching import completions_batch
-from rlloom_enginekit.partial import VERSION_FIELD
-from rlloom_enginekit.prompts import check_left_padded, model_token_ids, prompt_indices, prompt_token_lists, row_seeds
+from rlloom_enginekit.partial import INTERRUPTED_FIELD, VERSION_FIELD
+from rlloom_enginekit.prompts import (MAX_TOKENS_FIELD, RESPONSE_INDEX_FIELD, check_left_padded, model_token_ids,
+                                      prompt_indices, prompt_token_lists, row_seeds)
 from rlloom_enginekit.safetensors_dir import tensor_buckets
 
 from rlloom_serverkit.config import ServerRolloutConfig
 from rlloom_serverkit.schema import SchemaError, generate_bodies, merge_completions, parse_generate_answer
 
 RETRYABLE_STATUS = (500, 502, 503, 504)
+
+
+WATCH_S = 0.005  # how often a call watches its cancelled flags (partial rollouts)
+
+
+@dataclasses.dataclass
+class _Rows:
+    """The prompt rows of one :meth:`ServerRolloutEngine.generate_requests` call: each row's token ids, prompt index,
+    seed, first response index and budget."""
+
+    tokens: list[list[int]]
+    indices: list[int]
+    seeds: list[int]
+    firsts: list[int]
+    budgets: list[int]
+
+
+def _report(finished: Callable, row: int, completion: Completion) -> None:
+    """Hand prompt ``row``'s responses that were not withdrawn (finish reason ``abort``) to ``finished`` as output
+    rows ``row * n + j``."""
+    n = len(completion.token_ids)
+    kept = [j for j in range(n) if completion.finish_reasons[j] != "abort"]
+    if kept and completion.log_probs is None:
+        raise ServerError("rollout=server: streamed groups need the sampled tokens' log-probs, and the server gave "
+                          "none (vLLM under top-k / top-p filtering)")
+    if kept:
+        finished([row * n + j for j in kept], [completion.token_ids[j] for j in kept],
+                 [completion.log_probs[j] for j in kept])
 
 
 class ServerError(RuntimeError):
@@ -63,13 +98,14 @@ class ServerError(RuntimeError):
 
 class ServerRolloutEngine:
     """Implements :class:`~rlloom.protocols.RolloutEngine` and ``AsyncRolloutEngine`` over HTTP
-    servers (see the module doc), :class:`~rlloom_enginekit.resharder.LabelsWeights` and
-    :class:`~rlloom_enginekit.stream.StreamsRows`. ``send_prompt_index``:
-    the servers understand rlloom's ``prompt_index`` (False for SGLang, which gets one request per sample, each
-    with its own seed)."""
+    servers (see the module doc), :class:`~rlloom_enginekit.resharder.LabelsWeights`,
+    :class:`~rlloom_enginekit.stream.StreamsRows` and :class:`~rlloom_enginekit.partial.Interruptible`.
+    ``send_prompt_index``: the servers understand rlloom's ``prompt_index`` (False for SGLang, which gets one
+    request per sample, each with its own seed)."""
 
     labels_weights = True
     reports_finished_rows = True  # rlloom_enginekit.stream.StreamsRows: each prompt's rows as its answer arrives
+    flags_interrupted_rows = True  # rlloom_enginekit.partial.Interruptible: a call withdrawn through cancelled
 
     def __init__(self, cfg: ServerRolloutConfig, spec: EngineSpec, send_prompt_index: bool = True) -> None:
         self.config = cfg
@@ -137,9 +173,10 @@ class ServerRolloutEngine:
         return min(candidates, key=lambda i: self.outstanding[i])
 
     async def _request(self, session, limit: asyncio.Semaphore, prompt_ids: list[int], sampling: SamplingParams,
-                       seed: int) -> Completion:
-        """One prompt's ``sampling.n`` samples (one request, or one per sample for SGLang)."""
-        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index, self.adapter)
+                       seed: int, first: int = 0) -> Completion:
+        """One prompt's ``sampling.n`` samples, the first of them sample ``first`` (one request, or one per sample
+        for SGLang)."""
+        bodies = generate_bodies(prompt_ids, sampling, seed, self.send_prompt_index, self.adapter, first)
         parts = await asyncio.gather(*(self._send(session, limit, body) for body in bodies))
         return parts[0] if len(parts) == 1 else merge_completions(list(parts))
 
@@ -174,25 +211,41 @@ class ServerRolloutEngine:
                 return completion
         raise ServerError("rollout=server: the request failed on every try: " + "; ".join(failed.values()))
 
-    async def _generate_all(self, token_lists: list[list[int]], indices: list[int], seeds: list[int],
-                            sampling: SamplingParams, finished: Callable | None) -> list[Completion]:
-        """Prompt ``i``'s completion (its index ``indices[i]``, its seed ``seeds[i]``), every request in flight at
-        once (up to ``max_in_flight``); each handed to ``finished`` as it arrives (:meth:`generate_requests`)."""
-        limit = asyncio.Semaphore(self.config.max_in_flight)
+    async def _generate_all(self, rows: _Rows, sampling: SamplingParams, cancelled: torch.Tensor | None,
+                            finished: Callable | None) -> list[Completion]:
+        """Each row's completion, every request in flight at once (up to ``max_in_flight``), each handed to
+        ``finished`` as it arrives; once ``cancelled`` has a flag set, the call is withdrawn
+        (:meth:`generate_requests`)."""
+        limit, withdrawn = asyncio.Semaphore(self.config.max_in_flight), asyncio.Event()
 
         async def one(row: int, session) -> Completion:
-            params = dataclasses.replace(sampling, first_prompt=indices[row])
-            completion = await self._request(session, limit, token_lists[row], params, seeds[row])
+            if withdrawn.is_set():  # not sent: withdrawn with no token
+                return Completion([[]] * sampling.n, [[]] * sampling.n, ["abort"] * sampling.n)
+            params = dataclasses.replace(sampling, first_prompt=rows.indices[row], max_new_tokens=rows.budgets[row])
+            completion = await self._request(session, limit, rows.tokens[row], params, rows.seeds[row],
+                                             rows.firsts[row])
             if finished is not None:
-                if completion.log_probs is None:
-                    raise ServerError("rollout=server: streamed groups need the sampled tokens' log-probs, and the "
-                                      "server gave none (vLLM under top-k / top-p filtering)")
-                finished(list(range(row * sampling.n, (row + 1) * sampling.n)), completion.token_ids,
-                         completion.log_probs)
+                _report(finished, row, completion)
             return completion
 
         async with self._session() as session:
-            return await asyncio.gather(*(one(row, session) for row in range(len(token_lists))))
+            watcher = None if cancelled is None else asyncio.ensure_future(self._watch(session, cancelled, withdrawn))
+            try:
+                return await asyncio.gather(*(one(row, session) for row in range(len(rows.tokens))))
+            finally:
+                if watcher is not None and withdrawn.is_set():
+                    await watcher  # the servers paused: continued before returning
+                elif watcher is not None:
+                    watcher.cancel()
+
+    async def _watch(self, session, cancelled: torch.Tensor, withdrawn: asyncio.Event) -> None:
+        """Once a flag of ``cancelled`` is set: ``/pause_generation`` in mode ``abort`` on every server (each
+        request in flight answered with its tokens so far, finished by ``abort``), then ``/continue_generation``."""
+        while not bool(cancelled.any()):
+            await asyncio.sleep(WATCH_S)
+        withdrawn.set()
+        for path, body in (("/pause_generation", {"mode": "abort"}), ("/continue_generation", {})):
+            await asyncio.gather(*(self._post(session, i, path, body) for i in range(len(self.urls))))
 
     def _seed(self, sampling: SamplingParams) -> int:
         if sampling.seed is not None:
@@ -207,21 +260,30 @@ class ServerRolloutEngine:
 
     def generate_requests(self, prompts: Batch, sampling: SamplingParams, cancelled: torch.Tensor | None = None,
                           finished: Callable | None = None) -> Batch:
-        """:meth:`generate` where each prompt row may carry its own seed (:data:`~rlloom.batch.SEED_FIELD`) and
-        prompt index (:data:`~rlloom.batch.PROMPT_INDEX_FIELD`), and ``finished(rows, tokens, log_probs)`` gets
-        each prompt's ``n`` output rows (``i * n`` to ``i * n + n - 1``) the moment its answer arrives
-        (:class:`rlloom_enginekit.stream.StreamsRows`: ``trainer.stream_groups``). The servers batch the requests
-        that arrive together; an ``rlloom serve`` over the hf engine answers each as soon as its rows are done.
-        ``cancelled`` must be None: a request's rows cannot be withdrawn mid-call here."""
-        if cancelled is not None:
-            raise ValueError("rollout=server: generate_requests cannot withdraw rows mid-call (cancelled must be None)")
+        """:meth:`generate` where each prompt row may carry its own seed (:data:`~rlloom.batch.SEED_FIELD`), prompt
+        index (:data:`~rlloom.batch.PROMPT_INDEX_FIELD`), first response index
+        (:data:`~rlloom_enginekit.prompts.RESPONSE_INDEX_FIELD`) and budget
+        (:data:`~rlloom_enginekit.prompts.MAX_TOKENS_FIELD`), and ``finished(rows, tokens, log_probs)`` gets each
+        prompt's output rows (``i * n`` to ``i * n + n - 1``) the moment its answer arrives
+        (:class:`rlloom_enginekit.stream.StreamsRows`: ``trainer.stream_groups``); an ``rlloom serve`` over the hf
+        engine answers each as soon as its rows are done. ``cancelled`` [B] (another thread sets it;
+        :class:`rlloom_enginekit.partial.Interruptible`: ``trainer.partial_rollout``): once any flag is set, every
+        server withdraws its requests in flight (``/pause_generation`` in mode ``abort``, then
+        ``/continue_generation``), which come back with their tokens so far; those rows, and the rows not yet
+        sent, are flagged in :data:`~rlloom_enginekit.partial.INTERRUPTED_FIELD` and never reported to ``finished``.
+        """
         prompts.require("prompts", "prompt_mask")
         check_left_padded(prompts["prompts"], prompts["prompt_mask"])
-        token_lists = prompt_token_lists(prompts["prompts"], prompts["prompt_mask"])
-        indices = prompt_indices(prompts, sampling.first_prompt).tolist()
-        seeds = row_seeds(prompts, self._seed(sampling)).tolist()
-        answers = asyncio.run(self._generate_all(token_lists, indices, seeds, sampling, finished))
-        return self._stamped(completions_batch(prompts, answers, sampling, self.pad_id))
+        rows = _Rows(prompt_token_lists(prompts["prompts"], prompts["prompt_mask"]),
+                     prompt_indices(prompts, sampling.first_prompt).tolist(),
+                     row_seeds(prompts, self._seed(sampling)).tolist(),
+                     prompts.get(RESPONSE_INDEX_FIELD, torch.zeros(len(prompts), dtype=torch.long)).tolist(),
+                     prompts.get(MAX_TOKENS_FIELD, torch.full((len(prompts),), sampling.max_new_tokens)).tolist())
+        answers = asyncio.run(self._generate_all(rows, sampling, cancelled, finished))
+        out = completions_batch(prompts, answers, sampling, self.pad_id)
+        out[INTERRUPTED_FIELD] = torch.tensor([reason == "abort" for answer in answers
+                                               for reason in answer.finish_reasons], dtype=torch.bool)
+        return self._stamped(out)
 
     def _stamped(self, out: Batch) -> Batch:
         """``out`` with the label of the weights every answer carried (:meth:`_check_version`) as each row's

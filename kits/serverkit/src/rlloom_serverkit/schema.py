@@ -8,9 +8,11 @@
                          "sampling_seed"},          # all optional, defaults as SamplingParams but
                                                     # max_new_tokens (SGLang's 128, see below)
      "return_logprob": false,
-     "prompt_index": 0}                             # rlloom extension, see below
+     "prompt_index": 0,                             # rlloom extension, see below
+     "response_index": 0}                           # rlloom extension, see below
 
-Every integer (token ids, ``n``, ``top_k``, ``max_new_tokens``, ``sampling_seed``, ``prompt_index``)
+Every integer (token ids, ``n``, ``top_k``, ``max_new_tokens``, ``sampling_seed``, ``prompt_index``,
+``response_index``)
 must fit an int64, token ids, seeds and prompt indices must be non-negative, every float must be
 finite, and the values must be in :class:`~rlloom.SamplingParams`' ranges; anything else is a
 :class:`SchemaError` naming the field. Checks that need the model or the server's limits (the
@@ -20,7 +22,7 @@ vocabulary, the context, ``n`` and ``max_new_tokens`` under the server's caps) a
 (``GenerateRequest.max_new_tokens_given`` is False).
 
 Answer: one object per sample, ``{"output_ids": [...], "meta_info": {"id", "finish_reason":
-{"type": "stop", "matched": id} | {"type": "length", "length": L}, "prompt_tokens",
+{"type": "stop", "matched": id} | {"type": "length", "length": L} | {"type": "abort"}, "prompt_tokens",
 "completion_tokens", "output_token_logprobs": [[log_prob, token_id, null], ...]}}`` (log-probs only
 with ``return_logprob``); a single prompt with ``n == 1`` gets the object, anything else a list,
 prompt-major (prompt i's n samples are consecutive). This is the token core: ``rlloom serve``
@@ -33,6 +35,13 @@ batch, which keys the randomness of its samples with ``sampling_seed`` as in
 ``prompt_index + i``). So a trainer's prompts give the same samples whichever server, batch or
 order serves them. A client talking to SGLang itself leaves it out and sends one
 ``sampling_seed`` per prompt instead (:func:`sample_seed`).
+
+``response_index`` (rlloom's own field): the index of the request's first sample among its prompt's, which keys
+its randomness (sample j is keyed by ``response_index + j``; 0 when absent), so a request for one sample draws what
+sample k of a request with ``n > k`` would (a partial rollout resuming or starting one response of a group).
+
+An ``abort`` finish reason (``/pause_generation`` in mode ``abort`` withdrew the sample mid-generation) comes with
+the tokens and log-probs generated so far.
 
 ``lora_path`` (SGLang's field): the name of a LoRA adapter loaded with ``/load_lora_adapter``
 (``{"lora_name", "lora_path": folder}``) to generate with; absent or null: the server's default.
@@ -51,7 +60,7 @@ SAMPLING_KEYS = {
     "n": int, "temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "ignore_eos": bool,
     "sampling_seed": int,
 }
-REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "lora_path")
+REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "prompt_index", "response_index", "lora_path")
 INT64_MAX = 2**63 - 1
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default (its SamplingParams.max_new_tokens)
 
@@ -65,7 +74,7 @@ class GenerateRequest:
     """A parsed ``/generate`` request: ``prompts`` (token ids), ``sampling`` with ``first_prompt`` =
     the first prompt's index, whether to return log-probs, whether ``input_ids`` was a batch and
     whether the request named ``max_new_tokens`` (else it is :data:`DEFAULT_MAX_NEW_TOKENS`), and the
-    LoRA adapter it names (``lora_path``) or None."""
+    LoRA adapter it names (``lora_path``) or None, and the index of its first sample (``response_index``)."""
 
     prompts: list[list[int]]
     sampling: SamplingParams
@@ -73,6 +82,7 @@ class GenerateRequest:
     batched: bool
     max_new_tokens_given: bool = True
     adapter: str | None = None
+    response_index: int = 0
 
 
 def _token_list(value: Any, where: str) -> list[int]:
@@ -96,10 +106,11 @@ def _typed(name: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _prompt_index(body: dict, prompts: int) -> int:
-    index = body.get("prompt_index", 0)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INT64_MAX - prompts:
-        raise SchemaError(f"prompt_index must be a non-negative integer (int64 for each prompt), got {index!r}")
+def _index(body: dict, name: str, count: int) -> int:
+    """``body[name]`` (0 when absent): a non-negative integer that stays an int64 when ``count - 1`` is added."""
+    index = body.get(name, 0)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INT64_MAX - count:
+        raise SchemaError(f"{name} must be a non-negative integer (int64 for each prompt), got {index!r}")
     return index
 
 
@@ -131,13 +142,22 @@ def parse_generate(body: Any) -> GenerateRequest:
     if not isinstance(return_logprob, bool):
         raise SchemaError(f"return_logprob must be true or false, got {return_logprob!r}")
     try:
-        sampling = SamplingParams(**values, seed=seed, first_prompt=_prompt_index(body, len(prompts)))
+        sampling = SamplingParams(**values, seed=seed, first_prompt=_index(body, "prompt_index", len(prompts)))
     except ValueError as error:
         raise SchemaError(str(error).replace("SamplingParams.", "sampling_params.")) from None
     adapter = body.get("lora_path")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):
         raise SchemaError(f"lora_path must name a loaded LoRA adapter (a non-empty string) or be null, got {adapter!r}")
-    return GenerateRequest(prompts, sampling, return_logprob, batched, given, adapter)
+    return GenerateRequest(prompts, sampling, return_logprob, batched, given, adapter,
+                           _index(body, "response_index", sampling.n))
+
+
+FINISHES = {
+    "length": lambda tokens: {"type": "length", "length": len(tokens)},
+    "stop": lambda tokens: {"type": "stop", "matched": tokens[-1] if tokens else None},
+    "abort": lambda _tokens: {"type": "abort", "message": "withdrawn by /pause_generation (mode abort)"},
+}
+"""``meta_info.finish_reason`` for a :class:`Completion`'s finish reason and the sample's tokens."""
 
 
 def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict | list[dict]:
@@ -148,8 +168,7 @@ def render_generate(request: GenerateRequest, answers: list[Completion]) -> dict
             reason = answer.finish_reasons[j]
             meta: dict[str, Any] = {
                 "id": uuid.uuid4().hex,
-                "finish_reason": ({"type": "length", "length": len(tokens)} if reason == "length"
-                                  else {"type": "stop", "matched": tokens[-1] if tokens else None}),
+                "finish_reason": FINISHES[reason](tokens),
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(tokens),
             }
@@ -176,22 +195,23 @@ def sample_seed(seed: int, prompt_index: int, copy: int) -> int:
 
 
 def generate_bodies(prompt_ids: list[int], sampling: SamplingParams, seed: int, with_prompt_index: bool,
-                    adapter: str | None = None) -> list[dict]:
+                    adapter: str | None = None, response_index: int = 0) -> list[dict]:
     """The ``/generate`` bodies asking for ``sampling.n`` samples of one prompt whose index is
-    ``sampling.first_prompt`` (with the LoRA adapter named ``adapter``, SGLang's ``lora_path``, when
-    given). An rlloom server gets one body with ``n``, the call's seed and ``prompt_index``. SGLang
-    gets ``n`` bodies of one sample, each with its own :func:`sample_seed`: SGLang gives all ``n``
-    samples of one request the request's seed."""
+    ``sampling.first_prompt``, the first of them sample ``response_index`` (with the LoRA adapter named
+    ``adapter``, SGLang's ``lora_path``, when given). An rlloom server gets one body with ``n``, the call's seed,
+    ``prompt_index`` and ``response_index`` (when not 0). SGLang gets ``n`` bodies of one sample, each with its
+    own :func:`sample_seed`: SGLang gives all ``n`` samples of one request the request's seed."""
     adapted = {} if adapter is None else {"lora_path": adapter}
     params = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
               "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens, "ignore_eos": sampling.ignore_eos}
     if sampling.stop_token_ids:
         params["stop_token_ids"] = list(sampling.stop_token_ids)
     if with_prompt_index:
+        first = {"response_index": response_index} if response_index else {}
         return [{"input_ids": list(prompt_ids), "sampling_params": {**params, "sampling_seed": seed},
-                 "return_logprob": True, "prompt_index": sampling.first_prompt, **adapted}]
-    return [{"input_ids": list(prompt_ids), "return_logprob": True, **adapted,
-             "sampling_params": {**params, "n": 1, "sampling_seed": sample_seed(seed, sampling.first_prompt, copy)}}
+                 "return_logprob": True, "prompt_index": sampling.first_prompt, **first, **adapted}]
+    return [{"input_ids": list(prompt_ids), "return_logprob": True, **adapted, "sampling_params": {
+        **params, "n": 1, "sampling_seed": sample_seed(seed, sampling.first_prompt, response_index + copy)}}
             for copy in range(sampling.n)]
 
 
@@ -227,5 +247,5 @@ def parse_generate_answer(data: Any, n: int) -> Completion:
         reason = meta.get("finish_reason")
         kind = reason.get("type") if isinstance(reason, dict) else reason
         tokens.append(ids)
-        reasons.append("length" if kind == "length" else "stop")
+        reasons.append(kind if kind in ("length", "abort") else "stop")
     return Completion(tokens, log_probs, reasons)
