@@ -78,8 +78,13 @@ def test_concurrency_limit_and_timeout(start_server):
 
 def test_two_servers_share_the_load_and_answer_alike(start_server):
     """Randomness is keyed by (seed, prompt index, response), so which server answers a prompt does
-    not change its samples: one server and two give the same batch."""
-    first, second = start_server(), start_server()
+    not change its samples: one server and two give the same batch, even when the second serves one
+    prompt per engine call. Streamed, the groups of two jobs come back as they are answered: the
+    first server's (every other prompt, one engine call) before the second's (one call after another),
+    so a group of the second job arrives before one of the first (``trainer.stream_groups``)."""
+    from rlloom_enginekit.stream import generate_groups
+
+    first, second = start_server(), start_server("--max-batch-prompts", "1")
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=3)
     alone = client(first.url).generate(prompt_batch(), sampling)
     both = client(first.url, second.url)
@@ -87,6 +92,12 @@ def test_two_servers_share_the_load_and_answer_alike(start_server):
     assert all(count > 0 for count in both.requests_served), both.requests_served
     assert torch.equal(alone["responses"], shared["responses"])
     torch.testing.assert_close(alone["rollout_log_probs"], shared["rollout_log_probs"])
+    long = SamplingParams(n=8, temperature=1.0, max_new_tokens=32, ignore_eos=True, seed=3)
+    jobs = [(prompt_batch().reorder(list(range(4))), long), (prompt_batch().reorder(list(range(4, 8))), long)]
+    arrived = []
+    generate_groups(both, jobs, lambda job, row, _group: arrived.append((job, row)))
+    assert sorted(arrived) == [(job, row) for job in (0, 1) for row in range(4)]
+    assert arrived.index((1, 0)) < arrived.index((0, 3)), arrived
 
 
 def test_a_killed_server_is_retried_on_the_other_then_named_when_all_are_down(start_server):

@@ -23,9 +23,8 @@ def test_training_through_two_servers_equals_training_in_process(start_server, m
     """GRPO on the tiny preset with the rollout behind two hf servers: the weights reach the servers
     every step (rollout log-probs match the trainer's within 1e-3), both servers answer, and every
     other logged number (rewards, losses, validation) equals the same run with rollout=hf in the trainer's process;
-    then the async modes through the same servers. The second server runs one prompt per engine call (so its
-    answers come later than the first's; what it samples is the same)."""
-    first, second = start_server(), start_server("--max-batch-prompts", "1")
+    then the async modes through the same servers."""
+    first, second = start_server(), start_server()
     steps = ["trainer.total_steps=4", "trainer.test_freq=2"]
     served = train_tiny(tmp_path / "served", "rollout=server", f"rollout.urls=[{first.url},{second.url}]", *steps,
                         cache_dir=model_cache)
@@ -128,9 +127,9 @@ def test_a_run_attached_to_a_server_holding_other_weights_pushes_its_own_before_
 
 def check_streamed_through(first, second, run_dir, model_cache) -> None:
     """trainer.stream_groups=true (fully_async K=2) through the two servers: the client sends one request per
-    prompt, alternating between the servers, and hands each group on as its answer arrives; the faster server's
-    groups of two draws arrive before the slower one's, so some step trains groups of more than one draw. Every
-    prompt of the 5 draws is trained exactly once, none dropped, every sample 0 to K versions behind."""
+    prompt, alternating between the servers, and hands each group on as its answer arrives (the order of arrival:
+    test_server_http.py). Every prompt of the 5 draws is trained exactly once, none dropped, every sample 0 to K
+    versions behind."""
     steps = 5
     rows = training_rows(train_tiny(run_dir, "rollout=server", f"rollout.urls=[{first.url},{second.url}]",
                                     "trainer.async_mode=fully_async", "trainer.max_staleness=2",
@@ -141,8 +140,6 @@ def check_streamed_through(first, second, run_dir, model_cache) -> None:
     prompts = [uid for step in trained for uid in dict.fromkeys(sample["uid"] for sample in trained[step])]
     assert sorted(prompts) == sorted(f"draw{draw}-{row}" for draw in range(1, steps + 1) for row in range(4))
     assert all(0 <= step - 1 - sample["weight_version"] <= 2 for step in trained for sample in trained[step])
-    draws = [{sample["uid"].split("-")[0] for sample in trained[step]} for step in trained]
-    assert any(len(of_step) > 1 for of_step in draws), draws
 
 
 def check_partial_through(first, second, run_dir, model_cache) -> None:
