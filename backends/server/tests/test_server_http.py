@@ -141,21 +141,25 @@ def test_weights_from_tensor_and_from_disk_change_what_is_sampled(start_server, 
 def check_groups_stream_as_answered(engine: ServerRolloutEngine, url: str) -> None:
     """Rows stopping at many lengths (every token equally likely, one id in 32 a stop id): the groups of a
     streamed call (``trainer.stream_groups``: :func:`rlloom_enginekit.stream.generate_groups`) are handed on one
-    by one as the server answers them, the first while the server still decodes the call (its decode steps lower
-    than at the last), each prompt once, each what the batch call gives that prompt."""
+    by one as the server answers them, the first while the server still decodes the call (the engine adds a
+    call's decode steps to its count when the call ends: the first group's count is lower than the count after
+    the streamed call; answered at the call's end, it would equal it), each prompt once, each what the batch call
+    gives that prompt."""
     from rlloom_enginekit.stream import generate_groups
 
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=200, seed=5, stop_token_ids=tuple(range(0, 256, 32)))
     sent = []
 
-    def send(_job: int, row: int, group) -> None:
+    def decode_steps() -> int:
         with urllib.request.urlopen(url + "/get_server_info", timeout=30) as response:
-            sent.append((row, group, json.loads(response.read())["decode_steps"]))
+            return json.loads(response.read())["decode_steps"]
 
-    generate_groups(engine, [(prompt_batch(), sampling)], send)
+    generate_groups(engine, [(prompt_batch(), sampling)], lambda _job, row, group: sent.append(
+        (row, group, decode_steps())))
+    after = decode_steps()
     whole = engine.generate(prompt_batch(), sampling)
     assert sorted(row for row, _, _ in sent) == list(range(len(PROMPTS)))
-    assert sent[0][2] < sent[-1][2], [steps for _, _, steps in sent]
+    assert sent[0][2] < after, ([steps for _, _, steps in sent], after)
     for row, group, _ in sent:
         lengths = group["response_mask"].sum(1).tolist()
         assert [group["responses"][j, : lengths[j]].tolist() for j in range(2)] == [
