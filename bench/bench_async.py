@@ -12,7 +12,8 @@ The workload is ``bench_vs_trl.py``'s ``varlen`` shape: a tiny random Phi (hidde
 has probability 1/64 at every step, so response lengths are geometric from 1 to the 256-token cap; here with
 ``model=tiny``'s byte tokenizer (259 tokens) in place of SmolLM2's 49,152, whose LM head would make
 generation ~40x the update on this CPU and leave nothing to overlap; ``data=digits`` prompts, 8 prompts x 8
-samples per step, the ``digit_fraction`` reward, GRPO.
+samples per step, the ``digit_fraction`` reward, GRPO; ``train_engine.micro_batch_size`` 8 in every mode (on this
+CPU the one- and two-thread updates are both faster at 8 than at the engine's default 16: docs/performance.md).
 
 - samples/s: the samples of steps 2 .. N-1 over their wall time (step 1 warms up, step N validates);
 - idle fractions: for the async modes the run's ``async/trainer_idle_frac`` (time waiting for a batch) and
@@ -40,6 +41,7 @@ from bench_vs_trl import VARLEN_TOKENS, varlen_folder
 
 MODES = ("sync", "one_step_off", "fully_async", "fully_async_partial", "fully_async_stream")
 PROMPTS, N = 8, 8
+MICRO_BATCH = 8  # train_engine.micro_batch_size of every mode (``--rlloom`` overrides it)
 
 
 def variant(mode: str, max_staleness: int) -> list[str]:
@@ -64,7 +66,8 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
         f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
         "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
         "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
-        f"launcher.num_threads={threads}", *variant(mode, args.max_staleness),
+        f"launcher.num_threads={threads}", f"train_engine.micro_batch_size={MICRO_BATCH}",
+        *variant(mode, args.max_staleness),
         f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
     ]
     cli = "import sys; from rlloom.cli import main; sys.exit(main(sys.argv[1:]))"
