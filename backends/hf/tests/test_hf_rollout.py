@@ -644,7 +644,8 @@ def test_the_growing_kv_layer_writes_each_token_in_place_and_holds_what_concaten
             assert torch.equal(growing.keys, plain.keys) and torch.equal(growing.values, plain.values)
             buffers.append(growing.key_buffer.data_ptr())
     assert buffers[5] == buffers[6] == buffers[7] and growing.key_buffer.shape[2] == 12
-    for edit, argument in (("crop", -2), ("batch_repeat_interleave", 2), ("batch_select_indices", torch.tensor([3, 0]))):
+    edits = (("crop", -2), ("batch_repeat_interleave", 2), ("batch_select_indices", torch.tensor([3, 0])))
+    for edit, argument in edits:
         for layer in (growing, plain):
             getattr(layer, edit)(argument)
         piece = torch.randn(plain.keys.shape[0], 2, 1, 4)
