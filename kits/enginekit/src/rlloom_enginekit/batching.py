@@ -55,6 +55,12 @@ class _Request:
     response_index: int = 0
 
 
+def finish_reason(length: int, max_new_tokens: int, cut: bool = False) -> str:
+    """A response's finish reason: ``"abort"`` when the engine withdrew it, ``"length"`` when it holds
+    ``max_new_tokens`` tokens, else ``"stop"``."""
+    return "abort" if cut else "length" if length >= max_new_tokens else "stop"
+
+
 def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
     """The batch call's output (``len(out) = B * n`` interleaved rows) as B completions; a row the engine withdrew
     (:data:`~rlloom_enginekit.partial.INTERRUPTED_FIELD`) finishes by ``"abort"`` with its tokens so far."""
@@ -68,7 +74,7 @@ def completions(out: Batch, n: int, max_new_tokens: int) -> list[Completion]:
         result.append(Completion(
             token_ids=[tokens[r][: lengths[r]] for r in rows],
             log_probs=None if log_probs is None else [log_probs[r][: lengths[r]] for r in rows],
-            finish_reasons=["abort" if cut[r] else "length" if lengths[r] >= max_new_tokens else "stop" for r in rows],
+            finish_reasons=[finish_reason(lengths[r], max_new_tokens, cut[r]) for r in rows],
         ))
     return result
 
@@ -105,7 +111,7 @@ def _answer_early(requests: list[_Request], sampling: SamplingParams, loop: asyn
     gives it then)."""
 
     def answer(prompt: int, tokens: list[list[int]], log_probs: list[list[float]]) -> None:
-        reasons = ["length" if len(ids) >= sampling.max_new_tokens else "stop" for ids in tokens]
+        reasons = [finish_reason(len(ids), sampling.max_new_tokens) for ids in tokens]
         loop.call_soon_threadsafe(_settle, requests[prompt].future, Completion(tokens, log_probs, reasons))
 
     return PromptRows(sampling.n, answer)

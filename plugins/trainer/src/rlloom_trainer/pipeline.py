@@ -60,6 +60,7 @@ GENERATED_FIELDS = ("responses", "response_mask", "rollout_log_probs", VERSION_F
 SYNC = "sync"
 ONE_STEP_OFF = "one_step_off"
 FULLY_ASYNC = "fully_async"
+STREAM_LAUNCHERS = ("local", "ray")  # the launchers that run partial rollouts and streamed groups (their own process)
 REFUSED_RESHARDERS = ("shared",)  # the rollout generates with the train engine's own tensors
 
 
@@ -71,10 +72,10 @@ def check_async(resolved: ResolvedConfig) -> None:
     (:func:`check_partial_on_ray` too), ``trainer.partial_rollout`` or ``trainer.stream_groups`` outside
     ``fully_async`` under ``launcher=local`` or ``ray``."""
     mode, sections, choices = resolved.sections["trainer"].async_mode, resolved.sections, resolved.choices
-    for key, launchers in (("partial_rollout", ("local", "ray")), ("stream_groups", ("local", "ray"))):
-        if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] not in launchers):
+    for key in ("partial_rollout", "stream_groups"):
+        if getattr(sections["trainer"], key) and (mode != FULLY_ASYNC or choices["launcher"] not in STREAM_LAUNCHERS):
             raise ConfigError(f"trainer.{key}=true needs trainer.async_mode=fully_async and launcher="
-                              f"{' or '.join(launchers)} (not trainer.async_mode={mode}, "
+                              f"{' or '.join(STREAM_LAUNCHERS)} (not trainer.async_mode={mode}, "
                               f"launcher={choices['launcher']}); set it false")
     if mode == SYNC:
         return
