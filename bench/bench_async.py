@@ -24,9 +24,13 @@ Every async mode gets ``--threads`` torch threads in all, split between the trai
 (2: one core each); sync runs in one process once per ``--sync-threads`` count (default: ``--threads``), and
 the ratios are to the fastest sync (on a small model one thread can beat two). With ``sync (1t)`` measured and
 ``--threads 2``, the last line bounds any async mode from the sync runs' own sides (:func:`overlap_bound`).
+``--repeats R`` runs every mode R times, round after round: the table gives each mode's medians and the lowest and
+highest of its ratios to the fastest sync of the same round (one run decides little: sync's own samples/s moves by
+up to 10 % between runs on this CPU).
 
     python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
     python bench/bench_async.py --sync-threads 2 1 --out async.json
+    python bench/bench_async.py --sync-threads 2 1 --modes sync fully_async --repeats 3
 """
 
 from __future__ import annotations
@@ -91,20 +95,50 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
                 interrupted=sum(row.get("async/interrupted", 0.0) for row in steps), **sides)
 
 
-def overlap_bound(results: dict, threads: int) -> str:
+def overlap_bound(results: dict, threads: int) -> float | None:
     """What an async mode with one core per side can reach against the fastest sync, from the sync runs' own
     sides: one thread generates a step in G and trains it in T seconds (``sync (1t)``), the fastest sync takes
     g + t; a perfect overlap of one-thread sides takes max(G, T), so async / sync <= (g + t) / max(G, T).
-    Empty unless ``sync (1t)`` ran and ``threads`` (the async modes' total) is 2."""
+    None unless ``sync (1t)`` ran and ``threads`` (the async modes' total) is 2."""
     one = results.get("sync (1t)")
     fastest = max((result for name, result in results.items() if name.startswith("sync")),
                   key=lambda result: result["samples_per_s"], default=None)
     if one is None or threads != 2:
-        return ""
-    bound = (fastest["gen_s"] + fastest["rest_s"]) / max(one["gen_s"], one["rest_s"])
-    return (f"one thread per side: generation {one['gen_s']:.2f} s, the rest {one['rest_s']:.2f} s per step; the "
-            f"fastest sync {fastest['gen_s']:.2f} + {fastest['rest_s']:.2f} s: a perfect overlap reaches "
-            f"{bound:.2f}x it")
+        return None
+    return (fastest["gen_s"] + fastest["rest_s"]) / max(one["gen_s"], one["rest_s"])
+
+
+def ratios(results: dict) -> dict[str, float]:
+    """Each run's samples/s over the fastest sync run's of the same round."""
+    base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
+    return {name: result["samples_per_s"] / base for name, result in results.items()} if base else {}
+
+
+def report(rounds: list[dict], threads: int) -> None:
+    """The table of every mode's medians over ``rounds`` (its samples/s, its ratio to the same round's fastest
+    sync, with the lowest and highest of those ratios when several rounds ran), then the bound per round."""
+    from statistics import median
+
+    per_round = [ratios(results) for results in rounds]
+    print(f"\n{'mode':<27}{'samples/s':>10}{'x sync':>8}{'range':>12}{'trainer idle':>14}{'generator idle':>16}"
+          f"{'max stale':>11}{'interrupted':>13}{'stale groups':>14}")
+    for name in rounds[0]:
+        runs = [results[name] for results in rounds]
+
+        def middle(key: str) -> float:
+            return median(run[key] for run in runs)
+
+        ratio = [round_ratios[name] for round_ratios in per_round if round_ratios]
+        spread = f"{min(ratio):.2f}-{max(ratio):.2f}" if len(ratio) > 1 else ""
+        shown = f"{median(ratio):.2f}" if ratio else "-"
+        print(f"{name:<27}{middle('samples_per_s'):>10.2f}{shown:>8}{spread:>12}{middle('trainer_idle'):>14.2f}"
+              f"{middle('generator_idle'):>16.2f}{middle('staleness_max'):>11.0f}{middle('interrupted'):>13.0f}"
+              f"{middle('stale_groups'):>14.0f}")
+    bounds = [f"{bound:.2f}x (G {results['sync (1t)']['gen_s']:.2f}, T {results['sync (1t)']['rest_s']:.2f})"
+              for results in rounds if (bound := overlap_bound(results, threads)) is not None]
+    if bounds:
+        print("a perfect overlap of one-thread sides, (g + t) / max(G, T) the fastest sync (G and T: one thread's "
+              "generation and the rest of a step; g + t: the fastest sync's step), per round: " + ", ".join(bounds))
 
 
 def main() -> None:
@@ -114,35 +148,29 @@ def main() -> None:
     parser.add_argument("--sync-threads", type=int, nargs="+", help="sync's thread counts (default: --threads)")
     parser.add_argument("--max-staleness", type=int, default=2, help="trainer.max_staleness of fully_async")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of every run, one after the other: medians")
     parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE", help="added to every run")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
-    if args.steps < 3:
-        parser.error("--steps must be >= 3")
+    if args.steps < 3 or args.repeats < 1:
+        parser.error("--steps must be >= 3 and --repeats >= 1")
     from rlloom_models.tiny import build_tokenizer
 
     model = varlen_folder(build_tokenizer(1024))
     runs = [(mode, count) for mode in args.modes
             for count in ((args.sync_threads or [args.threads]) if mode == "sync" else [args.threads])]
-    results = {}
-    for mode, threads in runs:
-        name = f"{mode} ({threads}t)"
-        results[name] = run_mode(mode, model, args, threads)
-        print(f"{name}: {json.dumps(results[name])}", flush=True)
-    base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
-    print(f"\n{'mode':<27}{'samples/s':>10}{'x sync':>8}{'trainer idle':>14}{'generator idle':>16}{'max stale':>11}"
-          f"{'interrupted':>13}{'stale groups':>14}")
-    for name, result in results.items():
-        ratio = f"{result['samples_per_s'] / base:.2f}" if base else "-"
-        print(f"{name:<27}{result['samples_per_s']:>10.2f}{ratio:>8}{result['trainer_idle']:>14.2f}"
-              f"{result['generator_idle']:>16.2f}{result['staleness_max']:>11.0f}{result['interrupted']:>13.0f}"
-              f"{result['stale_groups']:>14.0f}")
-    bound = overlap_bound(results, args.threads)
-    if bound:
-        print(bound)
+    rounds = []
+    for round_ in range(args.repeats):
+        results = {}
+        for mode, threads in runs:
+            name = f"{mode} ({threads}t)"
+            results[name] = run_mode(mode, model, args, threads)
+            print(f"round {round_ + 1}, {name}: {json.dumps(results[name])}", flush=True)
+        rounds.append(results)
+    report(rounds, args.threads)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "results": results}, handle, indent=1)
+            json.dump({"args": vars(args), "rounds": rounds}, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -79,9 +79,10 @@ def test_concurrency_limit_and_timeout(start_server):
 def test_two_servers_share_the_load_and_answer_alike(start_server):
     """Randomness is keyed by (seed, prompt index, response), so which server answers a prompt does
     not change its samples: one server and two give the same batch, even when the second serves one
-    prompt per engine call. Streamed, the groups of two jobs come back as they are answered: the
-    first server's (every other prompt, one engine call) before the second's (one call after another),
-    so a group of the second job arrives before one of the first (``trainer.stream_groups``)."""
+    prompt per engine call. Streamed (``trainer.stream_groups``), the groups of two jobs come back as they are
+    answered: the first while the second server still has engine calls to run (one prompt each), which add
+    their decode steps to the servers' counts when they end (answered only once all are, it would see the
+    final counts)."""
     from rlloom_enginekit.stream import generate_groups
 
     first, second = start_server(), start_server("--max-batch-prompts", "1")
@@ -94,10 +95,16 @@ def test_two_servers_share_the_load_and_answer_alike(start_server):
     torch.testing.assert_close(alone["rollout_log_probs"], shared["rollout_log_probs"])
     long = SamplingParams(n=8, temperature=1.0, max_new_tokens=32, ignore_eos=True, seed=3)
     jobs = [(prompt_batch().reorder(list(range(4))), long), (prompt_batch().reorder(list(range(4, 8))), long)]
-    arrived = []
-    generate_groups(both, jobs, lambda job, row, _group: arrived.append((job, row)))
+    arrived, steps_at_first = [], []
+
+    def received(job: int, row: int, _group) -> None:
+        if not arrived:
+            steps_at_first.append(sum(decode_steps(url) for url in (first.url, second.url)))
+        arrived.append((job, row))
+
+    generate_groups(both, jobs, received)
     assert sorted(arrived) == [(job, row) for job in (0, 1) for row in range(4)]
-    assert arrived.index((1, 0)) < arrived.index((0, 3)), arrived
+    assert steps_at_first[0] < sum(decode_steps(url) for url in (first.url, second.url)), steps_at_first
 
 
 def test_a_killed_server_is_retried_on_the_other_then_named_when_all_are_down(start_server):
@@ -138,6 +145,12 @@ def test_weights_from_tensor_and_from_disk_change_what_is_sampled(start_server, 
     assert torch.equal(original["responses"], again["responses"])
 
 
+def decode_steps(url: str) -> int:
+    """The decode steps the server at ``url`` has run (``/get_server_info``), counted as each engine call ends."""
+    with urllib.request.urlopen(url + "/get_server_info", timeout=30) as response:
+        return json.loads(response.read())["decode_steps"]
+
+
 def check_groups_stream_as_answered(engine: ServerRolloutEngine, url: str) -> None:
     """Rows stopping at many lengths (every token equally likely, one id in 32 a stop id): the groups of a
     streamed call (``trainer.stream_groups``: :func:`rlloom_enginekit.stream.generate_groups`) are handed on one
@@ -149,14 +162,9 @@ def check_groups_stream_as_answered(engine: ServerRolloutEngine, url: str) -> No
 
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=200, seed=5, stop_token_ids=tuple(range(0, 256, 32)))
     sent = []
-
-    def decode_steps() -> int:
-        with urllib.request.urlopen(url + "/get_server_info", timeout=30) as response:
-            return json.loads(response.read())["decode_steps"]
-
     generate_groups(engine, [(prompt_batch(), sampling)], lambda _job, row, group: sent.append(
-        (row, group, decode_steps())))
-    after = decode_steps()
+        (row, group, decode_steps(url))))
+    after = decode_steps(url)
     whole = engine.generate(prompt_batch(), sampling)
     assert sorted(row for row, _, _ in sent) == list(range(len(PROMPTS)))
     assert sent[0][2] < after, ([steps for _, _, steps in sent], after)
