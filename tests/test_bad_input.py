@@ -49,6 +49,12 @@ CASES = [
     (["data=files", "data.train_files=[/no/such.jsonl]", "data.val_fraction=0.5"], "/no/such.jsonl"),
     (["algorithm=ppo", "algorithm.ppo_mini_batch_size=3"], "ppo_mini_batch_size"),
     (["rollout=server"], "rollout.urls"), (["rollout=server", "rollout.urls=[localhost:1]"], "rollout.urls"),
+    # one client per run: a rollout pool of two would be two clients pushing weights to the same servers
+    (["rollout=server", "rollout.urls=[http://h:1]", "launcher=ray", "+launcher.resource_pools.gen=2",
+      "+launcher.mapping.rollout=gen"], "launcher.resource_pools.gen=2 processes; give it one: "
+                                        "launcher.resource_pools.gen=1"),
+    (["rollout=server", "rollout.urls=[http://h:1]", "launcher=ray", "+launcher.resource_pools.global=2"],
+     "+launcher.resource_pools.client=1 +launcher.mapping.rollout=client"),
     (["rollout=sglang", "rollout.url=http://h:1", "rollout.offline=true"], "rollout.offline"),
     # issue 38: tracebacks and late refusals until then
     (["=5"], "the override '=5' names no key"), (["trainer.run_dir=/proc/x"], "trainer.run_dir"),
@@ -69,6 +75,15 @@ def test_the_advice_for_a_mappings_new_key_works_when_followed():
 
     resolved = compose_config(["preset=tiny", "data=reasoning_gym", "+data.task_config.min_terms=2"])
     assert resolved.sections["data"].task_config == {"min_terms": 2}
+
+
+def test_the_advice_for_a_server_rollout_in_a_pool_of_many_works_when_followed():
+    from rlloom.config import compose_config
+
+    resolved = compose_config(["preset=tiny", "rollout=server", "rollout.urls=[http://h:1]", "launcher=ray",
+                               "+launcher.resource_pools.global=2", "+launcher.resource_pools.client=1",
+                               "+launcher.mapping.rollout=client"])
+    assert resolved.sections["launcher"].pool_of("rollout") == "client"
 
 
 def test_the_table_is_large_enough():

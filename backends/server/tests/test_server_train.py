@@ -34,7 +34,7 @@ def test_training_through_two_servers_equals_training_in_process(start_server, m
     assert all(row["training/rollout_probs_diff_mean"] < 1e-3 for row in rows)
     assert rows[-1]["rollout/server0/requests"] > 0 and rows[-1]["rollout/server1/requests"] > 0
     assert without_client_counters(served) == without_client_counters(local)
-    check_fully_async_through(first, second, tmp_path / "async", model_cache)
+    check_fully_async_through(first, second, tmp_path / "async", model_cache, "launcher.num_threads=2")
     check_streamed_through(first, second, tmp_path / "streamed", model_cache)
     check_partial_through(first, second, tmp_path / "partial", model_cache)
 
@@ -44,16 +44,27 @@ def served_version(url: str) -> str:
         return json.loads(response.read())["weight_version"]
 
 
-def check_fully_async_through(first, second, run_dir, model_cache) -> None:
-    """trainer.async_mode=fully_async K=1 through the same two servers (the client in the rollout process):
-    every trained sample, stamped with the version the servers answered with, is 0 to K versions behind the
-    trainer, generation ran ahead (some sample is K behind), the staleness metrics agree, the client's counters
-    reach the step's metrics, and both servers end holding the last step's weights, named with its version."""
+@pytest.mark.slow
+def test_fully_async_on_a_ray_rollout_pool_labels_the_servers_weights(ray_cluster, start_server, model_cache,
+                                                                      tmp_path):
+    """launcher=ray with the rollout (the client) on a pool of its own: the Ray worker loads each sync into the
+    client labelled with its version, as the rollout process does under launcher=local."""
+    first, second = start_server(), start_server()
+    check_fully_async_through(first, second, tmp_path, model_cache, "launcher=ray", "+launcher.resource_pools.gen=1",
+                              "+launcher.mapping.rollout=gen")
+
+
+def check_fully_async_through(first, second, run_dir, model_cache, *placement: str) -> None:
+    """trainer.async_mode=fully_async K=1 through the same two servers (the client in the rollout process, or
+    where ``placement`` puts it): every trained sample, stamped with the version the servers answered with, is 0
+    to K versions behind the trainer, generation ran ahead (some sample is K behind), the staleness metrics agree,
+    the client's counters reach the step's metrics, and both servers end holding the last step's weights, named
+    with its version."""
     steps = 4
     rows = training_rows(train_tiny(run_dir, "rollout=server", f"rollout.urls=[{first.url},{second.url}]",
                                     "trainer.async_mode=fully_async", "trainer.max_staleness=1",
-                                    f"trainer.total_steps={steps}", "trainer.dump_rollouts=32",
-                                    "launcher.num_threads=2", cache_dir=model_cache))
+                                    f"trainer.total_steps={steps}", "trainer.dump_rollouts=32", *placement,
+                                    cache_dir=model_cache))
     assert len(rows) == steps
     ages = {step: [step - 1 - sample["weight_version"] for sample in dumped_rollouts(run_dir, step)]
             for step in range(1, steps + 1)}

@@ -71,10 +71,12 @@ def test_partial_rollouts_on_the_rollout_pool_resume_rows_a_weight_load_interrup
     group while its piece of a job generates; each worker's rows are withdrawn, the weights swapped, the rows
     resumed. Every trained sample within K; a resumed one's newest version above its oldest and never newer than
     the trainer's; some step counts interrupted and resumed rows; not streamed, both workers' rows (prompts 0-1 of a
-    draw are rank 0's, 2-3 rank 1's) were resumed."""
+    draw are rank 0's, 2-3 rank 1's) were resumed. Each worker decodes 2 rows at a time (``rollout.max_batch_rows``)
+    so that generating a job outlasts a train step on any CPU: the generator is never idle when a load comes."""
     rows = run_tiny(str(tmp_path), cache, *POOL_OF_TWO, "trainer.async_mode=fully_async", "trainer.max_staleness=2",
                     "trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true",
-                    f"trainer.stream_groups={str(streamed).lower()}", "trainer.dump_rollouts=32", steps=4)
+                    "rollout.max_batch_rows=2", f"trainer.stream_groups={str(streamed).lower()}",
+                    "trainer.dump_rollouts=32", steps=4)
     trained = [row for row in rows if row["step"] > 0]
     ranks = set()
     for step, row in enumerate(trained, start=1):

@@ -35,6 +35,27 @@ class LabelsWeights(Protocol):
                        version: Optional[int] = None) -> None: ...
 
 
+class VersionLabel:
+    """A :class:`LabelsWeights` engine as a resharder's rollout side: each ``update_weights(named_tensors)`` is
+    labelled ``version``; every other attribute is the engine's own (:func:`labelled`)."""
+
+    def __init__(self, engine: LabelsWeights, version: int) -> None:
+        self._engine, self._version = engine, version
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self._engine.update_weights(named_tensors, version=self._version)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._engine, name)
+
+
+def labelled(engine: RolloutEngine, version: int | None) -> RolloutEngine:
+    """``engine`` with its weight loads labelled ``version`` (:class:`VersionLabel`) when it labels its weights
+    and ``version`` is known; else ``engine`` itself. What the rollout process and a Ray rollout worker load the
+    async pipeline's syncs into."""
+    return VersionLabel(engine, version) if version is not None and isinstance(engine, LabelsWeights) else engine
+
+
 @dataclass
 class InProcessResharderConfig(Limited):
     """Tensors stream from the train engine straight into the rollout engine.

@@ -220,22 +220,23 @@ class Worker:
                   version: int | None = None) -> SyncStats:
         """Run the resharder ``spec`` (``in_process``) here with what another process's train rank 0 put in the
         object store as the train side: ``weights``, (name, tensor) pairs (:meth:`put_weights`), or a
-        :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments (:meth:`put_adapter`). Under partial
-        rollouts (called in :data:`LOADS`) through the role's gate, the weights labelled ``version``."""
+        :class:`~rlloom_enginekit.resharder.StoredAdapter`'s arguments (:meth:`put_adapter`), labelled ``version``
+        for an engine that labels its weights (``rollout=server``). Under partial rollouts (called in
+        :data:`LOADS`) through the role's gate."""
         gate = self.gates.get(rollout_role)
         if gate is not None:
-            return gate.load(lambda: self._load(spec, rollout_role, weights), version)
-        return self._load(spec, rollout_role, weights)
+            return gate.load(lambda: self._load(spec, rollout_role, weights, version), version)
+        return self._load(spec, rollout_role, weights, version)
 
-    def _load(self, spec: RoleSpec, rollout_role: str, weights: list | dict) -> SyncStats:
+    def _load(self, spec: RoleSpec, rollout_role: str, weights: list | dict, version: int | None) -> SyncStats:
         from types import SimpleNamespace
 
-        from rlloom_enginekit.resharder import StoredAdapter
+        from rlloom_enginekit.resharder import StoredAdapter, labelled
 
         self._maybe_fault("resharder", "load")
         train = (StoredAdapter(**weights) if isinstance(weights, dict)
                  else SimpleNamespace(named_weights=lambda: iter(weights)))
-        return self._resharder(spec).sync(train, self.roles[rollout_role])
+        return self._resharder(spec).sync(train, labelled(self.roles[rollout_role], version))
 
     def _resharder(self, spec: RoleSpec) -> Any:
         """The resharder of this process, built from ``spec`` on first use."""

@@ -69,6 +69,8 @@ class RayLauncher:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         size, cfg = self.config.pools()[pool], self.config
+        if self.started_ray and cfg.address is None:
+            self._check_fits(pool, size)
         placement = placement_group([cfg.bundle()] * size, strategy="PACK", name=f"rlloom-{pool}")
         ready, _ = ray.wait([placement.ready()], timeout=cfg.start_timeout_s)
         if not ready:
@@ -99,6 +101,23 @@ class RayLauncher:
                        [worker.init_process_group.remote(host, port, cfg.process_group_backend())
                         for worker in workers], **self._start_wait())
         return group
+
+    def _check_fits(self, pool: str, size: int) -> None:
+        """RuntimeError at once when ``size`` workers of ``pool`` do not fit beside the pools already started in
+        the local cluster this run started: its resources are fixed, so its placement group would wait
+        ``launcher.start_timeout_s`` for nothing."""
+        import ray
+
+        total, started = ray.cluster_resources(), sum(len(group.workers) for group in self.groups.values())
+        for resource, each in self.config.bundle().items():
+            if (started + size) * each > total.get(resource, 0) + 1e-9:
+                pools = ", ".join(f"{name}: {len(group.workers)}" for name, group in self.groups.items())
+                raise RuntimeError(
+                    f"launcher.resource_pools.{pool}: {size} x {self.config.bundle()} do not fit the local Ray "
+                    f"cluster this run started: {total.get(resource, 0):g} {resource} in all, {started * each:g} held "
+                    f"by the pools started before it ({pools or 'none'}); raise launcher.num_cpus (logical CPUs "
+                    f"may exceed the cores), lower launcher.cpus_per_worker or launcher.gpus_per_worker, or "
+                    f"shrink the pools")
 
     def _start_wait(self) -> dict[str, Any]:
         """:meth:`WorkerGroup.wait`'s arguments for a start-up step (bounded by ``launcher.start_timeout_s``)."""

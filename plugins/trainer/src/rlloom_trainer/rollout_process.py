@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlloom.protocols import Closable
 from rlloom.types import RoleSpec
-from rlloom_enginekit.resharder import AdapterFolders, LabelsWeights
+from rlloom_enginekit.resharder import AdapterFolders, labelled
 from rlloom_enginekit.stream_calls import GENERATE_STREAM, PARTIAL_ROLLOUTS, STREAM_GROUPS
 
 if TYPE_CHECKING:  # the streamed groups' and the gate's types; importing them here would load torch with the plugin
@@ -358,10 +358,7 @@ class Worker:
             self.gate = LoadGate(args[0])
             return None
         if method == "update_weights":
-            version = kwargs.pop("version", None)
-            if version is not None and isinstance(self.engine, LabelsWeights):
-                kwargs["version"] = version
-            self.engine.update_weights(*args, **kwargs)
+            labelled(self.engine, kwargs.get("version")).update_weights(*args)
             return None
         if method == "load_adapter":
             return self.adapters.load(self.engine, *args)
