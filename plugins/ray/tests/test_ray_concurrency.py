@@ -28,14 +28,18 @@ from rlloom_ray import RayLauncher, RayLauncherConfig  # noqa: E402
 PPO = ["algorithm=ppo", "algorithm.use_kl_loss=true", "algorithm.critic_warmup=0"]
 OWN_POOLS = ["+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_pool",
              "+launcher.resource_pools.critic_pool=1", "+launcher.mapping.critic=critic_pool"]
+# Calls long enough (8 prompts x 8 samples of 64 tokens: tens of ms each) that their running intervals overlap even
+# when a loaded machine makes a worker wait for a core; preset=tiny's own (4 tokens) lasted 4-14 ms each, and with
+# the cores busy two of them could run one after the other.
+LONG_CALLS = ["trainer.train_batch_size=8", "sampling.max_new_tokens=64", "sampling.ignore_eos=true"]
 
 
 
 
 @pytest.mark.slow
 def test_stages_on_separate_pools_overlap_and_match_local(ray_cluster, cache, tmp_path):
-    local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO)
-    spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS)
+    local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO, *LONG_CALLS)
+    spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS, *LONG_CALLS)
     # Each role in its own process, one thread, fp32: the same numbers as in one process.
     assert comparable_rows(spread) == comparable_rows(local)
     trained = [row for row in spread if row["step"] > 0]  # step 0 is the validation before training
@@ -53,7 +57,7 @@ def test_stages_on_separate_pools_overlap_and_match_local(ray_cluster, cache, tm
 def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(ray_cluster, cache, tmp_path):
     # Safe-RLHF's extra roles are placed like the others: the cost function in its own worker (as a
     # cost model would be), the cost critic in another; the same numbers as in one process.
-    safe = ["algorithm=safe_rlhf", "cost=forbidden_digits", "algorithm.cost_limit=0.1"]
+    safe = ["algorithm=safe_rlhf", "cost=forbidden_digits", "algorithm.cost_limit=0.1", *LONG_CALLS]
     local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *safe)
     spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *safe,
                       "+launcher.resource_pools.cost_pool=1", "+launcher.mapping.cost=cost_pool",
