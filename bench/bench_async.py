@@ -31,6 +31,11 @@ up to 10 % between runs on this CPU).
     python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
     python bench/bench_async.py --sync-threads 2 1 --out async.json
     python bench/bench_async.py --sync-threads 2 1 --modes sync fully_async --repeats 3
+    python bench/bench_async.py --device cuda --steps 6 --modes sync one_step_off fully_async
+
+``--device cuda`` runs every mode on the GPU: sync trains and generates there, an async mode's rollout process
+generates on the same GPU while the trainer trains (one device shared in time, as a one-GPU machine allows; the
+threads then matter little).
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ def run_mode(mode: str, model: str, args: argparse.Namespace, threads: int) -> d
         f"trainer.run_dir={run_dir}", "trainer.trackers=[jsonl]", f"trainer.total_steps={args.steps}",
         f"trainer.train_batch_size={PROMPTS}", f"algorithm.n={N}", f"sampling.max_new_tokens={VARLEN_TOKENS}",
         "trainer.val_before_train=false", "trainer.test_freq=0", "trainer.val_max_prompts=1", "trainer.val_n=1",
-        "trainer.val_greedy=false", "trainer.save_final_model=false", "trainer.device=cpu",
+        "trainer.val_greedy=false", "trainer.save_final_model=false", f"trainer.device={args.device}",
         f"launcher.num_threads={threads}", f"train_engine.micro_batch_size={MICRO_BATCH}",
         *variant(mode, args.max_staleness),
         f"trainer.max_staleness={args.max_staleness}", *args.rlloom,
@@ -149,6 +154,7 @@ def main() -> None:
     parser.add_argument("--max-staleness", type=int, default=2, help="trainer.max_staleness of fully_async")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every run, one after the other: medians")
+    parser.add_argument("--device", default="cpu", help="trainer.device of every run (cuda: both sides on one GPU)")
     parser.add_argument("--rlloom", action="append", default=[], metavar="OVERRIDE", help="added to every run")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()

