@@ -25,8 +25,8 @@ Every async mode gets ``--threads`` torch threads in all, split between the trai
 the ratios are to the fastest sync (on a small model one thread can beat two). With ``sync (1t)`` measured and
 ``--threads 2``, the last line bounds any async mode from the sync runs' own sides (:func:`overlap_bound`).
 ``--repeats R`` runs every mode R times, round after round: the table gives each mode's medians and the lowest and
-highest of its ratios to the fastest sync of the same round (one run decides little: sync's own samples/s moves by
-up to 10 % between runs on this CPU).
+highest of its ratios to the fastest sync of the same round (one run decides little: sync's own samples/s moved by
+up to 10 % and 18 % between identical runs on two machines of this kind, docs/performance.md).
 
     python bench/bench_async.py                      # 10 steps per mode, 2 threads, fully_async K=2
     python bench/bench_async.py --sync-threads 2 1 --out async.json
@@ -105,18 +105,24 @@ def overlap_bound(results: dict, threads: int) -> float | None:
     sides: one thread generates a step in G and trains it in T seconds (``sync (1t)``), the fastest sync takes
     g + t; a perfect overlap of one-thread sides takes max(G, T), so async / sync <= (g + t) / max(G, T).
     None unless ``sync (1t)`` ran and ``threads`` (the async modes' total) is 2."""
-    one = results.get("sync (1t)")
-    fastest = max((result for name, result in results.items() if name.startswith("sync")),
-                  key=lambda result: result["samples_per_s"], default=None)
+    one, fastest = results.get("sync (1t)"), fastest_sync(results)
     if one is None or threads != 2:
         return None
     return (fastest["gen_s"] + fastest["rest_s"]) / max(one["gen_s"], one["rest_s"])
 
 
+def fastest_sync(results: dict) -> dict | None:
+    """The sync run of ``results`` (one round) with the most samples/s; None when no sync ran."""
+    return max((result for name, result in results.items() if name.startswith("sync")),
+               key=lambda result: result["samples_per_s"], default=None)
+
+
 def ratios(results: dict) -> dict[str, float]:
-    """Each run's samples/s over the fastest sync run's of the same round."""
-    base = max((result["samples_per_s"] for name, result in results.items() if name.startswith("sync")), default=0)
-    return {name: result["samples_per_s"] / base for name, result in results.items()} if base else {}
+    """Each run's samples/s over the fastest sync run's of the same round (empty when no sync ran)."""
+    fastest = fastest_sync(results)
+    if fastest is None:
+        return {}
+    return {name: result["samples_per_s"] / fastest["samples_per_s"] for name, result in results.items()}
 
 
 def report(rounds: list[dict], threads: int) -> None:

@@ -111,8 +111,8 @@ def test_a_call_withdrawn_through_cancelled_comes_back_with_its_tokens_so_far(st
     ``cancelled`` flags are set; the client pauses the server in mode ``abort`` (then continues it), and every row
     still decoding comes back flagged interrupted with its tokens so far (fewer than 200, some, as many log-probs),
     the first tokens the uninterrupted call samples; a row that had ended by then (a fast machine ends the server's
-    first, smaller engine calls within 0.3 s) comes back whole and not flagged; the next call is whole. A request for one sample with
-    ``response_index`` k draws sample k of a request for several."""
+    first, smaller engine calls within 0.3 s) comes back whole and not flagged; the next call is whole. A request
+    for one sample with ``response_index`` k draws sample k of a request for several."""
     import dataclasses
     import threading
 
