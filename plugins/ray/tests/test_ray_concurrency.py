@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from ray_test_helpers import run_tiny
+from ray_test_helpers import assert_close_rows, run_tiny
 from rlloom_trainer.testing import comparable_rows
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -32,16 +32,19 @@ OWN_POOLS = ["+launcher.resource_pools.ref_pool=1", "+launcher.mapping.ref=ref_p
 # when a loaded machine makes a worker wait for a core; preset=tiny's own (4 tokens) lasted 4-14 ms each, and with
 # the cores busy two of them could run one after the other.
 LONG_CALLS = ["trainer.train_batch_size=8", "sampling.max_new_tokens=64", "sampling.ignore_eos=true"]
-
-
+# SAME_NUMBERS: at these sizes the Ray run and the in-process run agree within fp32 rounding, not always to the bit.
+# Run alone, each in a fresh process, they agreed bit for bit; in one CI run (pytest-xdist, the local baseline in a
+# worker process that had run other test files first) the baseline's rollout log-probs and losses differed in the
+# 8th significant digit (vf_loss 0.02205931768 against 0.02205931861), while the Ray workers' numbers equalled a
+# fresh process's. A placement bug (a role on the wrong weights or batch) moves them far more.
 
 
 @pytest.mark.slow
 def test_stages_on_separate_pools_overlap_and_match_local(ray_cluster, cache, tmp_path):
     local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *PPO, *LONG_CALLS)
     spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *PPO, *OWN_POOLS, *LONG_CALLS)
-    # Each role in its own process, one thread, fp32: the same numbers as in one process.
-    assert comparable_rows(spread) == comparable_rows(local)
+    # Each role in its own process, one thread, fp32: the numbers of one process, within fp32 rounding (SAME_NUMBERS).
+    assert_close_rows(comparable_rows(spread), comparable_rows(local))
     trained = [row for row in spread if row["step"] > 0]  # step 0 is the validation before training
     assert len(trained) == 2
     for row in local[1:]:
@@ -56,13 +59,13 @@ def test_stages_on_separate_pools_overlap_and_match_local(ray_cluster, cache, tm
 @pytest.mark.slow
 def test_safe_rlhf_cost_model_and_cost_critic_on_their_own_pools_match_local(ray_cluster, cache, tmp_path):
     # Safe-RLHF's extra roles are placed like the others: the cost function in its own worker (as a
-    # cost model would be), the cost critic in another; the same numbers as in one process.
+    # cost model would be), the cost critic in another; the numbers of one process (SAME_NUMBERS).
     safe = ["algorithm=safe_rlhf", "cost=forbidden_digits", "algorithm.cost_limit=0.1", *LONG_CALLS]
     local = run_tiny(str(tmp_path / "local"), cache, "launcher=local", "launcher.num_threads=1", *safe)
     spread = run_tiny(str(tmp_path / "ray"), cache, "launcher=ray", *safe,
                       "+launcher.resource_pools.cost_pool=1", "+launcher.mapping.cost=cost_pool",
                       "+launcher.resource_pools.cost_critic_pool=1", "+launcher.mapping.cost_critic=cost_critic_pool")
-    assert comparable_rows(spread) == comparable_rows(local)
+    assert_close_rows(comparable_rows(spread), comparable_rows(local))
     trained = [row for row in spread if row["step"] > 0]
     assert len(trained) == 2 and all(row["perf/concurrent_overlap_s"] > 0.0 for row in trained)
     assert all("safe/lambda" in row and "cost_critic/vf_loss" in row for row in trained)
