@@ -55,6 +55,8 @@ CASES = [
                                         "launcher.resource_pools.gen=1"),
     (["rollout=server", "rollout.urls=[http://h:1]", "launcher=ray", "+launcher.resource_pools.global=2"],
      "+launcher.resource_pools.client=1 +launcher.mapping.rollout=client"),
+    (["rollout=sglang", "rollout.url=http://h:1", "launcher=ray", "+launcher.resource_pools.global=2"],
+     "rollout=sglang with rollout.url runs one client, but the rollout's pool 'global' has"),
     (["rollout=sglang", "rollout.url=http://h:1", "rollout.offline=true"], "rollout.offline"),
     # issue 38: tracebacks and late refusals until then
     (["=5"], "the override '=5' names no key"), (["trainer.run_dir=/proc/x"], "trainer.run_dir"),
@@ -77,13 +79,23 @@ def test_the_advice_for_a_mappings_new_key_works_when_followed():
     assert resolved.sections["data"].task_config == {"min_terms": 2}
 
 
-def test_the_advice_for_a_server_rollout_in_a_pool_of_many_works_when_followed():
+@pytest.mark.parametrize("client", [["rollout=server", "rollout.urls=[http://h:1]"],
+                                    ["rollout=sglang", "rollout.url=http://h:1"]], ids=["server", "sglang"])
+def test_the_advice_for_a_server_client_in_a_pool_of_many_works_when_followed(client):
     from rlloom.config import compose_config
 
-    resolved = compose_config(["preset=tiny", "rollout=server", "rollout.urls=[http://h:1]", "launcher=ray",
-                               "+launcher.resource_pools.global=2", "+launcher.resource_pools.client=1",
-                               "+launcher.mapping.rollout=client"])
+    resolved = compose_config(["preset=tiny", *client, "launcher=ray", "+launcher.resource_pools.global=2",
+                               "+launcher.resource_pools.client=1", "+launcher.mapping.rollout=client"])
     assert resolved.sections["launcher"].pool_of("rollout") == "client"
+
+
+def test_sglang_servers_the_run_launches_may_fill_a_pool_of_many():
+    from rlloom.config import compose_config
+
+    # each process launches a server of its own: two clients, two servers
+    resolved = compose_config(["preset=tiny", "rollout=sglang", "launcher=ray", "+launcher.resource_pools.gen=2",
+                               "+launcher.mapping.rollout=gen"])
+    assert resolved.sections["launcher"].pools()["gen"] == 2 and resolved.sections["rollout"].url is None
 
 
 def test_the_table_is_large_enough():

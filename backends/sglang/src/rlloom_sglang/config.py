@@ -7,7 +7,7 @@ from typing import ClassVar, Optional
 
 from rlloom.config.limits import Limited
 
-from rlloom_serverkit.config import ServerRolloutConfig
+from rlloom_serverkit.config import ServerRolloutConfig, check_one_client
 
 
 @dataclass
@@ -62,6 +62,12 @@ class SGLangRolloutConfig(Limited):
             return ""
         return (f"starts SGLang without LoRA slots: add rollout.extra_args=[--enable-lora,--max-lora-rank,{lora.rank},"
                 "--lora-target-modules,all] (or attach a server started so with rollout.url)")
+
+    def check_other_sections(self, sections: dict) -> None:
+        """With ``url``: :func:`rlloom_serverkit.config.check_one_client` (one attached server, one client); a
+        launched server belongs to the process that launched it, one per process of the rollout's pool."""
+        if self.url is not None:
+            check_one_client(sections, "rollout=sglang with rollout.url")
 
     def starts_with_other_weights(self) -> bool:
         """With ``url``: an attached server may hold any weights, so a fresh run pushes its own first

@@ -52,21 +52,8 @@ class ServerRolloutConfig(Limited):
         return ""
 
     def check_other_sections(self, sections: dict) -> None:
-        """ValueError when the launcher places the rollout role in more than one process (a ``launcher=ray`` pool,
-        read through its ``pool_of`` and ``pools``): each process would be a client pushing its own weights to the
-        same servers, each refusing the others' pushes at its next answer. One client spreads its requests over
-        every server in ``rollout.urls`` already."""
-        launcher = sections.get("launcher")
-        if not (hasattr(launcher, "pool_of") and hasattr(launcher, "pools")):
-            return
-        pool = launcher.pool_of("rollout")
-        if launcher.pools()[pool] > 1:
-            alone = pool != launcher.pool_of("actor")
-            fix = f"launcher.resource_pools.{pool}=1" if alone else ("a pool of its own, +launcher.resource_pools."
-                                                                      "client=1 +launcher.mapping.rollout=client")
-            raise ValueError(f"rollout=server runs one client, but the rollout's pool {pool!r} has "
-                             f"launcher.resource_pools.{pool}={launcher.pools()[pool]} processes; give it one: "
-                             f"{fix}")
+        """:func:`check_one_client` (:class:`rlloom.protocols.ChecksOtherSections`)."""
+        check_one_client(sections, "rollout=server")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,3 +62,20 @@ class ServerRolloutConfig(Limited):
         for url in self.urls:
             if not str(url).startswith(("http://", "https://")):
                 raise ValueError(f"rollout.urls: {url!r} is not an http:// or https:// URL")
+
+
+def check_one_client(sections: dict, what: str) -> None:
+    """ValueError when the launcher places the rollout role in more than one process (a ``launcher=ray`` pool,
+    read through its ``pool_of`` and ``pools``) while the rollout is ``what``, a client of servers started by
+    someone else: each process would be a client pushing its own weights to the same servers, each refusing the
+    others' pushes at its next answer. One client spreads its requests over every server it is given already."""
+    launcher = sections.get("launcher")
+    if not (hasattr(launcher, "pool_of") and hasattr(launcher, "pools")):
+        return
+    pool = launcher.pool_of("rollout")
+    if launcher.pools()[pool] > 1:
+        alone = pool != launcher.pool_of("actor")
+        fix = f"launcher.resource_pools.{pool}=1" if alone else ("a pool of its own, +launcher.resource_pools."
+                                                                  "client=1 +launcher.mapping.rollout=client")
+        raise ValueError(f"{what} runs one client, but the rollout's pool {pool!r} has "
+                         f"launcher.resource_pools.{pool}={launcher.pools()[pool]} processes; give it one: {fix}")
