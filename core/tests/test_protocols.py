@@ -38,7 +38,8 @@ def ability_members() -> set[str]:
 def test_no_plugin_or_core_module_probes_an_ability_by_name():
     members = ability_members()
     assert {"metrics", "check_model", "optimizer_steps_per_step", "extra_roles", "check_roles", "rewind", "close", "num_invalid",
-            "single_process_overrides", "load_weights_from_dir", "live_weights", "borrow_weights"} <= members
+            "single_process_overrides", "load_weights_from_dir", "live_weights", "borrow_weights", "pool_of",
+            "pools"} <= members
     probe = re.compile(r"\b(?:getattr|hasattr)\([^,()]+,\s*[\"'](\w+)[\"']")
     found = [f"{path.relative_to(ROOT)}: {name}" for source in SOURCES for path in source.rglob("*.py")
              for name in probe.findall(path.read_text()) if name in members]

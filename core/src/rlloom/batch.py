@@ -31,8 +31,7 @@ field                  shape      dtype   meaning
 =====================  =========  ======  ==========================================================
 
 Object fields: ``prompt_text``, ``response_text``, ``ground_truth``, ``data_source``, ``uid`` (the
-same for all samples drawn from one prompt).
-"""
+same for all samples drawn from one prompt)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ rlloom-trainer; ``serve``: rlloom-server); a known command whose distribution is
 install (status 2). Errors print one paragraph, no traceback (``RLLOOM_DEBUG=1`` shows a role's): a user error
 (bad config, missing plugin, changed resume config, a role that cannot start) exits with 2; a run that stops
 itself or cannot checkpoint, 1; a role failing mid-run, 3; Ctrl-C, 130; SIGTERM during ``train``, 143
-(:mod:`rlloom_trainer.interrupt`).
-"""
+(:mod:`rlloom_trainer.interrupt`)."""
 
 from __future__ import annotations
 

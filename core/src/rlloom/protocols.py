@@ -6,8 +6,7 @@ Sections: engines (and their weight-sharing abilities), resharders, rewards, alg
 estimators, policy losses), datasets, agents (loops, episodes, tools, environments), placement
 (launchers, dispatch modes, futures), trackers, config abilities. **Optional abilities** are small
 ``runtime_checkable`` protocols of their own (:class:`LendsWeights`, :class:`ChecksModel`, …): the core asks
-``isinstance(obj, Ability)``, never probes attributes by name. Importing this module imports no torch.
-"""
+``isinstance(obj, Ability)``, never probes attributes by name. Importing this module imports no torch."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ class RolloutEngine(Protocol):
         Randomness: response ``j`` of prompt ``i`` depends only on (``sampling.seed``,
         ``sampling.first_prompt + i``, ``j``) and the weights, so a call split by prompts over several
         engines samples what the whole call does; a ``prompt_index`` field [B]
-        (:data:`rlloom.batch.PROMPT_INDEX_FIELD`) gives row ``i`` the index ``prompt_index[i]`` instead.
-        """
+        (:data:`rlloom.batch.PROMPT_INDEX_FIELD`) gives row ``i`` the index ``prompt_index[i]`` instead."""
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Load full (unsharded) weights given in Hugging Face parameter naming."""
@@ -203,8 +201,7 @@ class DistributedResharder(Resharder, Protocol):
     world_size, host, port)`` runs once on every member at the same time (``host:port``: a free address
     on rank 0's node); then per sync, ``send(train)`` on every train rank (only pool rank 0 is a member,
     the others join the collective ``named_weights``) with ``receive(rollout)`` on every rollout rank,
-    each returning the :class:`~rlloom.types.SyncStats` of what moved. ``sync`` still works in one process.
-    """
+    each returning the :class:`~rlloom.types.SyncStats` of what moved. ``sync`` still works in one process."""
 
     def connect(self, rank: int, world_size: int, host: str, port: int) -> None: ...
     def send(self, train: TrainEngine) -> SyncStats: ...
@@ -382,6 +379,15 @@ class Launcher(Protocol):
 
     def start_role(self, spec: RoleSpec, registry: Registry) -> Any: ...
     def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class PlacesInPools(Protocol):
+    """Optional ability of a launcher's config that places roles in pools of processes (``launcher=ray``): ``pools()``
+    maps each pool to its number of processes, ``pool_of(role)`` names the pool that runs ``role``."""
+
+    def pools(self) -> dict[str, int]: ...
+    def pool_of(self, role: str) -> str: ...
 
 
 class DispatchMode(Protocol):

@@ -19,8 +19,7 @@ class SamplingParams:
     state). ``first_prompt``: the index of this batch's first prompt in the whole call it is a piece of
     (randomness is keyed by seed, prompt index, response index, so a call split by prompts samples what the
     whole call would). ``ignore_eos``: every response has ``max_new_tokens`` tokens (benchmarks).
-    ``stop_token_ids``: ids that end a response besides the model's own (kept in it; with ``ignore_eos`` too).
-    """
+    ``stop_token_ids``: ids that end a response besides the model's own (kept in it; with ``ignore_eos`` too)."""
 
     n: int = 1
     temperature: float = 1.0
@@ -170,8 +169,7 @@ class Role:
     ``launcher.mapping``'s key, a train engine's folder in checkpoints. ``kind``: ``"train_engine"``, built
     from the run's ``train_engine`` choice as a ``serves_as`` engine (``"critic"``: a value head), trained
     unless it serves as ``ref``; or ``"reward"``, built from a config group of its own, named ``name``, whose
-    options are the ``reward`` group's and ``none``: a run of the algorithm must choose one, others leave ``none``.
-    """
+    options are the ``reward`` group's and ``none``: a run of the algorithm must choose one, others leave ``none``."""
 
     name: str
     kind: str

@@ -4,8 +4,7 @@ cross-key checks calls ``super().__post_init__()`` first). A rule is a range, ``
 ``"< 1"``, ``"in [0, 1]"`` / ``"in (0, 1]"`` (a parenthesis leaves that end open; ``inf`` allowed), or the valid
 choices, any collection. None is not checked (an ``Optional`` key unset). Every key out of its limits is named as
 typed, in one ValueError (``rollout.max_buckets=0: must be >= 1``). Limits merge over the bases, a subclass's rule
-for a key replacing its base's.
-"""
+for a key replacing its base's."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Dispatch modes (:class:`rlloom.protocols.DispatchMode`): how a launcher spreads a call over a worker group's
 ranks. The core's: ``one_to_all`` (every rank runs it, as collectives need; only rank 0's result is kept)
 and ``rank_zero``; the data-parallel splits are :mod:`rlloom_enginekit.dispatch`'s. An engine declares a
-method's mode with ``@dispatch("dp_split")``; undeclared, :data:`DEFAULT_MODES` by name, then ``one_to_all``.
-"""
+method's mode with ``@dispatch("dp_split")``; undeclared, :data:`DEFAULT_MODES` by name, then ``one_to_all``."""
 
 from __future__ import annotations
 

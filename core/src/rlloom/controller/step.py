@@ -2,8 +2,7 @@
 update → sync) is written against. Each stage runs on its role's worker group and records its wall time
 (``timing_s/<stage>``) and standard metrics (verl's names) in ``ctx.metrics``; independent stages run at the
 same time in a :meth:`StepContext.concurrently` block. A stage takes its role as an argument
-(``ctx.score(batch, role="cost", into="costs")``), so a declared :class:`~rlloom.types.Role` needs no stage.
-"""
+(``ctx.score(batch, role="cost", into="costs")``), so a declared :class:`~rlloom.types.Role` needs no stage."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ and reporting a config error, stays fast: register heavy components so; a test h
 to it); ``config``, the component's config dataclass with defaults, the option ``<name>`` of the kind's Hydra
 config group, whose ``__post_init__`` validates values (a ValueError is a config error) and which may have
 the abilities the core asks for (:mod:`rlloom.protocols`: ``ChecksModel``, ``PlansOptimizerSteps``, …). A
-tool's config is no group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`).
-"""
+tool's config is no group's option: ``agent.tool_settings.<name>`` holds its settings (:func:`register_tools`)."""
 
 from __future__ import annotations
 

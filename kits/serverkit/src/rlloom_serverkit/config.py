@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rlloom.config.limits import Limited
+from rlloom.protocols import PlacesInPools
 
 
 @dataclass
@@ -65,12 +66,12 @@ class ServerRolloutConfig(Limited):
 
 
 def check_one_client(sections: dict, what: str) -> None:
-    """ValueError when the launcher places the rollout role in more than one process (a ``launcher=ray`` pool,
-    read through its ``pool_of`` and ``pools``) while the rollout is ``what``, a client of servers started by
+    """ValueError when the launcher places the rollout role in more than one process (a pool of a launcher that
+    :class:`~rlloom.protocols.PlacesInPools`, as ``launcher=ray``) while the rollout is ``what``, a client of servers started by
     someone else: each process would be a client pushing its own weights to the same servers, each refusing the
     others' pushes at its next answer. One client spreads its requests over every server it is given already."""
     launcher = sections.get("launcher")
-    if not (hasattr(launcher, "pool_of") and hasattr(launcher, "pools")):
+    if not isinstance(launcher, PlacesInPools):
         return
     pool = launcher.pool_of("rollout")
     if launcher.pools()[pool] > 1:

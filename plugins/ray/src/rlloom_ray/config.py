@@ -112,7 +112,7 @@ class RayLauncherConfig(Limited):
                 raise ValueError(f"launcher.mapping.{role}: unknown role; roles are {', '.join(roles)}")
 
     def pools(self) -> dict[str, int]:
-        """Every pool: ``global`` (1 process) plus ``resource_pools``."""
+        """Every pool: ``global`` (1 process) plus ``resource_pools`` (:class:`rlloom.protocols.PlacesInPools`)."""
         return {DEFAULT_POOL: 1, **self.resource_pools}
 
     def bundle(self) -> dict[str, float]:
@@ -125,4 +125,5 @@ class RayLauncherConfig(Limited):
         return "cpu:gloo,cuda:nccl" if self.gpus_per_worker else "gloo"
 
     def pool_of(self, role: str) -> str:
+        """The pool that runs ``role``: its ``mapping``, else ``global`` (:class:`rlloom.protocols.PlacesInPools`)."""
         return self.mapping.get(role, DEFAULT_POOL)

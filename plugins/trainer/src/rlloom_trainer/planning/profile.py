@@ -37,6 +37,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 
+from rlloom.protocols import PlacesInPools
 from rlloom_enginekit.threads import available_cores, threads_for
 
 from rlloom_trainer.planning.memory import ModelShape
@@ -206,7 +207,7 @@ def run_profile(overrides: list[str], steps: int) -> Profile:
     samples, step_s, rows, shape = two_sizes(overrides, batch, n, steps)
     threads = {devices: threads_per_worker(launcher)}
     doubled, doubled_step = {}, 0.0
-    if hasattr(launcher, "pools"):
+    if isinstance(launcher, PlacesInPools):
         extra = doubled_overrides(launcher, launcher.num_cpus or available_cores())
         doubled, doubled_steps, _, _ = two_sizes([*overrides, *extra], batch, n, steps)
         doubled_step = doubled_steps[batch]
@@ -272,18 +273,16 @@ def doubled_overrides(launcher, cpus: float) -> list[str]:
 def threads_per_worker(launcher) -> int:
     """Torch threads a worker of ``launcher`` computes with (:func:`rlloom_enginekit.threads.threads_for`;
     a launcher without pools: its one process's ``num_threads``, or the cores it may run on)."""
-    if hasattr(launcher, "pools"):
+    if isinstance(launcher, PlacesInPools):
         return threads_for(launcher.threads_per_worker, launcher.cpus_per_worker)
     return threads_for(getattr(launcher, "num_threads", 0), available_cores())
 
 
 def actor_devices(resolved) -> int:
-    """Processes of the actor's pool: ``launcher.resource_pools[mapping.actor or "global"]`` (1 when the
+    """Processes of the actor's pool (a launcher that :class:`~rlloom.protocols.PlacesInPools`; 1 when the
     launcher has no pools: ``launcher=local``)."""
     launcher = resolved.sections["launcher"]
-    pools = getattr(launcher, "resource_pools", None) or {}
-    pool = (getattr(launcher, "mapping", None) or {}).get("actor", "global")
-    return int(pools.get(pool, 1))
+    return launcher.pools()[launcher.pool_of("actor")] if isinstance(launcher, PlacesInPools) else 1
 
 
 def device_kind(trainer_device: str) -> str:
