@@ -188,7 +188,9 @@ def running(pid: int) -> bool:
 
 
 def test_agents_that_fail_or_hang_are_counted_and_the_batch_goes_on(tokenizer, tmp_path, caplog):
-    runner, _ = gateway_runner(tokenizer, ["4"], episode_timeout_s=5)
+    # The hanging agent holds the batch for the whole timeout; the answering one must end within it, and under
+    # load (a busy core beside the two test workers) starting it took over 5 s.
+    runner, _ = gateway_runner(tokenizer, ["4"], episode_timeout_s=20)
     hang = tmp_path / "hang.json"
     rows = [{"script": "fail"}, {"script": "fail"}, {"script": "hang", "out": str(hang)},
             {"script": "calls", "calls": [{"messages": [QUESTION], "via": "path"}], "out": str(tmp_path / "a.json")}]

@@ -67,7 +67,8 @@ def test_correct_solutions_pass_wrong_ones_fail_loops_time_out(problems, num_wor
         "    while True:\n        pass\n",  # never returns
         "    return (\n",  # syntax error
     ]
-    reward = CodeReward(CodeRewardConfig(num_workers=num_workers, timeout_s=1.5, timeout_score=-1.0))
+    # 8 s: the loop is cut there; the others end at once, but a loaded machine starts a sandbox slowly
+    reward = CodeReward(CodeRewardConfig(num_workers=num_workers, timeout_s=8.0, timeout_score=-1.0))
     try:
         result = reward(batch_of([by_id[i] for i in ids], responses))
     finally:

@@ -13,7 +13,10 @@ import pytest
 from rlloom_rewards.code.harness import CheckJob, run_tests
 from rlloom_rewards.code.sandbox import FAIL, KILL_GRACE_S, PASS, TIMEOUT, SandboxLimits, run_python, sandbox_python
 
-LIMITS = SandboxLimits(timeout_s=2.0, memory_mb=256, file_size_mb=1, max_processes=8)
+# A roomy timeout: each of these programs ends at once unless the sandbox fails, and starting a sandboxed Python
+# on a loaded machine took over 2 s (`test_program_sees_no_network_interface_but_loopback` printed, then timed
+# out). The timeout's own test sets a short one.
+LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=256, file_size_mb=1, max_processes=8)
 
 
 @pytest.fixture(scope="module")

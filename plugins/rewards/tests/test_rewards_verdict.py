@@ -17,7 +17,7 @@ from rlloom_rewards.code.sandbox import PASS, SandboxLimits, run_python, sandbox
 from rlloom_rewards.code.tester import left_for_candidate
 from rlloom_rewards.code.verifier import CodeVerifier
 
-LIMITS = SandboxLimits(timeout_s=3.0)
+LIMITS = SandboxLimits(timeout_s=30.0)  # roomy: each program ends at once; a loaded machine starts them slowly
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
 HONEST = "def add(a, b):\n    return a + b\n"
 HACKS = {
