@@ -67,9 +67,10 @@ class ServerRolloutConfig(Limited):
 
 def check_one_client(sections: dict, what: str) -> None:
     """ValueError when the launcher places the rollout role in more than one process (a pool of a launcher that
-    :class:`~rlloom.protocols.PlacesInPools`, as ``launcher=ray``) while the rollout is ``what``, a client of servers started by
-    someone else: each process would be a client pushing its own weights to the same servers, each refusing the
-    others' pushes at its next answer. One client spreads its requests over every server it is given already."""
+    :class:`~rlloom.protocols.PlacesInPools`, as ``launcher=ray``) while the rollout is ``what``, a client of
+    servers started by someone else: each process would be a client pushing its own weights to the same servers,
+    each refusing the others' pushes at its next answer. One client spreads its requests over every server it is
+    given already."""
     launcher = sections.get("launcher")
     if not isinstance(launcher, PlacesInPools):
         return
